@@ -1,0 +1,78 @@
+# snlp gateway — the two commands: `make run` and `make test`.
+# Both set up whatever is missing first (system packages via apt-get, a .venv with the project).
+
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# System packages: libopus (decoder), mosquitto (broker + clients for provisioning and tests),
+# espeak-ng and sox (real speech fixtures for tests and the demo).
+APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox
+
+.PHONY: run test check lint typecheck unit integration setup system-deps venv bench demo asyncapi clean
+
+setup: system-deps venv
+
+system-deps:
+	@missing=""; \
+	ldconfig -p | grep -q 'libopus.so.0' || missing="$$missing libopus0"; \
+	command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || missing="$$missing mosquitto"; \
+	command -v mosquitto_passwd >/dev/null || missing="$$missing mosquitto-clients"; \
+	command -v mosquitto_sub >/dev/null || missing="$$missing mosquitto-clients"; \
+	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
+	command -v sox >/dev/null || missing="$$missing sox"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS); \
+	  $(SUDO) systemctl disable --now mosquitto >/dev/null 2>&1 || true; \
+	fi
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,asr]'
+	@touch $(STAMP)
+
+# Local broker with the project's configuration (auth + ACLs on), then the gateway in the
+# foreground. Ctrl-C stops both.
+run: setup
+	@$(BIN)/snlpgw broker init
+	@set -m; trap 'kill %1 2>/dev/null; wait' EXIT INT TERM; \
+	mosquitto -c .data/mosquitto/mosquitto.conf & \
+	sleep 0.5; \
+	$(BIN)/snlpgw run
+
+lint: venv
+	$(BIN)/ruff check gateway codec topics tests bench
+	$(BIN)/ruff format --check gateway codec topics tests bench
+
+typecheck: venv
+	$(BIN)/mypy
+
+check: lint typecheck
+
+test: setup check
+	$(BIN)/pytest -q
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+integration: setup
+	$(BIN)/pytest -q tests/integration
+
+bench: setup
+	$(BIN)/python -m bench.codec_bench
+
+demo: setup
+	$(BIN)/python -m gateway.demo
+
+asyncapi: venv
+	$(BIN)/python -m topics.asyncapi --write
+
+clean:
+	rm -rf $(VENV) .data .mypy_cache .pytest_cache .ruff_cache

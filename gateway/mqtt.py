@@ -1,0 +1,334 @@
+"""The gateway's broker connection: one aiomqtt (paho, MQTT 5) client, owned by the service.
+
+Components never touch the client. They register routes (topic filter → handler) before the
+service starts and call :meth:`MqttConnection.publish`, which never blocks and never raises:
+
+* Handlers are plain functions run on the loop; they must only parse and enqueue (a handler
+  that raises is logged with the topic and counted; the connection goes on).
+* Publishes go through a bounded outbound queue that is drained while connected and kept
+  while the broker is away. Overflow policy: the oldest message is dropped and counted.
+  A publish in flight when the connection breaks is put back at the head of the queue.
+* Inbound payloads over ``max_payload_bytes`` are dropped and counted before any parsing.
+* Reconnect with capped exponential back-off and jitter; every route is resubscribed and the
+  retained gateway presence republished on each connect. The presence LWT is registered with
+  the broker so a crash shows ``online: false``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from gateway.metrics import Metrics
+from gateway.settings import MqttSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One received message, as handlers see it."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    received_mono: float  # time.monotonic() at receipt
+    received_ms: int  # gateway wall clock, epoch ms (board clocks may be shifted)
+    response_topic: str | None = None
+    correlation_data: bytes | None = None
+
+
+Handler = Callable[[Inbound], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    topic: str
+    payload: bytes
+    qos: int = 0
+    retain: bool = False
+    correlation_data: bytes | None = None
+    expiry_s: int | None = None
+
+
+class Publisher(Protocol):
+    """What components need to publish; the fake in shell unit tests implements the same."""
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes | str,
+        *,
+        qos: int = 0,
+        retain: bool = False,
+        correlation_data: bytes | None = None,
+        expiry_s: int | None = None,
+    ) -> None: ...
+
+
+@dataclass(slots=True)
+class _Route:
+    topic_filter: str
+    handler: Handler
+    qos: int
+
+
+@dataclass
+class Backoff:
+    """Capped exponential back-off with full jitter; reset after a good connection."""
+
+    minimum: float
+    maximum: float
+    attempt: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def next_delay(self) -> float:
+        ceiling = min(self.maximum, self.minimum * (2.0**self.attempt))
+        self.attempt += 1
+        jitter: float = self.rng.random()
+        return self.minimum + jitter * max(0.0, ceiling - self.minimum)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class MqttConnection:
+    def __init__(
+        self,
+        *,
+        settings: MqttSettings,
+        password: str | None,
+        client_id: str,
+        presence_topic: str,
+        presence_payload: Callable[[bool], bytes],
+        metrics: Metrics,
+    ) -> None:
+        self._settings = settings
+        self._password = password
+        self._client_id = client_id
+        self._presence_topic = presence_topic
+        self._presence_payload = presence_payload
+        self._routes: list[_Route] = []
+        # Bounded; overflow drops the oldest (counted). Presence is re-sent on every connect.
+        self._outbox: deque[Outbound] = deque()
+        self._outbox_ready = asyncio.Event()
+        self._connected = asyncio.Event()
+        self._connections = 0
+        self._backoff = Backoff(settings.reconnect_min_s, settings.reconnect_max_s)
+
+        self.m_connected = metrics.gauge("mqtt_connected", "1 while connected to the broker")
+        self.m_connects = metrics.counter("mqtt_connects", "Successful broker connections")
+        self.m_in = metrics.counter("mqtt_messages_in", "Messages received")
+        self.m_in_dropped = metrics.counter(
+            "mqtt_messages_in_dropped", "Inbound messages dropped", ["reason"]
+        )
+        self.m_out = metrics.counter("mqtt_messages_out", "Messages published")
+        self.m_out_dropped = metrics.counter(
+            "mqtt_messages_out_dropped", "Outbound messages dropped (queue overflow)"
+        )
+        self.m_out_queue = metrics.gauge("mqtt_outbound_queue", "Publishes waiting for the broker")
+
+    # -- component API ---------------------------------------------------------------------
+
+    def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None:
+        """Register a subscription; restored on every (re)connect."""
+        self._routes.append(_Route(topic_filter, handler, qos))
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    @property
+    def connection_count(self) -> int:
+        return self._connections
+
+    async def wait_connected(self) -> None:
+        await self._connected.wait()
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes | str,
+        *,
+        qos: int = 0,
+        retain: bool = False,
+        correlation_data: bytes | None = None,
+        expiry_s: int | None = None,
+    ) -> None:
+        data = payload.encode() if isinstance(payload, str) else payload
+        self._outbox.append(Outbound(topic, data, qos, retain, correlation_data, expiry_s))
+        if len(self._outbox) > self._settings.outbound_queue:
+            dropped = self._outbox.popleft()
+            self.m_out_dropped.inc()
+            log.warning("outbound queue full: dropped oldest publish on %s", dropped.topic)
+        self.m_out_queue.set(len(self._outbox))
+        self._outbox_ready.set()
+
+    # -- service task ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, serve, reconnect; returns only when cancelled."""
+        while True:
+            try:
+                await self._serve_once()
+            except aiomqtt.MqttError as exc:
+                self._mark_disconnected()
+                delay = self._backoff.next_delay()
+                log.warning("broker connection lost (%s); reconnecting in %.2fs", exc, delay)
+                await asyncio.sleep(delay)
+
+    async def close(self, grace_s: float) -> None:
+        """Announce ``online: false`` and disconnect cleanly (no LWT); bounded by ``grace_s``."""
+        client = self._client
+        if client is None or not self.connected:
+            return
+        with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
+            await client.publish(
+                self._presence_topic,
+                self._presence_payload(False),
+                qos=1,
+                retain=True,
+                timeout=grace_s,
+            )
+
+    _client: aiomqtt.Client | None = None
+
+    async def _serve_once(self) -> None:
+        client = self._make_client()
+        async with client:
+            self._client = client
+            try:
+                for route in self._routes:
+                    await client.subscribe(route.topic_filter, qos=route.qos)
+                await client.publish(
+                    self._presence_topic, self._presence_payload(True), qos=1, retain=True
+                )
+                self._connections += 1
+                self.m_connects.inc()
+                self.m_connected.set(1)
+                self._connected.set()
+                self._backoff.reset()
+                log.info(
+                    "connected to broker %s as %s", self._settings.url, self._settings.username
+                )
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(self._publish_loop(client), name="mqtt.publish")
+                    tg.create_task(self._receive_loop(client), name="mqtt.receive")
+            except* aiomqtt.MqttError as group:
+                raise group.exceptions[0] from None
+            finally:
+                self._client = None
+
+    def _make_client(self) -> aiomqtt.Client:
+        s = self._settings
+        tls: ssl.SSLContext | None = ssl.create_default_context() if s.tls else None
+        return aiomqtt.Client(
+            s.host,
+            s.port,
+            username=s.username,
+            password=self._password,
+            identifier=self._client_id,
+            protocol=aiomqtt.ProtocolVersion.V5,
+            keepalive=s.keepalive_s,
+            will=aiomqtt.Will(
+                self._presence_topic, self._presence_payload(False), qos=1, retain=True
+            ),
+            tls_context=tls,
+            timeout=10,
+        )
+
+    def _mark_disconnected(self) -> None:
+        self._connected.clear()
+        self.m_connected.set(0)
+
+    async def _publish_loop(self, client: aiomqtt.Client) -> None:
+        while True:
+            if not self._outbox:
+                self._outbox_ready.clear()
+                await self._outbox_ready.wait()
+                continue
+            msg = self._outbox[0]
+            props: Properties | None = None
+            if msg.correlation_data is not None or msg.expiry_s is not None:
+                props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]  # paho is untyped here
+                if msg.correlation_data is not None:
+                    props.CorrelationData = msg.correlation_data
+                if msg.expiry_s is not None:
+                    props.MessageExpiryInterval = msg.expiry_s
+            # On failure the message stays at the head and goes out after the reconnect.
+            await client.publish(
+                msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props
+            )
+            if self._outbox and self._outbox[0] is msg:
+                self._outbox.popleft()
+            self.m_out.inc()
+            self.m_out_queue.set(len(self._outbox))
+
+    async def _receive_loop(self, client: aiomqtt.Client) -> None:
+        limit = self._settings.max_payload_bytes
+        async for message in client.messages:
+            self.m_in.inc()
+            payload = message.payload
+            if not isinstance(payload, bytes | bytearray):
+                self.m_in_dropped.labels("not_bytes").inc()
+                continue
+            if len(payload) > limit:
+                self.m_in_dropped.labels("oversize").inc()
+                log.warning(
+                    "dropped %d-byte message on %s (limit %d)", len(payload), message.topic, limit
+                )
+                continue
+            props = message.properties
+            inbound = Inbound(
+                topic=message.topic.value,
+                payload=bytes(payload),
+                qos=message.qos,
+                retain=message.retain,
+                received_mono=time.monotonic(),
+                received_ms=time.time_ns() // 1_000_000,
+                response_topic=getattr(props, "ResponseTopic", None) if props else None,
+                correlation_data=getattr(props, "CorrelationData", None) if props else None,
+            )
+            self._dispatch(inbound)
+
+    def _dispatch(self, inbound: Inbound) -> None:
+        matched = False
+        for route in self._routes:
+            if aiomqtt.Topic(inbound.topic).matches(route.topic_filter):
+                matched = True
+                try:
+                    route.handler(inbound)
+                except Exception:
+                    self.m_in_dropped.labels("handler_error").inc()
+                    log.exception("handler for %s failed on %s", route.topic_filter, inbound.topic)
+        if not matched:
+            self.m_in_dropped.labels("no_route").inc()
+
+
+def presence_payload(gateway_id: str) -> Callable[[bool], bytes]:
+    """Gateway presence body: ``{"v":1,"online":bool,"gateway_id":…,"ts":…}``."""
+
+    def build(online: bool) -> bytes:
+        body = {
+            "v": 1,
+            "online": online,
+            "gateway_id": gateway_id,
+            "ts": time.time_ns() // 1_000_000,
+        }
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    return build

@@ -1,0 +1,238 @@
+"""The one frozen settings tree, built once at start-up and passed down.
+
+Sources, highest first: keyword arguments, ``SNLPGW_*`` environment variables (nested with
+``__``, e.g. ``SNLPGW_MQTT__URL``), an optional TOML file (``snlpgw --config FILE``), defaults.
+Components take the section they need as a keyword argument; none reads the environment.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MqttSettings(_Section):
+    url: str = Field("mqtt://127.0.0.1:1883", description="Broker URI (mqtt:// or mqtts://).")
+    username: str = Field("snlp-gateway", description="Gateway broker user.")
+    password: str | None = Field(
+        None, description="Gateway broker password; if unset, read from the data directory."
+    )
+    keepalive_s: int = Field(30, ge=5, le=600, description="MQTT keep-alive of the gateway.")
+    reconnect_min_s: float = Field(0.5, gt=0, description="First reconnect back-off.")
+    reconnect_max_s: float = Field(15.0, gt=0, description="Reconnect back-off cap.")
+    outbound_queue: int = Field(
+        10_000, ge=100, description="Publishes buffered while the broker is away (drop-oldest)."
+    )
+    max_payload_bytes: int = Field(
+        8192, ge=512, description="Inbound payloads over this are dropped."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
+            raise ValueError("expected mqtt://host[:port] or mqtts://host[:port]")
+        return v
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        parts = urlsplit(self.url)
+        return parts.port or (8883 if parts.scheme == "mqtts" else 1883)
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme == "mqtts"
+
+
+class HttpSettings(_Section):
+    host: str = Field("127.0.0.1", description="HTTP bind address (OTA, healthz, metrics, tasks).")
+    port: int = Field(8003, ge=0, le=65535, description="HTTP port (8003 is the xiaozhi OTA port).")
+
+
+class UdpSettings(_Section):
+    host: str = Field("127.0.0.1", description="UDP audio bind address.")
+    port: int = Field(8884, ge=0, le=65535, description="UDP audio port.")
+    public_host: str | None = Field(
+        None, description="Host announced to devices in the hello reply (default: bind host)."
+    )
+    public_port: int | None = Field(
+        None, description="Port announced to devices (default: bound port)."
+    )
+
+
+class XiaozhiSettings(_Section):
+    uplink_topic: str = Field("device-server/{dev}", description="Device → gateway control topic.")
+    downlink_topic: str = Field("devices/p2p/{dev}", description="Gateway → device control topic.")
+    session_idle_s: float = Field(150.0, gt=0, description="Close a voice session idle this long.")
+    rebind_after_s: float = Field(
+        5.0,
+        gt=0,
+        description="Accept a new UDP source for a session after the bound one is silent this long.",
+    )
+    ota_mqtt_endpoint: str | None = Field(
+        None, description="host:port given to devices by OTA (default: the broker's host:port)."
+    )
+    ota_keepalive_s: int = Field(
+        240, ge=30, le=65535, description="Keep-alive given to devices by OTA."
+    )
+    firmware_version: str = Field("0.0.0", description="Firmware version reported by OTA.")
+
+
+class BoardSettings(_Section):
+    ack_timeout_s: float = Field(3.0, gt=0, description="Resend a command not acked within this.")
+    max_resends: int = Field(
+        3, ge=0, description="Resends of one command while the board is online."
+    )
+    default_ttl_ms: int = Field(
+        30_000, gt=0, description="Command lifetime when the caller gives none."
+    )
+    outbox_limit: int = Field(
+        64, ge=1, description="Queued commands per device (overflow: refuse newest)."
+    )
+    heartbeat_s: float = Field(30.0, gt=0, description="Board heartbeat period.")
+    missed_heartbeats: int = Field(
+        3, ge=1, description="Missed heartbeats before a board is offline."
+    )
+    flap_window_s: float = Field(300.0, gt=0, description="Window for counting presence changes.")
+    flap_threshold: int = Field(
+        6, ge=2, description="Presence changes in the window that raise an alarm."
+    )
+
+
+class RuntimeSettings(_Section):
+    catalog_path: Path = Field(
+        Path("catalog"), description="Task catalog: a JSON file or a directory of them."
+    )
+    resource_dir: Path = Field(
+        Path("catalog/resources"), description="Local resource directory (clip .txt transcripts)."
+    )
+    min_window_ms: int = Field(800, ge=0, description="Shortest listen window.")
+    completion_grace_ms: int = Field(
+        5_000, ge=0, description="Watchdog grace past a clip's known duration."
+    )
+    completion_max_ms: int = Field(
+        120_000, gt=0, description="Watchdog when the clip duration is unknown."
+    )
+    offline_grace_s: float = Field(
+        300.0, ge=0, description="Paused-by-offline instances resume within this."
+    )
+    exit_phrases: tuple[str, ...] = Field(
+        ("stop the lesson", "退出"), description="Phrases that exit a task."
+    )
+
+
+class AsrSettings(_Section):
+    engine: Literal["pocketsphinx", "http", "none"] = Field(
+        "pocketsphinx", description="ASR engine."
+    )
+    http_url: str = Field(
+        "http://127.0.0.1:8000/v1/audio/transcriptions",
+        description="OpenAI-compatible ASR endpoint.",
+    )
+    http_model: str = Field("whisper-1", description="Model name sent to the HTTP engine.")
+    http_timeout_s: float = Field(10.0, gt=0, description="HTTP engine timeout per attempt.")
+    http_retries: int = Field(2, ge=0, description="HTTP engine retries (5xx, timeouts).")
+    workers: int = Field(1, ge=1, le=16, description="ASR worker processes.")
+    queue_limit: int = Field(32, ge=1, description="Pending ASR jobs (overflow: drop oldest).")
+    job_timeout_s: float = Field(
+        30.0, gt=0, description="A job running longer is abandoned, its worker replaced."
+    )
+
+
+class StoreSettings(_Section):
+    sqlite_path: Path | None = Field(
+        None, description="SQLite file (default: <data_dir>/gateway.sqlite3)."
+    )
+    manager_url: str | None = Field(
+        None, description="External manager API base URL (PUT /task/instance/{id})."
+    )
+    manager_secret: str | None = Field(None, description="Server secret sent to the manager API.")
+    manager_retries: int = Field(3, ge=0, description="Manager API retries per snapshot.")
+
+
+class OpsSettings(_Section):
+    metrics_interval_s: float = Field(10.0, gt=0, description="Metrics snapshot period.")
+    log_level: str = Field("INFO", description="Log level.")
+    log_json: bool = Field(False, description="Structured JSON logs.")
+    shutdown_timeout_s: float = Field(5.0, gt=0, description="Graceful shutdown budget.")
+
+
+def _default_gateway_id() -> str:
+    host = socket.gethostname().split(".")[0].lower()
+    cleaned = "".join(c if c.isalnum() or c in "-_" else "-" for c in host)
+    return cleaned or "gw"
+
+
+class Settings(BaseSettings):
+    """Root settings; every field documented in README's settings table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SNLPGW_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+    toml_file: ClassVar[Path | None] = None
+
+    gateway_id: str = Field(default_factory=_default_gateway_id, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    data_dir: Path = Field(
+        Path(".data"), description="Generated credentials, SQLite, broker files."
+    )
+    mqtt: MqttSettings = MqttSettings()
+    http: HttpSettings = HttpSettings()
+    udp: UdpSettings = UdpSettings()
+    xiaozhi: XiaozhiSettings = XiaozhiSettings()
+    board: BoardSettings = BoardSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    asr: AsrSettings = AsrSettings()
+    store: StoreSettings = StoreSettings()
+    ops: OpsSettings = OpsSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls.toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls.toml_file))
+        return tuple(sources)
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.store.sqlite_path or self.data_dir / "gateway.sqlite3"
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Build the settings once: overrides > environment > TOML file > defaults."""
+    if config is not None and not config.is_file():
+        raise FileNotFoundError(f"config file not found: {config}")
+
+    class _FromFile(Settings):
+        toml_file: ClassVar[Path | None] = config
+
+    built = _FromFile(**overrides)
+    return Settings.model_validate(built.model_dump())
