@@ -1,0 +1,162 @@
+"""The service: one TaskGroup owning the broker connection, the HTTP server, the metrics
+publisher and every component (channels, runtime, assessment, store).
+
+A component registers its MQTT routes, HTTP routes and health checks in ``attach`` (before
+anything runs) and does its long-running work in ``run``, which the service owns and cancels
+at shutdown. Components reach each other only through what they are given at construction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from gateway.http import HttpServer
+from gateway.metrics import Metrics
+from gateway.mqtt import MqttConnection, presence_payload
+from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Ops:
+    """Publishes ops alarms on ``snlpgw/v1/ops/{gw}/events`` (QoS 1) and counts them."""
+
+    gateway_id: str
+    mqtt: MqttConnection
+    metrics: Metrics
+
+    def __post_init__(self) -> None:
+        self._alarms = self.metrics.counter("ops_alarms", "Ops alarms raised", ["alarm"])
+
+    def alarm(self, alarm: str, *, device: str | None = None, **detail: object) -> None:
+        self._alarms.labels(alarm).inc()
+        body = {
+            "v": 1,
+            "gateway_id": self.gateway_id,
+            "ts": _now_ms(),
+            "alarm": alarm,
+            "device": device,
+            "detail": detail,
+        }
+        self.mqtt.publish(
+            f"snlpgw/v1/ops/{self.gateway_id}/events",
+            json.dumps(body, separators=(",", ":"), default=str),
+            qos=1,
+        )
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a component may use; built once by the service."""
+
+    settings: Settings
+    mqtt: MqttConnection
+    http: HttpServer
+    metrics: Metrics
+    ops: Ops
+
+
+class Component(Protocol):
+    name: str
+
+    def attach(self, ctx: Context) -> None: ...
+
+    async def run(self) -> None: ...
+
+
+def read_gateway_password(settings: Settings) -> str | None:
+    if settings.mqtt.password is not None:
+        return settings.mqtt.password
+    path = Path(settings.data_dir) / "secrets" / "gateway.password"
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        log.warning("no gateway password in settings or %s; connecting without one", path)
+        return None
+
+
+class Service:
+    def __init__(self, settings: Settings, components: Sequence[Component] = ()) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        gw = settings.gateway_id
+        self.mqtt = MqttConnection(
+            settings=settings.mqtt,
+            password=read_gateway_password(settings),
+            client_id=f"snlpgw-{gw}",
+            presence_topic=f"snlpgw/v1/gw/{gw}/status",
+            presence_payload=presence_payload(gw),
+            metrics=self.metrics,
+        )
+        self.http = HttpServer(
+            host=settings.http.host, port=settings.http.port, metrics=self.metrics
+        )
+        self.ops = Ops(gw, self.mqtt, self.metrics)
+        self.ctx = Context(settings, self.mqtt, self.http, self.metrics, self.ops)
+        self.components = list(components)
+        self._started_mono = time.monotonic()
+        self._uptime = self.metrics.gauge("uptime_seconds", "Seconds since the service started")
+        self._snapshots = self.metrics.counter("metrics_snapshots", "Metrics snapshots published")
+        self.http.add_health("mqtt", lambda: {"ok": self.mqtt.connected})
+        for component in self.components:
+            component.attach(self.ctx)
+
+    async def run(self) -> None:
+        """Run everything until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.mqtt.run(), name="service.mqtt")
+            tg.create_task(self.http.run(), name="service.http")
+            tg.create_task(self._publish_metrics(), name="service.metrics")
+            for component in self.components:
+                tg.create_task(component.run(), name=f"service.{component.name}")
+
+    async def serve(self, until: asyncio.Event) -> None:
+        """Run until ``until`` is set, then shut down within the configured budget."""
+        budget = self.settings.ops.shutdown_timeout_s
+        async with asyncio.TaskGroup() as tg:
+            runner = tg.create_task(self.run(), name="service")
+            stop = tg.create_task(until.wait(), name="service.stop-signal")
+            await asyncio.wait({runner, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not runner.done():
+                log.info("shutting down (budget %.1fs)", budget)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(budget / 2):
+                        await self.mqtt.close(grace_s=budget / 2)
+                runner.cancel()
+            stop.cancel()
+        log.info("stopped")
+
+    async def _publish_metrics(self) -> None:
+        gw = self.settings.gateway_id
+        interval = self.settings.ops.metrics_interval_s
+        await self.mqtt.wait_connected()
+        while True:
+            self._uptime.set(time.monotonic() - self._started_mono)
+            self._snapshots.inc()
+            body = {
+                "v": 1,
+                "gateway_id": gw,
+                "ts": _now_ms(),
+                "interval_s": interval,
+                "metrics": self.metrics.snapshot(),
+            }
+            self.mqtt.publish(
+                f"snlpgw/v1/ops/{gw}/metrics",
+                json.dumps(body, separators=(",", ":")),
+                qos=0,
+                retain=True,
+            )
+            await asyncio.sleep(interval)
