@@ -193,7 +193,11 @@ class Settings(BaseSettings):
     )
     toml_file: ClassVar[Path | None] = None
 
-    gateway_id: str = Field(default_factory=_default_gateway_id, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    gateway_id: str = Field(
+        default_factory=_default_gateway_id,
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="Gateway instance id used in ops/status topics.",
+    )
     data_dir: Path = Field(
         Path(".data"), description="Generated credentials, SQLite, broker files."
     )

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import math
+
+from gateway.metrics import Metrics
+from gateway.mqtt import Backoff
+
+
+def test_quantiles_nearest_rank_over_bounded_window() -> None:
+    m = Metrics()
+    q = m.quantiles("lateness_ms", "test", window=100)
+    for v in range(1, 201):  # only the last 100 (101..200) stay in the window
+        q.observe(float(v))
+    assert q.quantile(0.5) == 150.0
+    assert q.quantile(0.99) == 199.0
+    assert q.summary()["max"] == 200.0
+    assert q.summary()["count"] == 200.0
+
+
+def test_empty_quantiles_omit_nan_stats_from_snapshot() -> None:
+    m = Metrics()
+    q = m.quantiles("empty", "test")
+    assert math.isnan(q.quantile(0.5))
+    snap = m.snapshot()
+    assert 'snlpgw_empty{stat="p50"}' not in snap
+    assert snap['snlpgw_empty{stat="count"}'] == 0.0
+
+
+def test_snapshot_and_exposition_carry_labelled_counters() -> None:
+    m = Metrics()
+    c = m.counter("udp_dropped", "drops", ["reason"])
+    c.labels("replay").inc(3)
+    assert m.snapshot()['snlpgw_udp_dropped_total{reason="replay"}'] == 3.0
+    assert b'snlpgw_udp_dropped_total{reason="replay"} 3.0' in m.exposition()
+    assert b"_created" not in m.exposition()
+
+
+def test_backoff_is_capped_and_resets() -> None:
+    b = Backoff(0.5, 4.0)
+    delays = [b.next_delay() for _ in range(10)]
+    assert all(0.5 <= d <= 4.0 for d in delays)
+    assert b.attempt == 10
+    b.reset()
+    assert b.next_delay() == 0.5  # attempt 0: ceiling == minimum

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from gateway import settings_doc
+from gateway.settings import load_settings
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def test_defaults_match_spec_section_8() -> None:
+    s = load_settings()
+    assert (s.mqtt.host, s.mqtt.port) == ("127.0.0.1", 1883)
+    assert (s.http.host, s.http.port) == ("127.0.0.1", 8003)
+    assert s.udp.port == 8884
+    assert s.data_dir == Path(".data")
+    assert s.sqlite_path == Path(".data/gateway.sqlite3")
+    assert s.ops.metrics_interval_s == 10
+
+
+def test_environment_overrides_toml_which_overrides_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(
+        'gateway_id = "from-file"\n[mqtt]\nurl = "mqtts://broker.example:8883"\n[udp]\nport = 9000\n'
+    )
+    monkeypatch.setenv("SNLPGW_UDP__PORT", "9100")
+    s = load_settings(cfg)
+    assert s.gateway_id == "from-file"
+    assert s.mqtt.tls
+    assert s.mqtt.port == 8883
+    assert s.udp.port == 9100
+
+
+def test_settings_are_frozen() -> None:
+    s = load_settings()
+    with pytest.raises(ValidationError):
+        s.gateway_id = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("SNLPGW_MQTT__URL", "http://nope"),
+        ("SNLPGW_GATEWAY_ID", "has space"),
+        ("SNLPGW_HTTP__PORT", "70000"),
+        ("SNLPGW_MQTT__NOPE", "1"),
+    ],
+)
+def test_bad_values_are_clear_errors(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ValidationError):
+        load_settings()
+
+
+def test_missing_config_file_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="config file not found"):
+        load_settings(tmp_path / "absent.toml")
+
+
+def test_readme_settings_table_is_current() -> None:
+    text = README.read_text(encoding="utf-8")
+    start = text.index(settings_doc.BEGIN)
+    end = text.index(settings_doc.END) + len(settings_doc.END)
+    assert text[start:end] == settings_doc.render(), "run: python -m gateway.settings_doc --write"
