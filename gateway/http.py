@@ -53,10 +53,12 @@ class HttpServer:
         await self._started.wait()
 
     async def run(self) -> None:
-        runner = web.AppRunner(self._app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            self._app, access_log=None, handle_signals=False, shutdown_timeout=1.0
+        )
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self._host, self._port, shutdown_timeout=1.0)
+            site = web.TCPSite(runner, self._host, self._port)
             await site.start()
             server = site._server  # aiohttp exposes no public accessor for the bound port
             sockets = getattr(server, "sockets", None) or []
