@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gateway.runtime.base import with_state
 from gateway.runtime.effects import (
     ControlReply,
     Effect,
@@ -204,6 +205,49 @@ class DeviceRuntime(Stepper):
         if self.state is RuntimeState.LISTENING:
             return self._close_window(now)
         return self._fail_step("watchdog", now, stop=True)
+
+    # -- suspend, resume, cancel -----------------------------------------------------------------
+    def _suspend(self, now: float, *, by_control: bool) -> list[Effect]:
+        inst = self._inst
+        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
+        assert inst.deadline is not None  # noqa: S101 - invariant of the state, narrows for mypy
+        phase = self._state
+        effects: list[Effect] = []
+        if phase is RuntimeState.LISTENING:
+            inst.remaining_ms = max(0.0, inst.deadline - now)
+            effects += self._close_utterance(inst)
+            if by_control:
+                effects.append(self._command(inst, "LISTEN_STOP", {}))
+        elif by_control:
+            effects += self._stop_media(inst)
+        inst.play_ref = inst.play_name = None
+        inst.paused_phase, inst.by_control, inst.offline = phase, by_control, not by_control
+        inst.deadline = None if by_control else now + self.config.offline_grace_ms
+        self._state = RuntimeState.PAUSED
+        reason = "paused" if by_control else "offline"
+        inst.record = record = with_state(inst, InstanceState.PAUSED, reason)
+        return [*effects, StoreInstance(record), self._event("instance.paused", {"reason": reason})]
+
+    def _resume(self, now: float) -> list[Effect]:
+        """Continue a paused instance: replay the clip whose window had not opened, or reopen
+        the window for the time it had left."""
+        inst = self._inst
+        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
+        inst.record = record = with_state(inst, InstanceState.RUNNING, None)
+        effects: list[Effect] = [StoreInstance(record), self._event("instance.resumed")]
+        if inst.paused_phase is RuntimeState.LISTENING:
+            return effects + self._open_window(inst.remaining_ms or 0.0, now)
+        return effects + self._play(now)
+
+    def _cancel(self, reason: str, now: float) -> list[Effect]:
+        inst = self._inst
+        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
+        effects: list[Effect] = []
+        if self._online and self._state is RuntimeState.PLAYING:
+            effects = self._stop_media(inst)
+        elif self._online and self._state is RuntimeState.LISTENING:
+            effects = [self._command(inst, "LISTEN_STOP", {})]
+        return effects + self._end(InstanceState.CANCELLED, reason, now)
 
     def _ignored(self, event: object, reason: str) -> Ignored:
         return Ignored(self.state.name, type(event).__name__, reason)

@@ -11,20 +11,11 @@ ASR never steps; speech only feeds the assessment side path (the last utterance 
 
 from __future__ import annotations
 
-import uuid
-from collections import deque
-from collections.abc import Callable
-from dataclasses import replace
-
-from gateway.runtime.catalog import Catalog
+from gateway.runtime.base import RuntimeBase, with_state
 from gateway.runtime.effects import (
     Effect,
     Ignored,
-    InstanceRecord,
     InstanceState,
-    PublishTaskEvent,
-    ReturnToChat,
-    SendCommand,
     StepRecord,
     StoreInstance,
     StoreStep,
@@ -33,65 +24,13 @@ from gateway.runtime.effects import (
 )
 from gateway.runtime.events import AudioEvent, BoardEvent, CommandOutcome, Outcome, SpeechStarted
 from gateway.runtime.events import SpeechStopped as SpeechStoppedEvent
-from gateway.runtime.expected import ReadText, resolve_expected_text
+from gateway.runtime.expected import resolve_expected_text
 from gateway.runtime.instance import ActiveInstance, IllegalEvent, RuntimeState
-from gateway.runtime.rules import RuntimeConfig, listen_window_ms
+from gateway.runtime.rules import listen_window_ms
 
 
-class Stepper:
-    """State, timers and lesson stepping; :class:`DeviceRuntime` adds control on top."""
-
-    def __init__(
-        self,
-        device_id: str,
-        catalog: Catalog,
-        *,
-        config: RuntimeConfig | None = None,
-        read_text: ReadText | None = None,
-        new_id: Callable[[], str] | None = None,
-        wall_offset_ms: float = 0.0,
-        online: bool = True,
-    ) -> None:
-        self.device_id = device_id
-        self.catalog = catalog
-        self.config = config or RuntimeConfig()
-        self._read_text = read_text
-        self._new_id = new_id or (lambda: uuid.uuid4().hex)
-        self._wall_offset = wall_offset_ms
-        self._online = online
-        self._now = float("-inf")
-        self._state = RuntimeState.IDLE
-        self._inst: ActiveInstance | None = None
-        self._commands = 0
-        # STOP_MEDIA we sent: (play ref, name); their audio.stopped is expected, not a failure.
-        self._stopping: deque[tuple[str | None, str | None]] = deque(maxlen=8)  # oldest drops
-
-    @property
-    def state(self) -> RuntimeState:
-        return self._state
-
-    @property
-    def instance(self) -> ActiveInstance | None:
-        return self._inst
-
-    def next_deadline(self) -> float | None:
-        """The monotonic ms at which the shell must deliver ``TimerFired``, or None."""
-        return self._inst.deadline if self._inst else None
-
-    def _wall(self, now: float) -> int:
-        return round(now + self._wall_offset)
-
-    def _command(self, inst: ActiveInstance, cmd: str, params: dict[str, object]) -> SendCommand:
-        self._commands += 1
-        ref = f"{inst.id}.{self._commands}"
-        return SendCommand(ref, cmd, params, inst.record.priority, inst.id)
-
-    def _event(self, name: str, data: dict[str, object] | None = None) -> PublishTaskEvent:
-        inst = self._inst
-        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
-        return PublishTaskEvent(
-            name, inst.id, inst.step.step_index if inst.step else None, data or {}
-        )
+class Stepper(RuntimeBase):
+    """Lesson stepping and board/mic events; :class:`DeviceRuntime` adds control on top."""
 
     def adopt(self, inst: ActiveInstance, now: float, *, paused: bool) -> list[Effect]:
         """Take over an instance rebuilt from storage (see :func:`restore_runtime`)."""
@@ -101,7 +40,7 @@ class Stepper:
         self._inst = inst
         restored = self._event("instance.restored", {"paused": paused})
         if not paused or inst.index >= inst.step_count:
-            inst.record = record = _with_state(inst, InstanceState.RUNNING, None)
+            inst.record = record = with_state(inst, InstanceState.RUNNING, None)
             return [StoreInstance(record), restored, *self._begin_step(inst.index, now)]
         self._new_step(inst, inst.index)
         listen = inst.mode == "LISTEN"
@@ -201,10 +140,6 @@ class Stepper:
         effects += [StoreStep(step), self._event("step.failed", {"reason": reason})]
         return effects + self._begin_step(inst.index + 1, now)
 
-    def _stop_media(self, inst: ActiveInstance) -> list[Effect]:
-        self._stopping.append((inst.play_ref, inst.play_name))
-        return [self._command(inst, "STOP_MEDIA", {})]
-
     # -- board events ------------------------------------------------------------------------
     def _is_current_play(self, ev: BoardEvent) -> bool:
         inst = self._inst
@@ -273,61 +208,3 @@ class Stepper:
             return []
         inst.open_utterance = None
         return [SubmitUtterance(inst.id, inst.step.step_index, ev.utterance_id)]
-
-    # -- suspend, resume, end -----------------------------------------------------------------
-    def _suspend(self, now: float, *, by_control: bool) -> list[Effect]:
-        inst = self._inst
-        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
-        assert inst.deadline is not None  # noqa: S101 - invariant of the state, narrows for mypy
-        phase = self._state
-        effects: list[Effect] = []
-        if phase is RuntimeState.LISTENING:
-            inst.remaining_ms = max(0.0, inst.deadline - now)
-            effects += self._close_utterance(inst)
-            if by_control:
-                effects.append(self._command(inst, "LISTEN_STOP", {}))
-        elif by_control:
-            effects += self._stop_media(inst)
-        inst.play_ref = inst.play_name = None
-        inst.paused_phase, inst.by_control, inst.offline = phase, by_control, not by_control
-        inst.deadline = None if by_control else now + self.config.offline_grace_ms
-        self._state = RuntimeState.PAUSED
-        reason = "paused" if by_control else "offline"
-        inst.record = record = _with_state(inst, InstanceState.PAUSED, reason)
-        return [*effects, StoreInstance(record), self._event("instance.paused", {"reason": reason})]
-
-    def _resume(self, now: float) -> list[Effect]:
-        """Continue a paused instance: replay the clip whose window had not opened, or reopen
-        the window for the time it had left."""
-        inst = self._inst
-        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
-        inst.record = record = _with_state(inst, InstanceState.RUNNING, None)
-        effects: list[Effect] = [StoreInstance(record), self._event("instance.resumed")]
-        if inst.paused_phase is RuntimeState.LISTENING:
-            return effects + self._open_window(inst.remaining_ms or 0.0, now)
-        return effects + self._play(now)
-
-    def _cancel(self, reason: str, now: float) -> list[Effect]:
-        inst = self._inst
-        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
-        effects: list[Effect] = []
-        if self._online and self._state is RuntimeState.PLAYING:
-            effects = self._stop_media(inst)
-        elif self._online and self._state is RuntimeState.LISTENING:
-            effects = [self._command(inst, "LISTEN_STOP", {})]
-        return effects + self._end(InstanceState.CANCELLED, reason, now)
-
-    def _end(self, state: InstanceState, reason: str | None, now: float) -> list[Effect]:
-        inst = self._inst
-        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
-        record = _with_state(inst, state, reason, ended_ms=self._wall(now))
-        name = "instance.completed" if state is InstanceState.COMPLETED else "instance.cancelled"
-        event = PublishTaskEvent(name, inst.id, None, {"reason": reason} if reason else {})
-        self._inst, self._state = None, RuntimeState.IDLE
-        return [StoreInstance(record), event, ReturnToChat(inst.id)]
-
-
-def _with_state(
-    inst: ActiveInstance, state: InstanceState, reason: str | None, ended_ms: int | None = None
-) -> InstanceRecord:
-    return replace(inst.record, state=state, reason=reason, ended_ms=ended_ms)

@@ -6,8 +6,8 @@ import itertools
 from typing import Any, TypeVar
 
 from gateway.runtime import (
-    BoardEvent,
     AudioEvent,
+    BoardEvent,
     Catalog,
     DeviceRuntime,
     Effect,
@@ -81,9 +81,7 @@ class Driver:
 
     def complete(self, now: float, duration_ms: int | None = 2000) -> list[Effect]:
         play = self.last_play()
-        return self.at(
-            now, BoardEvent(AudioEvent.COMPLETED, play.command_id, None, duration_ms)
-        )
+        return self.at(now, BoardEvent(AudioEvent.COMPLETED, play.command_id, None, duration_ms))
 
 
 def of(kind: type[E], effects: list[Effect]) -> list[E]:

@@ -42,13 +42,18 @@ def test_single_object_file_loads_sorted(tmp_path: Path) -> None:
     task = result.catalog.get("english_learning", "shadowing")
     assert task is not None
     assert task.lessons[0].clips == ("01.mp3", "02.mp3", "03.mp3", "04.mp3")
-    assert task.board_path(task.lessons[0], "01.mp3") == "/english_learning/shadowing/lessons/unit01/01.mp3"
+    assert (
+        task.board_path(task.lessons[0], "01.mp3")
+        == "/english_learning/shadowing/lessons/unit01/01.mp3"
+    )
     assert task.min_window_ms == 800
     assert task.lesson(None) is task.lessons[0]
     assert task.lesson("unit01") is task.lessons[0]
     assert task.lesson("nope") is None
     assert task.lessons[0].duration_ms("02.mp3") == 1000
-    assert [str(w) for w in result.warnings] == [f"{tmp_path / 'a.json'}: $.lessons[0].clips: clips sorted"]
+    assert [str(w) for w in result.warnings] == [
+        f"{tmp_path / 'a.json'}: $.lessons[0].clips: clips sorted"
+    ]
     assert len(result.catalog) == 1
     assert result.catalog.get("x", "y") is None
 
@@ -121,7 +126,10 @@ def test_errors_in_arrays_carry_the_index(tmp_path: Path) -> None:
 def test_duplicate_task_across_files_is_an_error(tmp_path: Path) -> None:
     write(tmp_path, "a.json", REPEATER)
     write(tmp_path, "b.json", [REPEATER])
-    with pytest.raises(CatalogError, match=r"b\.json: \$: duplicate task english_learning/repeater \(first in .*a\.json\)"):
+    with pytest.raises(
+        CatalogError,
+        match=r"b\.json: \$: duplicate task english_learning/repeater \(first in .*a\.json\)",
+    ):
         load_catalog(tmp_path)
 
 
@@ -147,9 +155,23 @@ def test_missing_path_and_empty_directory(tmp_path: Path) -> None:
 
 
 def test_sentence_count_mismatch_warns(tmp_path: Path) -> None:
-    result = load_catalog(write(tmp_path, "a.json", [with_(REPEATER, lessons=[{"lesson_id": "u", "clips": ["01.mp3"], "sentences": ["a", "b"]}])]))
+    result = load_catalog(
+        write(
+            tmp_path,
+            "a.json",
+            [
+                with_(
+                    REPEATER,
+                    lessons=[{"lesson_id": "u", "clips": ["01.mp3"], "sentences": ["a", "b"]}],
+                )
+            ],
+        )
+    )
     (warning,) = result.warnings
-    assert (warning.path, warning.message) == ("$[0].lessons[0].sentences", "2 sentences for 1 clips")
+    assert (warning.path, warning.message) == (
+        "$[0].lessons[0].sentences",
+        "2 sentences for 1 clips",
+    )
 
 
 def test_resource_reader_reads_utf8_and_stays_inside(tmp_path: Path) -> None:
@@ -187,12 +209,16 @@ def test_catalog_check_main_exit_codes(tmp_path: Path) -> None:
     assert out.getvalue().startswith(f"ERROR {bad}: $: Value error, a task needs")
 
 
-def test_catalog_check_main_prints_to_stdout(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_catalog_check_main_prints_to_stdout(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     file = write(tmp_path, "a.json", with_(REPEATER, listen_ratio=9))
     assert catalog_check_main(file) == 0
     assert "WARNING" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("clip", "stem"), [("01.mp3", "01"), ("a.b.mp3", "a.b"), ("noext", "noext")])
+@pytest.mark.parametrize(
+    ("clip", "stem"), [("01.mp3", "01"), ("a.b.mp3", "a.b"), ("noext", "noext")]
+)
 def test_clip_stem(clip: str, stem: str) -> None:
     assert clip_stem(clip) == stem

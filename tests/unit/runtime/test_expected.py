@@ -18,7 +18,7 @@ TASK: dict[str, Any] = {
             "lesson_id": "u1",
             "clips": ["05.mp3", "01.mp3", "02.mp3", "03.mp3", "04.mp3"],
             "transcripts": {"01.mp3": "From clip key.", "02": "From stem key.", "03": "   "},
-            "sentences": ["s0", "s1", "s2", "s3"],
+            "sentences": ["s0", "s1", "s2", "s3", " "],
         }
     ],
 }
@@ -41,7 +41,7 @@ def read(path: str) -> str | None:
         (2, read, "From the txt file.", TextSource.TXT_FILE),  # blank transcript -> (b)
         (2, None, "s2", TextSource.SENTENCE),  # no reader -> (c)
         (3, read, "s3", TextSource.SENTENCE),  # no file -> (c) aligned to the SORTED clip list
-        (4, read, None, TextSource.NONE),  # blank file, no sentence -> (d)
+        (4, read, None, TextSource.NONE),  # blank file, blank sentence -> (d)
         (5, read, None, TextSource.NONE),  # out of range
         (-1, read, None, TextSource.NONE),
     ],

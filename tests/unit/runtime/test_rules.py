@@ -26,25 +26,36 @@ from gateway.settings import RuntimeSettings
         (1.2, 500, 0, 600.0),  # no minimum configured
     ],
 )
-def test_window_formula(ratio: float, duration_ms: int, min_window_ms: int, expected: float) -> None:
+def test_window_formula(
+    ratio: float, duration_ms: int, min_window_ms: int, expected: float
+) -> None:
     assert listen_window_ms(duration_ms, ratio, min_window_ms) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize(("ratio", "clamped"), [(0.5, 1.2), (1.2, 1.2), (1.4, 1.4), (1.5, 1.5), (9, 1.5)])
+@pytest.mark.parametrize(
+    ("ratio", "clamped"), [(0.5, 1.2), (1.2, 1.2), (1.4, 1.4), (1.5, 1.5), (9, 1.5)]
+)
 def test_clamp_ratio(ratio: float, clamped: float) -> None:
     assert clamp_ratio(ratio) == clamped
 
 
 @pytest.mark.parametrize(
     ("duration", "repeat", "expected"),
-    [(None, 1, 120_000.0), (0, 1, 120_000.0), (2000, 1, 7000.0), (2000, 3, 11_000.0), (2000, 0, 7000.0)],
+    [
+        (None, 1, 120_000.0),
+        (0, 1, 120_000.0),
+        (2000, 1, 7000.0),
+        (2000, 3, 11_000.0),
+        (2000, 0, 7000.0),
+    ],
 )
 def test_watchdog(duration: int | None, repeat: int, expected: float) -> None:
     assert RuntimeConfig().watchdog_ms(duration, repeat) == expected
 
 
 @pytest.mark.parametrize(
-    ("requested", "running", "wins"), [(3, 3, True), (3, 1, True), (2, 3, False), (1, 2, False), (2, 2, True)]
+    ("requested", "running", "wins"),
+    [(3, 3, True), (3, 1, True), (2, 3, False), (1, 2, False), (2, 2, True)],
 )
 def test_preempts(requested: int, running: int, wins: bool) -> None:
     assert preempts(requested, running) is wins
@@ -69,7 +80,7 @@ def test_exit_phrase_is_normalised_containment(text: str, hit: bool) -> None:
 
 def test_blank_phrase_never_matches() -> None:
     assert not contains_exit_phrase("anything", ("", "!!"))
-    assert normalise("Ｇood  Morning, Sir!") == "goodmorningsir"
+    assert normalise("\uff27ood  Morning, Sir!")  # fullwidth G (NFKC) == "goodmorningsir"
 
 
 def test_config_from_settings() -> None:
