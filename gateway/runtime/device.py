@@ -47,7 +47,7 @@ from gateway.runtime.instance import (
     params_of,
     parse_params,
 )
-from gateway.runtime.rules import contains_exit_phrase, preempts
+from gateway.runtime.rules import Priority, contains_exit_phrase, preempts
 from gateway.runtime.stepping import Stepper
 
 
@@ -104,6 +104,10 @@ class DeviceRuntime(Stepper):
         return [reply]
 
     def _control(self, req: ControlRequest, now: float) -> list[Effect]:  # noqa: PLR0911 - the control transition table
+        if req.priority not in tuple(Priority):
+            return self._refuse(
+                req, Refusal.INVALID, f"priority must be 1, 2 or 3: {req.priority!r}"
+            )
         if req.action is ControlAction.START:
             return self._start(req, now)
         inst = self._inst

@@ -9,7 +9,7 @@ from enum import Enum
 from gateway.runtime.catalog import LessonDef, TaskDef
 from gateway.runtime.effects import InstanceRecord, StepRecord
 from gateway.runtime.events import ControlRequest
-from gateway.runtime.rules import Priority, clamp_ratio
+from gateway.runtime.rules import clamp_ratio
 
 
 class RuntimeState(Enum):
@@ -73,8 +73,6 @@ def parse_params(
     req: ControlRequest, task: TaskDef, lesson: LessonDef
 ) -> tuple[float, int, int] | str:
     """(ratio, repeat, start_step) from a start request, or the problem as text."""
-    if req.priority not in tuple(Priority):
-        return f"priority must be 1, 2 or 3, not {req.priority!r}"
     ratio, repeat, start = task.listen_ratio, task.repeat, 0
     count = 1 if task.interaction_mode == "LISTEN" else len(lesson.clips)
     for key, value in req.params.items():

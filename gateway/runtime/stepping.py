@@ -201,7 +201,9 @@ class Stepper(RuntimeBase):
 
     def _on_speech(self, ev: SpeechStarted | SpeechStoppedEvent) -> list[Effect]:
         inst = self._inst
-        if inst is None or inst.step is None or self._state is not RuntimeState.LISTENING:
+        if inst is None:  # CHAT: the mic belongs to the conversation, not to a task
+            return []
+        if inst.step is None or self._state is not RuntimeState.LISTENING:
             return [Ignored(self._state.name, type(ev).__name__, "no listen window open")]
         if isinstance(ev, SpeechStarted):
             inst.open_utterance = ev.utterance_id

@@ -46,6 +46,7 @@ def reply(effects: list[Any]) -> ControlReply:
         (req(A.START, lesson_id="unit99"), Refusal.UNKNOWN_TASK),
         (ControlRequest(A.START, "r"), Refusal.UNKNOWN_TASK),
         (req(A.START, priority=4), Refusal.INVALID),
+        (req(A.STOP, priority=0), Refusal.INVALID),
         (req(A.START, params={"listen_ratio": 0}), Refusal.INVALID),
         (req(A.START, params={"listen_ratio": True}), Refusal.INVALID),
         (req(A.START, params={"repeat": 0}), Refusal.INVALID),
