@@ -69,7 +69,9 @@ class TaskDef(_Frozen):
     interaction_mode: Mode
     title: str | None = None
     listen_ratio: float = Field(1.2, gt=0, description="Clamped into [1.2, 1.5] at load.")
-    min_window_ms: int = Field(800, ge=0)
+    min_window_ms: int | None = Field(
+        None, ge=0, description="Shortest window; None: the runtime setting (default 800)."
+    )
     repeat: int = Field(1, ge=1, le=1000, description="PLAY_AUDIO: loops the board plays.")
     listen_ms: int = Field(5_000, gt=0, description="LISTEN: length of the one window.")
     assessment: AssessmentDef = AssessmentDef()

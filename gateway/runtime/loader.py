@@ -145,7 +145,7 @@ def check_catalog(path: Path | str, resource_dir: Path | str | None = None) -> l
     for task in result.catalog:
         lines.append(
             f"task {task.app_id}/{task.task_id} mode={task.interaction_mode} "
-            f"listen_ratio={task.listen_ratio} min_window_ms={task.min_window_ms}"
+            f"listen_ratio={task.listen_ratio} min_window_ms={'default' if task.min_window_ms is None else task.min_window_ms}"
         )
         for lesson in task.lessons:
             lines.append(f"  lesson {lesson.lesson_id}: {len(lesson.clips)} clips")

@@ -187,6 +187,8 @@ class Stepper(RuntimeBase):
         if inst.mode == "PLAY_AUDIO":
             return [StoreStep(step), *self._begin_step(inst.index + 1, now)]
         min_window = inst.task.min_window_ms
+        if min_window is None:
+            min_window = self.config.min_window_ms
         return self._open_window(listen_window_ms(duration, inst.ratio, min_window), now)
 
     def _on_outcome(self, ev: CommandOutcome, now: float) -> list[Effect]:

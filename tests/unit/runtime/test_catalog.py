@@ -46,7 +46,7 @@ def test_single_object_file_loads_sorted(tmp_path: Path) -> None:
         task.board_path(task.lessons[0], "01.mp3")
         == "/english_learning/shadowing/lessons/unit01/01.mp3"
     )
-    assert task.min_window_ms == 800
+    assert task.min_window_ms is None  # the runtime setting applies
     assert task.lesson(None) is task.lessons[0]
     assert task.lesson("unit01") is task.lessons[0]
     assert task.lesson("nope") is None

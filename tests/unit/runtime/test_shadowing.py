@@ -18,6 +18,7 @@ from gateway.runtime import (
     Outcome,
     PublishTaskEvent,
     ReturnToChat,
+    RuntimeConfig,
     RuntimeState,
     SpeechStarted,
     SpeechStopped,
@@ -27,7 +28,7 @@ from gateway.runtime import (
     WindowClosed,
 )
 
-from .helpers import PATH, Driver, commands, of, played
+from .helpers import PATH, SHADOWING, Driver, catalog, commands, of, played
 
 START = ControlRequest(ControlAction.START, "r1", "english_learning", "shadowing", "unit01")
 
@@ -262,3 +263,17 @@ def test_long_button_press_stops_media() -> None:
     assert [c.cmd for c in commands(out)] == ["STOP_MEDIA"]
     assert of(StoreInstance, out)[0].record.reason == "button"
     assert d.rt.state is RuntimeState.IDLE
+
+
+@pytest.mark.parametrize(
+    ("task_min", "config_min", "window"),
+    [(None, 800, 800), (None, 2000, 2000), (1000, 2000, 1000), (0, 800, 150)],
+)
+def test_min_window_from_the_task_else_the_setting(
+    task_min: int | None, config_min: int, window: float
+) -> None:
+    task = {**SHADOWING, "min_window_ms": task_min}
+    d = Driver(catalog=catalog(task), config=RuntimeConfig(min_window_ms=config_min))
+    d.at(0, START)
+    d.complete(1000, duration_ms=100)
+    assert d.rt.next_deadline() == 1000 + window
