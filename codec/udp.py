@@ -1,0 +1,187 @@
+"""Per-session UDP state: session key material, the uplink receiver and the downlink sender.
+
+The UDP endpoint routes a datagram with :func:`codec.packet.peek_ssrc` (framing checks only, no
+crypto), then hands it to the session's :class:`UplinkReceiver`. Replies go out through the
+session's :class:`DownlinkSender`. Nothing here raises on bad input: every rejection is a
+:class:`Dropped` with a :class:`~codec.packet.DropReason`, counted in ``drops``.
+
+Sequence rules (reference §5.3). Downlink sequences start at 1 (devices drop 0 and duplicates).
+Uplink packets whose header sequence is ``<= last`` are dropped as ``REPLAY`` before any crypto;
+a gap ``seq - last - 1`` is reported as ``lost_before`` so the decoder can conceal those frames.
+
+Forged-sequence mitigation. AES-CTR has no MAC: anyone who knows a session's ssrc can send a
+datagram with any header, and it decrypts to garbage that we cannot tell from audio. If such a
+packet could set ``last`` to, say, 2**32 - 1, every real packet after it would be a "replay" and
+the session would be locked out. So ``last`` only advances when the packet is otherwise valid
+(framing, ssrc) **and** its sequence is at most ``max_forward_jump`` (default 1000 frames =
+60 s of 60 ms audio) ahead of ``last``; larger jumps are dropped as ``SEQ_JUMP`` without
+touching state. A single forged packet can therefore skip the real stream forward by at most
+that bound (it then conceals the gap), never lock it out. Residual risk, inherent to the
+protocol: an attacker on the path who keeps injecting can still disrupt a session; a real stream
+that itself jumps more than the bound (a minute of continuous loss) is dropped until the next
+hello, which devices send after their 120 s channel timeout.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from cryptography.hazmat.primitives.ciphers import algorithms
+
+from codec.packet import (
+    HEADER_SIZE,
+    KEY_SIZE,
+    MAX_PAYLOAD,
+    U32,
+    DropReason,
+    Header,
+    aes_key,
+    check_header,
+    open_payload,
+    seal,
+)
+
+DEFAULT_MAX_FORWARD_JUMP: Final = 1000
+
+
+class TokenSource(Protocol):
+    """What key generation needs from a random source (``secrets`` satisfies it)."""
+
+    def token_bytes(self, nbytes: int) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCrypto:
+    """Fresh per-hello key material; ``key_hex``/``nonce_hex`` go into the hello reply."""
+
+    key: bytes
+    ssrc: int
+    nonce: bytes
+
+    @property
+    def key_hex(self) -> str:
+        return self.key.hex()
+
+    @property
+    def nonce_hex(self) -> str:
+        return self.nonce.hex()
+
+
+def nonce_for(ssrc: int) -> bytes:
+    """``01 00 0000 <ssrc> 00000000 00000000``: the header template devices copy from."""
+    return Header(ssrc=ssrc, timestamp=0, sequence=0, payload_len=0).pack()
+
+
+def new_session_crypto(rng: TokenSource = secrets) -> SessionCrypto:
+    """A random 16-byte key and a random nonzero ssrc, with the matching nonce."""
+    key = rng.token_bytes(KEY_SIZE)
+    ssrc = 0
+    while ssrc == 0:
+        ssrc = int.from_bytes(rng.token_bytes(4), "big")
+    return SessionCrypto(key=key, ssrc=ssrc, nonce=nonce_for(ssrc))
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    opus_payload: bytes
+    seq: int
+    timestamp: int
+    lost_before: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    reason: DropReason
+
+
+_DROPPED: Final = {reason: Dropped(reason) for reason in DropReason}
+
+
+@dataclass(slots=True)
+class UplinkReceiver:
+    """Device → gateway: checks, replay protection, decryption, loss accounting."""
+
+    key: bytes
+    ssrc: int
+    max_forward_jump: int = DEFAULT_MAX_FORWARD_JUMP
+    last_seq: int = 0
+    accepted: int = 0
+    lost: int = 0
+    drops: Counter[DropReason] = field(default_factory=Counter)
+    _aes: algorithms.AES = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._aes = aes_key(self.key)
+
+    def accept(self, datagram: bytes) -> Accepted | Dropped:
+        header = check_header(datagram)
+        if isinstance(header, DropReason):
+            return self._drop(header)
+        if header.ssrc != self.ssrc:
+            return self._drop(DropReason.UNKNOWN_SSRC)
+        seq = header.sequence
+        if seq <= self.last_seq:
+            return self._drop(DropReason.REPLAY)
+        if seq - self.last_seq > self.max_forward_jump:
+            return self._drop(DropReason.SEQ_JUMP)
+        lost_before = seq - self.last_seq - 1
+        self.last_seq = seq
+        self.accepted += 1
+        self.lost += lost_before
+        return Accepted(open_payload(self._aes, datagram), seq, header.timestamp, lost_before)
+
+    def _drop(self, reason: DropReason) -> Dropped:
+        self.drops[reason] += 1
+        return _DROPPED[reason]
+
+
+@dataclass(slots=True)
+class DownlinkSender:
+    """Gateway → device: sequence numbers from 1, exact ``payload_len``, ≤ 1500-byte datagrams.
+
+    The wire format is the same in both directions, so tests also use this class to play a
+    device sending uplink audio.
+    """
+
+    key: bytes
+    ssrc: int
+    flags: int = 0
+    last_seq: int = 0
+    sent: int = 0
+    drops: Counter[DropReason] = field(default_factory=Counter)
+    _aes: algorithms.AES = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._aes = aes_key(self.key)
+
+    def seal(self, opus_packet: bytes, timestamp: int) -> bytes | DropReason:
+        """The next datagram, or ``DropReason.TOO_LARGE`` (counted; sequence not consumed)."""
+        if len(opus_packet) > MAX_PAYLOAD:
+            self.drops[DropReason.TOO_LARGE] += 1
+            return DropReason.TOO_LARGE
+        self.last_seq = (self.last_seq + 1) & U32
+        self.sent += 1
+        header = Header(
+            ssrc=self.ssrc,
+            timestamp=timestamp & U32,
+            sequence=self.last_seq,
+            payload_len=len(opus_packet),
+            flags=self.flags,
+        )
+        return seal(self._aes, header, opus_packet)
+
+
+__all__ = [
+    "HEADER_SIZE",
+    "Accepted",
+    "DownlinkSender",
+    "Dropped",
+    "SessionCrypto",
+    "TokenSource",
+    "UplinkReceiver",
+    "new_session_crypto",
+    "nonce_for",
+]
