@@ -12,7 +12,7 @@ Loss handling, driven by the receiver's ``lost_before``:
   libopus packet-loss concealment runs (decode with no data);
 * PLC fades to silence within a few frames, so after ``plc_limit`` frames the rest of a long gap
   is filled with zeros (cheaper, same sound) — stream time stays exact either way;
-* an empty payload is a lost frame; a 1–2 byte DTX packet decodes normally (comfort noise);
+* an empty payload is a lost frame; a 1-2 byte DTX packet decodes normally (comfort noise);
 * a packet libopus rejects costs one concealed frame and a ``decode_errors`` count, never an
   exception.
 """

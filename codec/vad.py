@@ -143,22 +143,22 @@ class VadSegmenter:
         self.counters.subframes += 1
         self.counters.voiced += voiced
         self._history.append(sub)
-        match self.state:
-            case VadState.SILENCE:
-                self._window.append(voiced)
-                if voiced and self._window.count(True) >= self._start_n:
-                    self._begin(events)
-            case VadState.SPEECH:
-                self._utt += sub
-                if not voiced:
-                    self._silent_run += 1
-                    if self._silent_run >= self._end_n:
-                        self._stop(events)
-                    return
-                self._last_voiced = self._idx
-                self._silent_run = 0
-                if self._idx + 1 - self._start >= self._max_n:
-                    self._split(events)
+        if self.state is VadState.SILENCE:
+            self._window.append(voiced)
+            if voiced and self._window.count(True) >= self._start_n:
+                self._begin(events)
+            return
+        # VadState.SPEECH
+        self._utt += sub
+        if not voiced:
+            self._silent_run += 1
+            if self._silent_run >= self._end_n:
+                self._stop(events)
+            return
+        self._last_voiced = self._idx
+        self._silent_run = 0
+        if self._idx + 1 - self._start >= self._max_n:
+            self._split(events)
 
     def _begin(self, events: list[VadEvent]) -> None:
         window = list(self._window)

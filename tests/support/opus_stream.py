@@ -61,6 +61,6 @@ def datagrams(
     for packet in packets:
         datagram = sender.seal(packet, timestamp)
         if isinstance(datagram, DropReason):
-            raise ValueError(f"packet of {len(packet)} bytes does not fit a datagram")
+            raise ValueError(f"packet of {len(packet)} bytes does not fit a datagram")  # noqa: TRY004 - a size error, not a type error
         out.append(datagram)
     return out

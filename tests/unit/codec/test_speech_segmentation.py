@@ -57,7 +57,11 @@ def boundaries(events: list[VadEvent]) -> list[tuple[int, int]]:
 def assert_matches_truth(found: list[tuple[int, int]], timeline: Timeline) -> None:
     truth = [(u.start_ms, u.end_ms) for u in timeline.utterances]
     assert len(found) == len(truth), (found, truth)
-    errors = [abs(f - t) for pair, ref in zip(found, truth, strict=True) for f, t in zip(pair, ref)]
+    errors = [
+        abs(f - t)
+        for pair, ref in zip(found, truth, strict=True)
+        for f, t in zip(pair, ref, strict=True)
+    ]
     within = sum(e <= TOLERANCE_MS for e in errors)
     assert within >= 0.95 * len(errors), (errors, found, truth)
 

@@ -33,8 +33,16 @@ KEY = bytes.fromhex("000102030405060708090a0b0c0d0e0f")
 SSRC = 0x12345678
 
 
-def raw(ptype: int = 1, flags: int = 0, plen: int = 3, ssrc: int = SSRC, ts: int = 0, seq: int = 1,
-        body: bytes | None = None) -> bytes:  # fmt: skip
+def raw(
+    *,
+    ptype: int = 1,
+    flags: int = 0,
+    plen: int = 3,
+    ssrc: int = SSRC,
+    ts: int = 0,
+    seq: int = 1,
+    body: bytes | None = None,
+) -> bytes:
     payload = b"abc" if body is None else body
     return struct.pack(">BBHIII", ptype, flags, plen, ssrc, ts, seq) + payload
 
@@ -76,8 +84,17 @@ def test_header_fields_are_big_endian_at_their_offsets(
         (raw(plen=0, body=b""), None),
         (raw(plen=MAX_PAYLOAD, body=bytes(MAX_PAYLOAD)), None),
     ],
-    ids=["empty", "15_bytes", "1501_bytes", "type_0", "type_2", "len_short", "len_long",
-         "empty_payload_ok", "1500_bytes_ok"],  # fmt: skip
+    ids=[
+        "empty",
+        "15_bytes",
+        "1501_bytes",
+        "type_0",
+        "type_2",
+        "len_short",
+        "len_long",
+        "empty_payload_ok",
+        "1500_bytes_ok",
+    ],
 )
 def test_framing_checks(datagram: bytes, reason: DropReason | None) -> None:
     assert len(datagram) <= MAX_DATAGRAM or reason is DropReason.TOO_LARGE
