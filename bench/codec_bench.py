@@ -3,7 +3,9 @@
 Run from the repo root: ``python -m bench.codec_bench``. Writes bench/results/codec.json and
 bench/results/codec.md. Input: real speech (espeak-ng sentences with pauses), encoded by libopus
 at 16 kHz / 60 ms / VOIP and sealed into Xiaozhi UDP datagrams. Every stage runs over the same
-frames in one process; each figure is the median over ``REPEATS`` passes of the mean per frame.
+frames in one process, passes interleaved. Each pass gives a mean per frame; the headline is the
+best (minimum) pass of each stage, the usual noise-robust estimate on a shared machine (other
+processes only ever add time), and the median is reported beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tests.support.opus_stream import datagrams, encode
 from tests.support.speech import compose
 
 RESULTS = Path(__file__).parent / "results"
-REPEATS = 15
+REPEATS = 40
 KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
 SSRC = 0xC0DEC0DE
 SCRIPT: list[str | int] = [
@@ -123,17 +125,22 @@ def main() -> None:
     for _ in range(REPEATS):  # interleaved, so drift hits every stage alike
         for name, fn in stages.items():
             samples[name].append(timed(fn, n))
-    us = {name: round(statistics.median(v), 2) for name, v in samples.items()}
+    us = {name: round(min(v), 2) for name, v in samples.items()}
+    median = {name: round(statistics.median(v), 2) for name, v in samples.items()}
     ratio = round(us["decrypt_decode_vad"] / us["libopus_direct_decode"], 2)
+    median_ratio = round(median["decrypt_decode_vad"] / median["libopus_direct_decode"], 2)
     result = {
         "frames": n,
         "audio_s": round(n * 0.06, 2),
         "repeats": REPEATS,
-        "us_per_frame_median": us,
+        "us_per_frame_best": us,
+        "us_per_frame_median": median,
         "ratio_combined_over_direct_decode": ratio,
+        "ratio_combined_over_direct_decode_median": median_ratio,
         "ratio_decode_wrapper_over_direct": round(us["decode"] / us["libopus_direct_decode"], 2),
-        "frames_per_core_second_combined": int(1e6 / us["decrypt_decode_vad"]),
-        "realtime_streams_per_core_combined": int(60_000 / us["decrypt_decode_vad"]),
+        # Capacity from the median pass (the conservative figure).
+        "frames_per_core_second_combined": int(1e6 / median["decrypt_decode_vad"]),
+        "realtime_streams_per_core_combined": int(60_000 / median["decrypt_decode_vad"]),
         "machine": {
             "python": platform.python_version(),
             "platform": platform.platform(),
@@ -143,17 +150,19 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "codec.json").write_text(json.dumps(result, indent=2) + "\n")
-    rows = "\n".join(f"| {name} | {value:.2f} |" for name, value in us.items())
+    rows = "\n".join(f"| {name} | {us[name]:.2f} | {median[name]:.2f} |" for name in us)
     (RESULTS / "codec.md").write_text(
         "# Codec benchmark (python -m bench.codec_bench)\n\n"
         f"{n} real-speech frames of 60 ms ({result['audio_s']} s), 16 kHz mono Opus (VOIP), "
-        f"median of {REPEATS} interleaved passes, one process.\n\n"
-        "| stage | µs per 60 ms frame |\n|---|---|\n"
+        f"{REPEATS} interleaved passes in one process.\n\n"
+        "| stage | µs per 60 ms frame, best pass | median pass |\n|---|---|---|\n"
         f"{rows}\n\n"
-        f"**decrypt + decode + VAD / direct libopus decode = {ratio}x** (target ≤ 2x).\n"
+        f"**decrypt + decode + VAD / direct libopus decode = {ratio}x** (best passes; "
+        f"{median_ratio}x on medians; target ≤ 2x).\n"
         f"Decoder wrapper alone / direct libopus = {result['ratio_decode_wrapper_over_direct']}x. "
-        f"One core sustains about {result['realtime_streams_per_core_combined']} real-time "
-        "uplink streams through the combined path.\n\n"
+        f"On median passes one core sustains about "
+        f"{result['realtime_streams_per_core_combined']} real-time uplink streams through the "
+        "combined path.\n\n"
         f"Machine: {result['machine']}\n"
     )
     print(json.dumps(result, indent=2))

@@ -116,6 +116,12 @@ class UplinkReceiver:
     def __post_init__(self) -> None:
         self._aes = aes_key(self.key)
 
+    @classmethod
+    def for_session(
+        cls, crypto: SessionCrypto, *, max_forward_jump: int = DEFAULT_MAX_FORWARD_JUMP
+    ) -> UplinkReceiver:
+        return cls(key=crypto.key, ssrc=crypto.ssrc, max_forward_jump=max_forward_jump)
+
     def accept(self, datagram: bytes) -> Accepted | Dropped:
         header = check_header(datagram)
         if isinstance(header, DropReason):
@@ -156,6 +162,10 @@ class DownlinkSender:
 
     def __post_init__(self) -> None:
         self._aes = aes_key(self.key)
+
+    @classmethod
+    def for_session(cls, crypto: SessionCrypto) -> DownlinkSender:
+        return cls(key=crypto.key, ssrc=crypto.ssrc)
 
     def seal(self, opus_packet: bytes, timestamp: int) -> bytes | DropReason:
         """The next datagram, or ``DropReason.TOO_LARGE`` (counted; sequence not consumed)."""

@@ -28,12 +28,15 @@ def encode(
     frame_ms: int = FRAME_MS,
     fec_loss_perc: int = 0,
     dtx: bool = False,
+    complexity: int | None = None,
     application: str = opuslib.APPLICATION_VOIP,
 ) -> list[bytes]:
     """Opus packets for ``pcm`` (16 kHz mono s16le), one per ``frame_ms`` frame.
 
     ``fec_loss_perc`` > 0 turns on in-band FEC tuned for that loss rate (the encoder only adds
     LBRR data when the expected loss is high enough, about 15 % and up at default bitrate).
+    Current device firmware encodes with ``application=APPLICATION_AUDIO, dtx=True,
+    complexity=0`` (reference §7); :func:`encode_like_device` does that.
     """
     enc = opuslib.Encoder(RATE, 1, application)
     # opuslib's property setters for these drop the value; call the ctl directly.
@@ -42,8 +45,15 @@ def encode(
         encoder_api.encoder_ctl(enc.encoder_state, ctl.set_packet_loss_perc, fec_loss_perc)
     if dtx:
         encoder_api.encoder_ctl(enc.encoder_state, ctl.set_dtx, 1)
+    if complexity is not None:
+        encoder_api.encoder_ctl(enc.encoder_state, ctl.set_complexity, complexity)
     samples = RATE * frame_ms // 1000
     return [enc.encode(frame, samples) for frame in frames(pcm, frame_ms)]
+
+
+def encode_like_device(pcm: bytes) -> list[bytes]:
+    """60 ms packets as xiaozhi-esp32 v2.2.2+ sends them: AUDIO application, DTX, complexity 0."""
+    return encode(pcm, dtx=True, complexity=0, application=opuslib.APPLICATION_AUDIO)
 
 
 def lossy(packets: Sequence[bytes], loss: float, seed: int) -> list[bytes | None]:

@@ -50,6 +50,20 @@ def test_receiver_never_raises_and_keeps_its_invariants(datagrams: list[bytes]) 
     assert receiver.accepted + sum(receiver.drops.values()) == len(datagrams)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=1484), st.integers(0, 2**32 - 1), st.integers(0, 1600))
+def test_round_trip_and_truncation(payload: bytes, timestamp: int, cut: int) -> None:
+    sealed = DownlinkSender(key=KEY, ssrc=SSRC).seal(payload, timestamp)
+    assert isinstance(sealed, bytes)
+    assert UplinkReceiver(key=KEY, ssrc=SSRC).accept(sealed) == Accepted(payload, 1, timestamp, 0)
+    truncated = sealed[:cut]
+    result = UplinkReceiver(key=KEY, ssrc=SSRC).accept(truncated)
+    if cut >= len(sealed):
+        assert isinstance(result, Accepted)
+    else:
+        assert result in (Dropped(DropReason.TOO_SHORT), Dropped(DropReason.LENGTH_MISMATCH))
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(datagram, max_size=10))
 def test_replayed_stream_is_rejected_entirely(datagrams: list[bytes]) -> None:

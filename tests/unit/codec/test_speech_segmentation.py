@@ -8,7 +8,7 @@ import pytest
 from codec.opus import OpusStreamDecoder
 from codec.udp import Accepted, UplinkReceiver
 from codec.vad import SpeechStarted, SpeechStopped, VadConfig, VadEvent, VadSegmenter
-from tests.support.opus_stream import datagrams, encode, lossy
+from tests.support.opus_stream import datagrams, encode, encode_like_device, lossy
 from tests.support.speech import Timeline, compose
 
 KEY = bytes.fromhex("8f2c1a9e55d04b7c9a11e3f0b2c4d6e8")
@@ -87,3 +87,10 @@ def test_same_utterances_with_ten_percent_loss(timeline: Timeline, seed: int) ->
 def test_subframe_sizes_agree(timeline: Timeline, subframe_ms: int) -> None:
     events = segment(list(encode(timeline.pcm)), VadConfig(subframe_ms=subframe_ms))
     assert_matches_truth(boundaries(events), timeline)
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.10])
+def test_device_encoder_settings_with_dtx(timeline: Timeline, loss: float) -> None:
+    packets = encode_like_device(timeline.pcm)
+    assert sum(len(p) <= 2 for p in packets) > 10  # DTX frames in the pauses
+    assert_matches_truth(boundaries(segment(lossy(packets, loss, 11))), timeline)

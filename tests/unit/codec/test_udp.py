@@ -235,7 +235,12 @@ def test_session_crypto_interoperates_with_a_device_sender() -> None:
     crypto = new_session_crypto(ScriptedTokens(zero_draws=0, seed=2))
     # A device copies type, flags and ssrc from the nonce (reference §5.2).
     device = DownlinkSender(key=bytes.fromhex(crypto.key_hex), ssrc=int(crypto.nonce_hex[8:16], 16))
-    receiver = UplinkReceiver(key=crypto.key, ssrc=crypto.ssrc)
+    receiver = UplinkReceiver.for_session(crypto, max_forward_jump=10)
+    assert receiver.max_forward_jump == 10
+    assert DownlinkSender.for_session(crypto).seal(b"\xf8\xff\xfe", 0) == device.seal(
+        b"\xf8\xff\xfe", 0
+    )
+    device = DownlinkSender(key=crypto.key, ssrc=crypto.ssrc)
     datagram = device.seal(b"\xf8\xff\xfe", 0)
     assert isinstance(datagram, bytes)
     assert peek_ssrc(datagram) == crypto.ssrc
