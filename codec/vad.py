@@ -8,6 +8,9 @@ two-state machine (:class:`VadState`) with hysteresis counted in sub-frames:
   sub-frames are voiced. ``SpeechStarted.at_ms`` is the first voiced sub-frame of that window.
 * ``SPEECH`` → ``SILENCE`` after ``end_silence_ms`` of unvoiced sub-frames.
   ``SpeechStopped.at_ms`` is the end of the last voiced sub-frame, not the end of the hangover.
+  webrtcvad flags about 120 ms after speech as voiced (its built-in overhang); trailing voiced
+  sub-frames ``tail_trim_db`` below the utterance's peak (at most ``tail_trim_ms`` of them) are
+  not counted, so the end lands on the speech, not on the overhang.
 
 Times are milliseconds of audio pushed since the segmenter was created (sub-frame counts; never
 the wall clock), so a caller that pushes concealed frames for lost packets keeps them exact.

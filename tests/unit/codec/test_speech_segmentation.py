@@ -3,6 +3,7 @@ decoder (with loss concealment) → VAD. Every utterance is found with its bound
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from codec.opus import OpusStreamDecoder
@@ -94,3 +95,13 @@ def test_device_encoder_settings_with_dtx(timeline: Timeline, loss: float) -> No
     packets = encode_like_device(timeline.pcm)
     assert sum(len(p) <= 2 for p in packets) > 10  # DTX frames in the pauses
     assert_matches_truth(boundaries(segment(lossy(packets, loss, 11))), timeline)
+
+
+@pytest.mark.parametrize("noise_std", [100, 600])
+def test_background_noise(timeline: Timeline, noise_std: int) -> None:
+    """With a noise floor the overhang trim backs off; boundaries still hold."""
+    rng = np.random.default_rng(5)
+    clean = np.frombuffer(timeline.pcm, dtype="<i2").astype(np.float64)
+    noisy = np.clip(clean + rng.normal(0, noise_std, clean.size), -32768, 32767)
+    packets = lossy(encode(noisy.astype("<i2").tobytes()), 0.10, 4)
+    assert_matches_truth(boundaries(segment(packets)), timeline)
