@@ -10,4 +10,7 @@ Subparsers = Any  # argparse's _SubParsersAction is private; typed loosely on pu
 
 def add_domain_commands(sub: Subparsers) -> None:
     """Each domain adds its own sub-commands here as it lands."""
-    _ = sub, argparse
+    _ = argparse
+    from gateway.credentials_cli import add_credentials_commands  # noqa: PLC0415
+
+    add_credentials_commands(sub)

@@ -1,0 +1,372 @@
+"""Broker credentials on disk: user registry, password file, ACL file, reload hook.
+
+Layout under ``<data_dir>``::
+
+    mosquitto/mosquitto.conf   broker config (`snlpgw broker init`)
+    mosquitto/users.json       registry: name → role (never passwords)
+    mosquitto/passwd           Mosquitto 2.0 `$7$` hashes, mode 0600
+    mosquitto/acl              generated from the registry, mode 0600
+    mosquitto/mosquitto.pid    written by the broker; SIGHUP target for reloads
+    mosquitto/data/            broker persistence
+    secrets/gateway.password   the gateway's own password (the only stored plaintext), 0600
+
+Hashes are written here rather than by ``mosquitto_passwd -b``: the password file is then
+rewritten whole and atomically (tmp + rename) under one lock, no client binary is needed where
+the gateway runs, and compatibility is proven by the real-broker tests (and a unit test that
+verifies a ``mosquitto_passwd`` hash with our code). Writers are serialized by ``flock`` on
+``mosquitto/.lock`` (threads and processes alike: OTA requests may race the CLI).
+Blocking: call from a worker thread (``asyncio.to_thread``) inside the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import pwd
+import secrets
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gateway.broker_files import (
+    GATEWAY_USERNAME,
+    GRANTS,
+    ConfigPaths,
+    CredentialsError,
+    Role,
+    check_name,
+    hash_password,
+    parse_passwd,
+    render_acl,
+    render_config,
+    render_passwd,
+)
+
+log = logging.getLogger(__name__)
+
+Reloader = Callable[[], None]
+RoleName = Literal["device", "ops", "backend", "gateway"]
+
+__all__ = [
+    "BrokerFiles",
+    "Credentials",
+    "CredentialsError",
+    "Reloader",
+    "Role",
+    "command_reloader",
+    "gateway_password",
+    "init_broker_files",
+    "local_broker_url",
+    "pid_file_reloader",
+    "provision",
+    "revoke",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFiles:
+    directory: Path
+    config: Path
+    registry: Path
+    password_file: Path
+    acl_file: Path
+    pid_file: Path
+    persistence_dir: Path
+    lock_file: Path
+    gateway_password_file: Path
+
+    @classmethod
+    def at(cls, data_dir: Path) -> BrokerFiles:
+        root = Path(data_dir).absolute()
+        d = root / "mosquitto"
+        return cls(
+            directory=d,
+            config=d / "mosquitto.conf",
+            registry=d / "users.json",
+            password_file=d / "passwd",
+            acl_file=d / "acl",
+            pid_file=d / "mosquitto.pid",
+            persistence_dir=d / "data",
+            lock_file=d / ".lock",
+            gateway_password_file=root / "secrets" / "gateway.password",
+        )
+
+    def config_paths(self) -> ConfigPaths:
+        return ConfigPaths(
+            password_file=self.password_file,
+            acl_file=self.acl_file,
+            pid_file=self.pid_file,
+            persistence_dir=self.persistence_dir,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    username: str
+    password: str | None = field(repr=False)  # None: existing user kept (rotate=False)
+    role: Role
+    client_id: str | None  # devices only: a suggestion in the Xiaozhi GID_ format
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+    def as_dict(self, *, broker_url: str | None = None) -> dict[str, object]:
+        out: dict[str, object] = {
+            "username": self.username,
+            "password": self.password,
+            "role": self.role.value,
+            "client_id": self.client_id,
+            "topics": {"publish": list(self.publish), "subscribe": list(self.subscribe)},
+        }
+        if broker_url is not None:
+            out["broker_url"] = broker_url
+        return out
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Role
+    created_ms: int
+    rotated_ms: int
+
+
+class _Registry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: Literal[1] = 1
+    users: dict[str, _Entry] = {}
+
+
+# -- public API --------------------------------------------------------------------------------
+
+
+def init_broker_files(
+    data_dir: Path, *, listener_host: str = "127.0.0.1", listener_port: int = 1883
+) -> BrokerFiles:
+    """Create or refresh every broker file; idempotent (existing users and hashes are kept)."""
+    files = BrokerFiles.at(data_dir)
+    with _locked(files):
+        files.persistence_dir.mkdir(parents=True, exist_ok=True)
+        registry, hashes = _load(files)
+        _ensure_gateway_user(files, registry, hashes)
+        _write_atomic(
+            files.config,
+            render_config(
+                files.config_paths(),
+                listener_host=listener_host,
+                listener_port=listener_port,
+                run_as=_effective_user(),
+            ),
+            mode=0o644,
+        )
+        _store(files, registry, hashes)
+    return files
+
+
+def provision(
+    data_dir: Path,
+    name: str,
+    *,
+    role: Role | RoleName = "device",
+    rotate: bool = True,
+    reload: Reloader | None,
+) -> Credentials:
+    """Create ``name`` (or give it a fresh password) and reload the broker.
+
+    ``rotate=False`` keeps an existing user's password; the returned ``password`` is then None
+    (hashes cannot be reversed), except for the gateway user whose password is stored.
+    """
+    role = Role(role)
+    check_name(name, role)
+    files = BrokerFiles.at(data_dir)
+    with _locked(files):
+        registry, hashes = _load(files)
+        _ensure_gateway_user(files, registry, hashes)
+        existing = registry.users.get(name)
+        if existing is not None and existing.role is not role:
+            raise CredentialsError(name, f"already registered as {existing.role.value}")
+        password: str | None = None
+        if existing is None or rotate or name not in hashes:
+            password = secrets.token_urlsafe(24)
+            now = int(time.time() * 1000)
+            created = existing.created_ms if existing else now
+            registry.users[name] = _Entry(role=role, created_ms=created, rotated_ms=now)
+            hashes[name] = hash_password(password)
+            if name == GATEWAY_USERNAME:
+                _write_atomic(files.gateway_password_file, password + "\n", mode=0o600)
+        elif name == GATEWAY_USERNAME:
+            password = _read_gateway_password(files)
+        _store(files, registry, hashes)
+    log.info("broker user %s (%s) %s", name, role.value, "set" if password else "kept")
+    if reload is not None:
+        reload()
+    return _credentials(name, role, password)
+
+
+def revoke(data_dir: Path, name: str, *, reload: Reloader | None) -> bool:
+    """Remove a user; returns False when it did not exist. The gateway user stays."""
+    if name == GATEWAY_USERNAME:
+        raise CredentialsError(name, "the gateway user cannot be revoked")
+    files = BrokerFiles.at(data_dir)
+    with _locked(files):
+        registry, hashes = _load(files)
+        found = registry.users.pop(name, None) is not None
+        hashes.pop(name, None)
+        if found:
+            _store(files, registry, hashes)
+    if found and reload is not None:
+        reload()
+    return found
+
+
+def gateway_password(data_dir: Path) -> str:
+    return _read_gateway_password(BrokerFiles.at(data_dir))
+
+
+def local_broker_url(data_dir: Path) -> str | None:
+    """``mqtt://host:port`` of the listener in the generated config, if there is one."""
+    try:
+        text = BrokerFiles.at(data_dir).config.read_text()
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "listener" and words[1].isdigit():
+            return f"mqtt://{words[2]}:{words[1]}"
+    return None
+
+
+def pid_file_reloader(pid_file: Path) -> Reloader:
+    """SIGHUP the local broker named by its pid file; a no-op when no broker runs."""
+
+    def reload() -> None:
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            log.info("no broker pid in %s; broker files written, no reload sent", pid_file)
+            return
+        comm = Path(f"/proc/{pid}/comm")
+        if comm.parent.parent.exists() and not _is_mosquitto(comm):
+            log.warning("pid %d from %s is not mosquitto; no reload sent", pid, pid_file)
+            return
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except ProcessLookupError:
+            log.warning("stale broker pid file %s (pid %d); no reload sent", pid_file, pid)
+
+    return reload
+
+
+def command_reloader(argv: list[str], *, timeout_s: float = 10.0) -> Reloader:
+    """Reload by running a command (no shell), e.g. ``docker exec <broker> kill -HUP 1``."""
+
+    def reload() -> None:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)  # noqa: S603
+        if done.returncode != 0:
+            raise RuntimeError(f"broker reload command exited {done.returncode}: {argv[0]}")
+
+    return reload
+
+
+# -- internals ---------------------------------------------------------------------------------
+
+
+def _credentials(name: str, role: Role, password: str | None) -> Credentials:
+    grants = GRANTS[role].for_user(name)
+    client_id = f"GID_snlp@@@{name}@@@{uuid.uuid4()}" if role is Role.DEVICE else None
+    return Credentials(
+        username=name,
+        password=password,
+        role=role,
+        client_id=client_id,
+        publish=grants.readwrite + grants.publish,
+        subscribe=grants.readwrite + grants.subscribe,
+    )
+
+
+def _is_mosquitto(comm: Path) -> bool:
+    try:
+        return comm.read_text().strip() == "mosquitto"
+    except OSError:
+        return False
+
+
+def _effective_user() -> str | None:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return None
+
+
+@contextlib.contextmanager
+def _locked(files: BrokerFiles) -> Iterator[None]:
+    files.directory.mkdir(parents=True, exist_ok=True)
+    with files.lock_file.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _load(files: BrokerFiles) -> tuple[_Registry, dict[str, str]]:
+    try:
+        registry = _Registry.model_validate_json(files.registry.read_text())
+    except FileNotFoundError:
+        registry = _Registry()
+    try:
+        hashes = parse_passwd(files.password_file.read_text())
+    except FileNotFoundError:
+        hashes = {}
+    # The registry is authoritative: hashes of unknown users are dropped on the next write.
+    return registry, {u: h for u, h in hashes.items() if u in registry.users}
+
+
+def _store(files: BrokerFiles, registry: _Registry, hashes: dict[str, str]) -> None:
+    _write_atomic(files.registry, registry.model_dump_json(indent=2) + "\n", mode=0o600)
+    _write_atomic(files.password_file, render_passwd(hashes), mode=0o600)
+    roles = {name: entry.role for name, entry in registry.users.items()}
+    _write_atomic(files.acl_file, render_acl(roles), mode=0o600)
+
+
+def _ensure_gateway_user(files: BrokerFiles, registry: _Registry, hashes: dict[str, str]) -> None:
+    if GATEWAY_USERNAME in hashes and files.gateway_password_file.exists():
+        return
+    password = secrets.token_urlsafe(24)
+    now = int(time.time() * 1000)
+    files.gateway_password_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    registry.users[GATEWAY_USERNAME] = _Entry(role=Role.GATEWAY, created_ms=now, rotated_ms=now)
+    hashes[GATEWAY_USERNAME] = hash_password(password)
+    _write_atomic(files.gateway_password_file, password + "\n", mode=0o600)
+
+
+def _read_gateway_password(files: BrokerFiles) -> str:
+    try:
+        return files.gateway_password_file.read_text().strip()
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{files.gateway_password_file} missing: run `snlpgw broker init` first"
+        ) from None
+
+
+def _write_atomic(path: Path, text: str, *, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)  # umask may have narrowed it; never widened
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,108 @@
+"""`snlpgw broker init` and `snlpgw provision`: the CLI face of :mod:`gateway.credentials`.
+
+:func:`gateway.commands.add_domain_commands` calls :func:`add_credentials_commands`; each
+sub-command stores its handler as ``func`` (``args.func(args) -> int``), as ``gateway.cli`` expects. Passwords go to
+stdout only (as JSON, for the operator or a provisioning script), never to the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from gateway.broker_files import Role
+from gateway.credentials import (
+    BrokerFiles,
+    CredentialsError,
+    Reloader,
+    command_reloader,
+    init_broker_files,
+    local_broker_url,
+    pid_file_reloader,
+    provision,
+)
+from gateway.settings import load_settings
+
+Subparsers = Any  # argparse's _SubParsersAction is private; typed loosely on purpose
+
+
+def add_credentials_commands(subparsers: Subparsers) -> None:
+    broker = subparsers.add_parser("broker", help="manage the local Mosquitto files")
+    broker_sub = broker.add_subparsers(dest="broker_command", required=True)
+    init = broker_sub.add_parser(
+        "init", help="write mosquitto.conf, passwd and acl under <data-dir>/mosquitto/"
+    )
+    _data_dir_option(init)
+    init.add_argument("--host", default="127.0.0.1", help="listener address (127.0.0.1)")
+    init.add_argument("--port", type=int, default=1883, help="listener port (1883)")
+    init.set_defaults(func=cmd_broker_init)
+
+    prov = subparsers.add_parser(
+        "provision", help="create a broker user (or rotate its password); prints JSON"
+    )
+    prov.add_argument("name", help="device id (aa_bb_cc_dd_ee_ff) or ops/backend user name")
+    prov.add_argument(
+        "--role", choices=[r.value for r in Role], default=Role.DEVICE.value, help="(device)"
+    )
+    prov.add_argument(
+        "--no-rotate", action="store_true", help="keep an existing user's password (not printed)"
+    )
+    prov.add_argument(
+        "--broker-url", default=None, help="URL to print (default: the local broker's listener)"
+    )
+    prov.add_argument(
+        "--reload-command",
+        default=None,
+        help="command that reloads a broker the pid file cannot reach, e.g. "
+        "'docker exec mosquitto kill -HUP 1' (run without a shell)",
+    )
+    _data_dir_option(prov)
+    prov.set_defaults(func=cmd_provision)
+
+
+def _data_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="data directory (settings: data_dir)"
+    )
+
+
+def _data_dir(args: argparse.Namespace) -> Path:
+    if args.data_dir is not None:
+        return Path(args.data_dir)
+    return load_settings(getattr(args, "config", None)).data_dir
+
+
+def _reloader(command: str | None, files: BrokerFiles) -> Reloader:
+    if command is None:
+        return pid_file_reloader(files.pid_file)
+    return command_reloader(shlex.split(command))
+
+
+def cmd_broker_init(args: argparse.Namespace) -> int:
+    files = init_broker_files(_data_dir(args), listener_host=args.host, listener_port=args.port)
+    print(f"wrote {files.config}, {files.password_file}, {files.acl_file}")
+    print(f"start the broker with: mosquitto -c {files.config}")
+    return 0
+
+
+def cmd_provision(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args)
+    files = BrokerFiles.at(data_dir)
+    try:
+        creds = provision(
+            data_dir,
+            args.name,
+            role=Role(args.role),
+            rotate=not args.no_rotate,
+            reload=_reloader(args.reload_command, files),
+        )
+    except CredentialsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    url = args.broker_url or local_broker_url(data_dir) or "mqtt://127.0.0.1:1883"
+    print(json.dumps(creds.as_dict(broker_url=url), indent=2))
+    return 0

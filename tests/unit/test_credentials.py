@@ -1,0 +1,237 @@
+"""Broker credential files: names, ACL rendering, `$7$` hashes, registry, locking, CLI."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from gateway.broker_files import (
+    GATEWAY_USERNAME,
+    ConfigPaths,
+    CredentialsError,
+    Role,
+    check_name,
+    hash_password,
+    parse_passwd,
+    render_acl,
+    render_config,
+    verify_password,
+)
+from gateway.cli import main
+from gateway.credentials import (
+    BrokerFiles,
+    gateway_password,
+    init_broker_files,
+    local_broker_url,
+    pid_file_reloader,
+    provision,
+    revoke,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+DEV = "aa_bb_cc_dd_ee_ff"
+
+
+class CountingReloader:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+
+def _hashes(data_dir: Path) -> dict[str, str]:
+    return parse_passwd(BrokerFiles.at(data_dir).password_file.read_text())
+
+
+@pytest.mark.parametrize(
+    ("name", "role", "ok"),
+    [
+        (DEV, Role.DEVICE, True),
+        ("AA_BB_CC_DD_EE_FF", Role.DEVICE, False),
+        ("aa:bb:cc:dd:ee:ff", Role.DEVICE, False),
+        ("aa_bb_cc_dd_ee", Role.DEVICE, False),
+        ("ops-1", Role.DEVICE, False),
+        ("ops-1", Role.OPS, True),
+        ("backend_app", Role.BACKEND, True),
+        (DEV, Role.OPS, False),  # a role user named like a device would get device patterns
+        (DEV, Role.BACKEND, False),
+        ("ops\nuser snlp-gateway", Role.OPS, False),  # ACL line injection
+        ("ops x", Role.OPS, False),
+        ("ops/#", Role.OPS, False),
+        ("+", Role.BACKEND, False),
+        ("", Role.OPS, False),
+        ("1ops", Role.OPS, False),
+    ],
+)
+def test_name_rules(name: str, role: Role, ok: bool) -> None:
+    if ok:
+        check_name(name, role)
+    else:
+        with pytest.raises(CredentialsError):
+            check_name(name, role)
+
+
+def test_acl_denies_device_trees_for_role_users_before_patterns() -> None:
+    acl = render_acl({"opsx": Role.OPS, "be": Role.BACKEND, GATEWAY_USERNAME: Role.GATEWAY})
+    blocks = {b.split("\n")[1]: b for b in acl.split("\n\n") if b.startswith("# role:")}
+    for user in ("user opsx", "user be"):
+        lines = blocks[user].splitlines()
+        denies = [i for i, line in enumerate(lines) if line.startswith("topic deny")]
+        assert {lines[i] for i in denies} == {
+            "topic deny snlp/v1/#",
+            "topic deny device-server/#",
+            "topic deny devices/#",
+        }
+    assert "topic deny" not in blocks[f"user {GATEWAY_USERNAME}"]
+    assert "topic write" not in blocks["user opsx"]
+    assert "topic write snlpgw/v1/ctl/+" in blocks["user be"]
+    assert "pattern write snlp/v1/%u/evt" in acl
+    assert "pattern read snlp/v1/%u/cmd" in acl
+    assert "pattern read devices/p2p/%u" in acl
+    assert acl.index("\npattern ") > acl.index("\nuser opsx")
+
+
+def test_acl_has_no_block_for_devices() -> None:
+    acl = render_acl({DEV: Role.DEVICE})
+    assert DEV not in acl
+
+
+def test_our_hash_verifies_and_rejects_wrong_password() -> None:
+    encoded = hash_password("s3cret")
+    assert encoded.startswith("$7$101$")
+    assert verify_password("s3cret", encoded)
+    assert not verify_password("s3cret ", encoded)
+    assert not verify_password("s3cret", "$6$bogus")
+
+
+def test_mosquitto_passwd_hash_verifies_with_our_code(tmp_path: Path) -> None:
+    """The `$7$` format we write is the one mosquitto_passwd 2.0 writes."""
+    passwd = tmp_path / "passwd"
+    passwd.touch()
+    subprocess.run(["mosquitto_passwd", "-b", str(passwd), "u1", "pw-1"], check=True)
+    encoded = parse_passwd(passwd.read_text())["u1"]
+    assert verify_password("pw-1", encoded)
+    assert not verify_password("pw-2", encoded)
+    # Same salt → byte-identical hash to the tool's.
+    import base64  # noqa: PLC0415
+
+    salt = base64.b64decode(encoded.split("$")[3])
+    assert hash_password("pw-1", salt=salt) == encoded
+
+
+def test_init_is_idempotent_and_private(tmp_path: Path) -> None:
+    files = init_broker_files(tmp_path, listener_port=18999)
+    password = gateway_password(tmp_path)
+    first_hash = _hashes(tmp_path)[GATEWAY_USERNAME]
+    assert verify_password(password, first_hash)
+    init_broker_files(tmp_path, listener_port=19000)
+    assert gateway_password(tmp_path) == password
+    assert _hashes(tmp_path)[GATEWAY_USERNAME] == first_hash
+    assert local_broker_url(tmp_path) == "mqtt://127.0.0.1:19000"
+    for private in (files.password_file, files.acl_file, files.gateway_password_file):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert "allow_anonymous false" in files.config.read_text()
+
+
+def test_provision_device_rotation_and_registry_without_secrets(tmp_path: Path) -> None:
+    init_broker_files(tmp_path)
+    reloads = CountingReloader()
+    creds = provision(tmp_path, DEV, reload=reloads)
+    assert creds.password is not None
+    assert verify_password(creds.password, _hashes(tmp_path)[DEV])
+    assert creds.client_id is not None
+    assert creds.client_id.startswith(f"GID_snlp@@@{DEV}@@@")
+    assert f"snlp/v1/{DEV}/evt" in creds.publish
+    assert creds.subscribe == (f"snlp/v1/{DEV}/cmd", f"devices/p2p/{DEV}")
+    assert creds.password not in repr(creds)
+
+    rotated = provision(tmp_path, DEV, reload=reloads)
+    assert rotated.password not in (None, creds.password)
+    assert not verify_password(creds.password, _hashes(tmp_path)[DEV])
+
+    kept = provision(tmp_path, DEV, rotate=False, reload=reloads)
+    assert kept.password is None
+    assert rotated.password is not None
+    assert verify_password(rotated.password, _hashes(tmp_path)[DEV])
+    assert reloads.calls == 3
+
+    registry = BrokerFiles.at(tmp_path).registry.read_text()
+    assert rotated.password not in registry
+    assert json.loads(registry)["users"][DEV]["role"] == "device"
+
+
+def test_role_conflicts_and_gateway_password_kept(tmp_path: Path) -> None:
+    provision(tmp_path, "opsx", role="ops", reload=None)
+    with pytest.raises(CredentialsError, match="already registered as ops"):
+        provision(tmp_path, "opsx", role="backend", reload=None)
+    stored = gateway_password(tmp_path)
+    again = provision(tmp_path, GATEWAY_USERNAME, role="gateway", rotate=False, reload=None)
+    assert again.password == stored
+    with pytest.raises(CredentialsError):
+        revoke(tmp_path, GATEWAY_USERNAME, reload=None)
+    assert revoke(tmp_path, "opsx", reload=None)
+    assert not revoke(tmp_path, "opsx", reload=None)
+    assert "opsx" not in _hashes(tmp_path)
+    assert "user opsx" not in BrokerFiles.at(tmp_path).acl_file.read_text()
+
+
+def test_concurrent_provisioning_loses_nobody(tmp_path: Path) -> None:
+    init_broker_files(tmp_path)
+    ids = [f"00_00_00_00_00_{i:02x}" for i in range(24)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda d: provision(tmp_path, d, reload=None), ids))
+    hashes = _hashes(tmp_path)
+    for creds in results:
+        assert creds.password is not None
+        assert verify_password(creds.password, hashes[creds.username])
+    users = json.loads(BrokerFiles.at(tmp_path).registry.read_text())["users"]
+    assert set(ids) <= set(users)
+
+
+def test_pid_file_reloader_never_signals_a_stranger(tmp_path: Path) -> None:
+    pid_file = tmp_path / "mosquitto.pid"
+    pid_file_reloader(pid_file)()  # no pid file: nothing to do, no error
+    stranger = subprocess.Popen(["sleep", "30"])
+    try:
+        pid_file.write_text(f"{stranger.pid}\n")
+        pid_file_reloader(pid_file)()
+        assert stranger.poll() is None  # SIGHUP would have terminated `sleep`
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_committed_example_config_matches_renderer() -> None:
+    base = Path(".data/mosquitto")
+    paths = ConfigPaths(base / "passwd", base / "acl", base / "mosquitto.pid", base / "data")
+    rendered = render_config(paths, listener_host="127.0.0.1", listener_port=1883, run_as=None)
+    assert (REPO / "mosquitto" / "mosquitto.dev.conf").read_text() == rendered
+
+
+def test_cli_provision_prints_credentials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["broker", "init", "--data-dir", str(tmp_path), "--port", "18777"]) == 0
+    capsys.readouterr()
+    assert main(["provision", DEV, "--data-dir", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["username"] == DEV
+    assert out["broker_url"] == "mqtt://127.0.0.1:18777"
+    assert verify_password(out["password"], _hashes(tmp_path)[DEV])
+    assert main(["provision", "--role", "ops", DEV, "--data-dir", str(tmp_path)]) == 2
+    assert "invalid" not in capsys.readouterr().out
+    assert _hashes(tmp_path).keys() == {GATEWAY_USERNAME, DEV}
+
+
+def test_committed_example_acl_matches_renderer() -> None:
+    users = {
+        GATEWAY_USERNAME: Role.GATEWAY,
+        "ops-dashboard": Role.OPS,
+        "parent-app": Role.BACKEND,
+        DEV: Role.DEVICE,
+    }
+    assert (REPO / "mosquitto" / "acl.example").read_text() == render_acl(users)
