@@ -84,8 +84,8 @@ def _reloader(command: str | None, files: BrokerFiles) -> Reloader:
 
 def cmd_broker_init(args: argparse.Namespace) -> int:
     files = init_broker_files(_data_dir(args), listener_host=args.host, listener_port=args.port)
-    print(f"wrote {files.config}, {files.password_file}, {files.acl_file}")
-    print(f"start the broker with: mosquitto -c {files.config}")
+    sys.stdout.write(f"wrote {files.config}, {files.password_file}, {files.acl_file}\n")
+    sys.stdout.write(f"start the broker with: mosquitto -c {files.config}\n")
     return 0
 
 
@@ -101,8 +101,8 @@ def cmd_provision(args: argparse.Namespace) -> int:
             reload=_reloader(args.reload_command, files),
         )
     except CredentialsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        sys.stderr.write(f"error: {exc}\n")
         return 2
     url = args.broker_url or local_broker_url(data_dir) or "mqtt://127.0.0.1:1883"
-    print(json.dumps(creds.as_dict(broker_url=url), indent=2))
+    sys.stdout.write(json.dumps(creds.as_dict(broker_url=url), indent=2) + "\n")
     return 0

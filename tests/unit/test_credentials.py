@@ -214,7 +214,9 @@ def test_committed_example_config_matches_renderer() -> None:
     assert (REPO / "mosquitto" / "mosquitto.dev.conf").read_text() == rendered
 
 
-def test_cli_provision_prints_credentials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_provision_prints_credentials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["broker", "init", "--data-dir", str(tmp_path), "--port", "18777"]) == 0
     capsys.readouterr()
     assert main(["provision", DEV, "--data-dir", str(tmp_path)]) == 0

@@ -1,0 +1,122 @@
+"""Provisioning against a running broker: the CLI's output works at once (reload happened),
+rotation locks out the old password, concurrent provisioning loses nobody, and a restarted
+broker keeps its port, users and retained messages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.broker_files import Role
+from gateway.credentials import Credentials
+from tests.integration.conftest import new_device_id
+from tests.support.broker import Broker, connect_reason_code
+from tests.support.mqtt_client import mqtt_client, publish_reason_code
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+NOT_AUTHORIZED = 135
+
+
+def cli_provision(broker: Broker, *args: str) -> tuple[int, dict[str, Any] | None, str]:
+    """`python -m gateway provision ...` as an operator runs it."""
+    argv = [sys.executable, "-m", "gateway", "provision", *args, "--data-dir", str(broker.data_dir)]
+    if broker.reload_command is not None:
+        argv += ["--reload-command", " ".join(broker.reload_command)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    out = json.loads(done.stdout) if done.returncode == 0 else None
+    return done.returncode, out, done.stderr
+
+
+def _creds(out: dict[str, Any]) -> Credentials:
+    topics = out["topics"]
+    return Credentials(
+        username=out["username"],
+        password=out["password"],
+        role=Role(out["role"]),
+        client_id=out["client_id"],
+        publish=tuple(topics["publish"]),
+        subscribe=tuple(topics["subscribe"]),
+    )
+
+
+async def test_cli_credentials_connect_at_once(broker: Broker, device_id: str) -> None:
+    code, out, err = cli_provision(broker, device_id)
+    assert code == 0, err
+    assert out is not None
+    assert out["broker_url"] == f"mqtt://127.0.0.1:{broker.port}"
+    assert out["password"] not in err
+    device = _creds(out)
+    async with (
+        mqtt_client(broker, broker.gateway_credentials()) as gateway,
+        mqtt_client(broker, device, client_id=out["client_id"]) as board,
+    ):
+        await gateway.subscribe(f"snlp/v1/{device_id}/evt")
+        await board.subscribe(f"snlp/v1/{device_id}/cmd")
+        await board.publish(f"snlp/v1/{device_id}/evt", b'{"evt": "button"}')
+        assert (await gateway.expect(f"snlp/v1/{device_id}/evt")).payload == b'{"evt": "button"}'
+        await gateway.publish(f"snlp/v1/{device_id}/cmd", b'{"cmd": "WAIT"}')
+        assert (await board.expect(f"snlp/v1/{device_id}/cmd")).payload == b'{"cmd": "WAIT"}'
+
+
+def test_rotation_invalidates_the_old_password(broker: Broker, device_id: str) -> None:
+    _, first, _ = cli_provision(broker, device_id)
+    _, second, _ = cli_provision(broker, device_id)
+    assert first is not None
+    assert second is not None
+    assert first["password"] != second["password"]
+    assert connect_reason_code(broker.host, broker.port, device_id, first["password"]) == 135
+    assert connect_reason_code(broker.host, broker.port, device_id, second["password"]) == 0
+
+
+def test_cli_role_users_and_refusals(broker: Broker) -> None:
+    code, out, err = cli_provision(broker, "--role", "ops", "ops-cli")
+    assert code == 0, err
+    assert out is not None
+    ops = _creds(out)
+    assert out["client_id"] is None
+    assert out["topics"]["publish"] == []
+    assert publish_reason_code(broker, ops, "snlp/v1/ops-cli/evt") == NOT_AUTHORIZED
+    code, _, err = cli_provision(broker, "--role", "backend", "ops-cli")
+    assert code == 2
+    assert "already registered as ops" in err
+    code, _, err = cli_provision(broker, "AA-BB-CC-DD-EE-FF")
+    assert code == 2
+    assert "lowercase MAC" in err
+
+
+async def test_concurrent_provisioning_all_connect(broker: Broker) -> None:
+    ids = [new_device_id() for _ in range(16)]
+    results = await asyncio.gather(*(asyncio.to_thread(broker.provision, d) for d in ids))
+    codes = await asyncio.gather(
+        *(
+            asyncio.to_thread(connect_reason_code, broker.host, broker.port, c.username, c.password)
+            for c in results
+        )
+    )
+    assert codes == [0] * len(ids)
+
+
+async def test_restart_keeps_port_users_and_retained(fresh_broker: Broker, device_id: str) -> None:
+    device = fresh_broker.provision(device_id)
+    port = fresh_broker.port
+    status = f"snlp/v1/{device_id}/status"
+    async with mqtt_client(fresh_broker, device) as board:
+        await board.publish(status, b'{"online": false}', retain=True)
+    fresh_broker.stop()
+    assert connect_reason_code(fresh_broker.host, port, device_id, device.password) is None
+    fresh_broker.start()
+    assert fresh_broker.port == port
+    async with mqtt_client(fresh_broker, fresh_broker.gateway_credentials()) as gateway:
+        await gateway.subscribe(status)
+        retained = await gateway.expect(status)
+        assert retained.retain
+        assert retained.payload == b'{"online": false}'
+    assert connect_reason_code(fresh_broker.host, port, device_id, device.password) == 0

@@ -1,0 +1,316 @@
+"""A real Mosquitto with the project's generated config, for integration tests.
+
+:func:`start_broker` runs ``eclipse-mosquitto:2.0`` through testcontainers when a Docker engine
+answers a ping, otherwise the local ``mosquitto`` binary on a free port. Either way the broker
+reads the files ``gateway.credentials`` writes (password file, ACL, limits), and is ready when
+the gateway user completes an MQTT CONNECT — never after a sleep. Neither available → a clear
+failure, never a skip. ``SNLPGW_TEST_BROKER=local|container`` forces one.
+
+Used through the fixtures in ``tests/integration/conftest.py``: ``broker`` (session),
+``fresh_broker`` (per test, may be stopped/started), ``device_id``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from paho.mqtt.client import Client
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+
+from gateway.broker_files import GATEWAY_USERNAME, GRANTS, ConfigPaths, Role, render_config
+from gateway.credentials import (
+    BrokerFiles,
+    Credentials,
+    RoleName,
+    gateway_password,
+    init_broker_files,
+    provision,
+)
+
+IMAGE = "eclipse-mosquitto:2.0"
+READY_TIMEOUT_S = 15.0
+_IN_CONTAINER = Path("/snlp/mosquitto")  # where the data dir's mosquitto/ is mounted
+
+
+class BrokerUnavailableError(RuntimeError):
+    pass
+
+
+class _Backend(Protocol):
+    kind: Literal["local", "container"]
+    host: str
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def reload(self) -> None: ...
+    def pid(self) -> int | None: ...
+    def check_alive(self) -> None: ...
+    def reload_command(self) -> list[str] | None: ...
+
+
+class _LocalMosquitto:
+    kind: Literal["local", "container"] = "local"
+    host = "127.0.0.1"
+
+    def __init__(self, files: BrokerFiles, binary: str) -> None:
+        self._files = files
+        self._binary = binary
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.log_path = files.directory / "broker.log"
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                [self._binary, "-c", str(self._files.config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def reload(self) -> None:
+        if self._proc is None:
+            raise BrokerUnavailableError("broker is stopped")
+        os.kill(self._proc.pid, signal.SIGHUP)
+
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def check_alive(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            raise BrokerUnavailableError(f"mosquitto exited; log tail:\n{tail}")
+
+    def reload_command(self) -> list[str] | None:
+        return None  # the CLI finds the local broker through its pid file
+
+
+class _ContainerMosquitto:
+    kind: Literal["local", "container"] = "container"
+
+    def __init__(self, files: BrokerFiles, port: int) -> None:
+        from testcontainers.core.container import DockerContainer  # noqa: PLC0415
+
+        config = files.directory / "mosquitto.container.conf"
+        inside = ConfigPaths(
+            password_file=_IN_CONTAINER / "passwd",
+            acl_file=_IN_CONTAINER / "acl",
+            pid_file=Path("/tmp/mosquitto.pid"),  # noqa: S108 - container-private, never the host's
+            persistence_dir=_IN_CONTAINER / "data",
+        )
+        # `user root`: read the host-owned 0600 files without the image's chown dance.
+        text = render_config(
+            inside, listener_host="0.0.0.0", listener_port=1883, run_as="root", flavour="test"
+        )
+        config.write_text(text)
+        self._container: Any = (
+            DockerContainer(IMAGE)
+            .with_volume_mapping(str(files.directory), str(_IN_CONTAINER), "rw")
+            .with_bind_ports(1883, port)
+            .with_command(f"mosquitto -c {_IN_CONTAINER / config.name}")
+        )
+        self.host = "127.0.0.1"
+
+    def start(self) -> None:
+        self._container.start()
+        self.host = self._container.get_container_host_ip()
+
+    def stop(self) -> None:
+        self._container.stop()
+
+    def reload(self) -> None:
+        result = self._container.exec(["kill", "-HUP", "1"])
+        if result.exit_code != 0:
+            raise BrokerUnavailableError(f"reload failed: {result.output!r}")
+
+    def pid(self) -> int | None:
+        return None
+
+    def check_alive(self) -> None:
+        status = self._container.get_wrapped_container().status
+        if status in ("exited", "dead"):
+            raise BrokerUnavailableError(f"container {status}: {self._container.get_logs()!r}")
+
+    def reload_command(self) -> list[str] | None:
+        container_id = self._container.get_wrapped_container().id
+        return ["docker", "exec", container_id, "kill", "-HUP", "1"]
+
+
+class Broker:
+    """A running broker with the project's config; ``provision`` reloads it."""
+
+    def __init__(self, data_dir: Path, port: int, backend: _Backend, files: BrokerFiles) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.files = files
+        self._backend = backend
+
+    @property
+    def kind(self) -> str:
+        return self._backend.kind
+
+    @property
+    def host(self) -> str:
+        return self._backend.host
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._backend.pid()
+
+    @property
+    def reload_command(self) -> list[str] | None:
+        """For `snlpgw provision --reload-command` when the pid file cannot reach the broker."""
+        return self._backend.reload_command()
+
+    def provision(self, name: str, role: Role | RoleName = "device") -> Credentials:
+        return provision(self.data_dir, name, role=role, reload=self.reload)
+
+    def gateway_credentials(self) -> Credentials:
+        grants = GRANTS[Role.GATEWAY]
+        return Credentials(
+            username=GATEWAY_USERNAME,
+            password=gateway_password(self.data_dir),
+            role=Role.GATEWAY,
+            client_id=None,
+            publish=grants.readwrite,
+            subscribe=grants.readwrite + grants.subscribe,
+        )
+
+    def reload(self) -> None:
+        self._backend.reload()
+
+    def start(self) -> None:
+        """Start (again) on the same port with the same data dir; returns once CONNECT works."""
+        self._backend.start()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self._backend.stop()
+            raise
+
+    def stop(self) -> None:
+        self._backend.stop()
+
+    def _wait_ready(self) -> None:
+        creds = self.gateway_credentials()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        last: object = None
+        while time.monotonic() < deadline:
+            self._backend.check_alive()
+            code = connect_reason_code(self.host, self.port, creds.username, creds.password)
+            if code == 0:
+                return
+            last = code
+            # A connect attempt is the wait; this short pause only spaces refused attempts.
+            threading.Event().wait(0.05)
+        raise BrokerUnavailableError(f"broker on port {self.port} not ready: last result {last}")
+
+
+def connect_reason_code(
+    host: str, port: int, username: str | None, password: str | None, *, timeout: float = 5.0
+) -> int | None:
+    """MQTT 5 CONNACK reason code (0 = accepted); None when no CONNACK (e.g. refused socket)."""
+    done = threading.Event()
+    result: list[int] = []
+
+    def on_connect(client: Client, userdata: object, flags: object, rc: Any, props: object) -> None:
+        result.append(int(rc.value))
+        done.set()
+
+    client = Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=f"probe-{uuid.uuid4().hex[:12]}",
+        protocol=MQTTProtocolVersion.MQTTv5,
+    )
+    if username is not None:
+        client.username_pw_set(username, password)
+    client.on_connect = on_connect
+    try:
+        client.connect(host, port, keepalive=10)
+    except OSError:
+        return None
+    client.loop_start()
+    try:
+        done.wait(timeout)
+    finally:
+        with contextlib.suppress(Exception):
+            client.disconnect()
+        client.loop_stop()
+    return result[0] if result else None
+
+
+def docker_answers() -> bool:
+    """True when a Docker engine answers a ping; fast (no engine → no client is built)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://"):
+        # Connect ourselves first: docker-py leaks its socket when the engine is absent.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            try:
+                sock.connect(host.removeprefix("unix://"))
+            except OSError:
+                return False
+    try:
+        import docker  # type: ignore[import-untyped]  # noqa: PLC0415
+
+        client = docker.from_env(timeout=2)
+    except Exception:
+        return False
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+    finally:
+        client.close()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_broker(data_dir: Path) -> Broker:
+    """Write the broker files under ``data_dir`` and start a broker on a free port."""
+    port = free_port()
+    files = init_broker_files(data_dir, listener_host="127.0.0.1", listener_port=port)
+    forced = os.environ.get("SNLPGW_TEST_BROKER", "")
+    backend: _Backend
+    if forced == "container" or (forced != "local" and docker_answers()):
+        backend = _ContainerMosquitto(files, port)
+    else:
+        binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        if not Path(binary).exists():
+            raise BrokerUnavailableError(
+                "integration tests need a broker: no Docker engine answered and no `mosquitto` "
+                "binary was found (install it: apt-get install mosquitto, or `make setup`)"
+            )
+        backend = _LocalMosquitto(files, binary)
+    broker = Broker(data_dir, port, backend, files)
+    broker.start()
+    return broker
