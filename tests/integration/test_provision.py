@@ -5,6 +5,7 @@ broker keeps its port, users and retained messages."""
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import subprocess
 import sys
@@ -13,11 +14,19 @@ from typing import Any
 
 import pytest
 
-from gateway.broker_files import Role
-from gateway.credentials import Credentials
+from gateway.broker_files import GATEWAY_USERNAME, Role
+from gateway.credentials import Credentials, gateway_password, init_broker_files, provision
 from tests.integration.conftest import new_device_id
-from tests.support.broker import Broker, connect_reason_code
+from tests.support.broker import (
+    Broker,
+    LocalMosquitto,
+    connect_reason_code,
+    free_port,
+    mosquitto_binary,
+    wait_ready,
+)
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
+from tests.support.tls import make_server_certs
 
 pytestmark = pytest.mark.integration
 
@@ -120,3 +129,45 @@ async def test_restart_keeps_port_users_and_retained(fresh_broker: Broker, devic
         assert retained.retain
         assert retained.payload == b'{"online": false}'
     assert connect_reason_code(fresh_broker.host, port, device_id, device.password) == 0
+
+
+def test_production_config_serves_devices_over_tls(tmp_path: Path, device_id: str) -> None:
+    """mosquitto/mosquitto.prod.conf as shipped (paths and ports substituted) with a test CA."""
+    data_dir = tmp_path / "data"
+    init_broker_files(data_dir)
+    device = provision(data_dir, device_id, reload=None)
+    certs = make_server_certs(tmp_path / "certs")
+    tls_port, local_port = free_port(), free_port()
+    text = (REPO / "mosquitto" / "mosquitto.prod.conf").read_text()
+    for old, new in (
+        ("/var/lib/snlpgw", str(data_dir)),
+        ("/etc/mosquitto/certs/ca.crt", str(certs.ca)),
+        ("/etc/mosquitto/certs/server.crt", str(certs.cert)),
+        ("/etc/mosquitto/certs/server.key", str(certs.key)),
+        ("listener 8883", f"listener {tls_port}"),
+        ("listener 1883 127.0.0.1", f"listener {local_port} 127.0.0.1"),
+        ("user snlpgw", f"user {getpass.getuser()}"),
+        ("log_dest syslog", "log_dest stderr"),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    config = data_dir / "mosquitto" / "prod.conf"
+    config.write_text(text)
+    broker = LocalMosquitto(config, mosquitto_binary())
+    broker.start()
+    try:
+        password = gateway_password(data_dir)
+        wait_ready("127.0.0.1", local_port, GATEWAY_USERNAME, password, alive=broker.check_alive)
+        tls = connect_reason_code(
+            "127.0.0.1", tls_port, device_id, device.password, ca_file=certs.ca
+        )
+        assert tls == 0
+        # Plain MQTT on the TLS port gets no CONNACK; wrong passwords are refused over TLS.
+        assert (
+            connect_reason_code("127.0.0.1", tls_port, device_id, device.password, timeout=2)
+            is None
+        )
+        wrong = connect_reason_code("127.0.0.1", tls_port, device_id, "x", ca_file=certs.ca)
+        assert wrong == NOT_AUTHORIZED
+    finally:
+        broker.stop()

@@ -21,6 +21,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -58,20 +59,20 @@ class _Backend(Protocol):
     def reload_command(self) -> list[str] | None: ...
 
 
-class _LocalMosquitto:
+class LocalMosquitto:
     kind: Literal["local", "container"] = "local"
     host = "127.0.0.1"
 
-    def __init__(self, files: BrokerFiles, binary: str) -> None:
-        self._files = files
+    def __init__(self, config: Path, binary: str) -> None:
+        self._config = config
         self._binary = binary
         self._proc: subprocess.Popen[bytes] | None = None
-        self.log_path = files.directory / "broker.log"
+        self.log_path = config.with_name("broker.log")
 
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
-                [self._binary, "-c", str(self._files.config)],
+                [self._binary, "-c", str(self._config)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -217,21 +218,42 @@ class Broker:
 
     def _wait_ready(self) -> None:
         creds = self.gateway_credentials()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        last: object = None
-        while time.monotonic() < deadline:
-            self._backend.check_alive()
-            code = connect_reason_code(self.host, self.port, creds.username, creds.password)
-            if code == 0:
-                return
-            last = code
-            # A connect attempt is the wait; this short pause only spaces refused attempts.
-            threading.Event().wait(0.05)
-        raise BrokerUnavailableError(f"broker on port {self.port} not ready: last result {last}")
+        wait_ready(
+            self.host, self.port, creds.username, creds.password, alive=self._backend.check_alive
+        )
+
+
+def wait_ready(
+    host: str,
+    port: int,
+    username: str,
+    password: str | None,
+    *,
+    alive: Callable[[], None],
+    ca_file: Path | None = None,
+) -> None:
+    """Return once ``username`` completes an MQTT CONNECT; ``alive`` raises if the broker died."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last: object = None
+    while time.monotonic() < deadline:
+        alive()
+        code = connect_reason_code(host, port, username, password, ca_file=ca_file)
+        if code == 0:
+            return
+        last = code
+        # A connect attempt is the wait; this short pause only spaces refused attempts.
+        threading.Event().wait(0.05)
+    raise BrokerUnavailableError(f"broker on port {port} not ready: last result {last}")
 
 
 def connect_reason_code(
-    host: str, port: int, username: str | None, password: str | None, *, timeout: float = 5.0
+    host: str,
+    port: int,
+    username: str | None,
+    password: str | None,
+    *,
+    timeout: float = 5.0,
+    ca_file: Path | None = None,
 ) -> int | None:
     """MQTT 5 CONNACK reason code (0 = accepted); None when no CONNACK (e.g. refused socket)."""
     done = threading.Event()
@@ -248,7 +270,10 @@ def connect_reason_code(
     )
     if username is not None:
         client.username_pw_set(username, password)
+    if ca_file is not None:
+        client.tls_set(ca_certs=str(ca_file))
     client.on_connect = on_connect
+    client.on_disconnect = lambda *_: done.set()  # closed without CONNACK: no answer
     try:
         client.connect(host, port, keepalive=10)
     except OSError:
@@ -295,6 +320,16 @@ def free_port() -> int:
         return port
 
 
+def mosquitto_binary() -> str:
+    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    if not Path(binary).exists():
+        raise BrokerUnavailableError(
+            "integration tests need a broker: no Docker engine answered and no `mosquitto` "
+            "binary was found (install it: apt-get install mosquitto, or `make setup`)"
+        )
+    return binary
+
+
 def start_broker(data_dir: Path) -> Broker:
     """Write the broker files under ``data_dir`` and start a broker on a free port."""
     port = free_port()
@@ -304,13 +339,7 @@ def start_broker(data_dir: Path) -> Broker:
     if forced == "container" or (forced != "local" and docker_answers()):
         backend = _ContainerMosquitto(files, port)
     else:
-        binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        if not Path(binary).exists():
-            raise BrokerUnavailableError(
-                "integration tests need a broker: no Docker engine answered and no `mosquitto` "
-                "binary was found (install it: apt-get install mosquitto, or `make setup`)"
-            )
-        backend = _LocalMosquitto(files, binary)
+        backend = LocalMosquitto(files.config, mosquitto_binary())
     broker = Broker(data_dir, port, backend, files)
     broker.start()
     return broker
