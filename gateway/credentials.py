@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway.broker_files import (
     GATEWAY_USERNAME,
@@ -321,6 +321,10 @@ def _load(files: BrokerFiles) -> tuple[_Registry, dict[str, str]]:
         registry = _Registry.model_validate_json(files.registry.read_text())
     except FileNotFoundError:
         registry = _Registry()
+    except ValidationError as exc:
+        # Never "repair" by starting empty: that would lock every device out.
+        reason = f"unreadable user registry ({exc.error_count()} errors); fix or restore it"
+        raise CredentialsError(str(files.registry), reason) from None
     try:
         hashes = parse_passwd(files.password_file.read_text())
     except FileNotFoundError:

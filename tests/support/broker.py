@@ -137,6 +137,9 @@ class _ContainerMosquitto:
         self.host = self._container.get_container_host_ip()
 
     def stop(self) -> None:
+        # SIGTERM first so mosquitto saves its persistence db (testcontainers' stop kills).
+        with contextlib.suppress(Exception):
+            self._container.get_wrapped_container().stop(timeout=10)
         self._container.stop()
 
     def reload(self) -> None:
@@ -148,7 +151,9 @@ class _ContainerMosquitto:
         return None
 
     def check_alive(self) -> None:
-        status = self._container.get_wrapped_container().status
+        wrapped = self._container.get_wrapped_container()
+        wrapped.reload()
+        status = wrapped.status
         if status in ("exited", "dead"):
             raise BrokerUnavailableError(f"container {status}: {self._container.get_logs()!r}")
 

@@ -237,3 +237,13 @@ def test_committed_example_acl_matches_renderer() -> None:
         DEV: Role.DEVICE,
     }
     assert (REPO / "mosquitto" / "acl.example").read_text() == render_acl(users)
+
+
+def test_corrupt_registry_is_a_typed_error_and_changes_nothing(tmp_path: Path) -> None:
+    init_broker_files(tmp_path)
+    files = BrokerFiles.at(tmp_path)
+    before = files.password_file.read_text()
+    files.registry.write_text('{"version": 1, "users": {"x": {"role": "wizard"}}}')
+    with pytest.raises(CredentialsError, match="unreadable user registry"):
+        provision(tmp_path, DEV, reload=None)
+    assert files.password_file.read_text() == before
