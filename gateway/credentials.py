@@ -20,17 +20,12 @@ Blocking: call from a worker thread (``asyncio.to_thread``) inside the event loo
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import os
 import pwd
 import secrets
-import signal
-import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -50,10 +45,16 @@ from gateway.broker_files import (
     render_config,
     render_passwd,
 )
+from gateway.broker_io import (
+    Reloader,
+    command_reloader,
+    locked,
+    pid_file_reloader,
+    write_atomic,
+)
 
 log = logging.getLogger(__name__)
 
-Reloader = Callable[[], None]
 RoleName = Literal["device", "ops", "backend", "gateway"]
 
 __all__ = [
@@ -152,11 +153,11 @@ def init_broker_files(
 ) -> BrokerFiles:
     """Create or refresh every broker file; idempotent (existing users and hashes are kept)."""
     files = BrokerFiles.at(data_dir)
-    with _locked(files):
+    with locked(files.lock_file):
         files.persistence_dir.mkdir(parents=True, exist_ok=True)
         registry, hashes = _load(files)
         _ensure_gateway_user(files, registry, hashes)
-        _write_atomic(
+        write_atomic(
             files.config,
             render_config(
                 files.config_paths(),
@@ -186,7 +187,7 @@ def provision(
     role = Role(role)
     check_name(name, role)
     files = BrokerFiles.at(data_dir)
-    with _locked(files):
+    with locked(files.lock_file):
         registry, hashes = _load(files)
         _ensure_gateway_user(files, registry, hashes)
         existing = registry.users.get(name)
@@ -200,7 +201,7 @@ def provision(
             registry.users[name] = _Entry(role=role, created_ms=created, rotated_ms=now)
             hashes[name] = hash_password(password)
             if name == GATEWAY_USERNAME:
-                _write_atomic(files.gateway_password_file, password + "\n", mode=0o600)
+                write_atomic(files.gateway_password_file, password + "\n", mode=0o600)
         elif name == GATEWAY_USERNAME:
             password = _read_gateway_password(files)
         _store(files, registry, hashes)
@@ -215,7 +216,7 @@ def revoke(data_dir: Path, name: str, *, reload: Reloader | None) -> bool:
     if name == GATEWAY_USERNAME:
         raise CredentialsError(name, "the gateway user cannot be revoked")
     files = BrokerFiles.at(data_dir)
-    with _locked(files):
+    with locked(files.lock_file):
         registry, hashes = _load(files)
         found = registry.users.pop(name, None) is not None
         hashes.pop(name, None)
@@ -243,38 +244,6 @@ def local_broker_url(data_dir: Path) -> str | None:
     return None
 
 
-def pid_file_reloader(pid_file: Path) -> Reloader:
-    """SIGHUP the local broker named by its pid file; a no-op when no broker runs."""
-
-    def reload() -> None:
-        try:
-            pid = int(pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            log.info("no broker pid in %s; broker files written, no reload sent", pid_file)
-            return
-        comm = Path(f"/proc/{pid}/comm")
-        if comm.parent.parent.exists() and not _is_mosquitto(comm):
-            log.warning("pid %d from %s is not mosquitto; no reload sent", pid, pid_file)
-            return
-        try:
-            os.kill(pid, signal.SIGHUP)
-        except ProcessLookupError:
-            log.warning("stale broker pid file %s (pid %d); no reload sent", pid_file, pid)
-
-    return reload
-
-
-def command_reloader(argv: list[str], *, timeout_s: float = 10.0) -> Reloader:
-    """Reload by running a command (no shell), e.g. ``docker exec <broker> kill -HUP 1``."""
-
-    def reload() -> None:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)  # noqa: S603
-        if done.returncode != 0:
-            raise RuntimeError(f"broker reload command exited {done.returncode}: {argv[0]}")
-
-    return reload
-
-
 # -- internals ---------------------------------------------------------------------------------
 
 
@@ -291,29 +260,11 @@ def _credentials(name: str, role: Role, password: str | None) -> Credentials:
     )
 
 
-def _is_mosquitto(comm: Path) -> bool:
-    try:
-        return comm.read_text().strip() == "mosquitto"
-    except OSError:
-        return False
-
-
 def _effective_user() -> str | None:
     try:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         return None
-
-
-@contextlib.contextmanager
-def _locked(files: BrokerFiles) -> Iterator[None]:
-    files.directory.mkdir(parents=True, exist_ok=True)
-    with files.lock_file.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _load(files: BrokerFiles) -> tuple[_Registry, dict[str, str]]:
@@ -334,10 +285,10 @@ def _load(files: BrokerFiles) -> tuple[_Registry, dict[str, str]]:
 
 
 def _store(files: BrokerFiles, registry: _Registry, hashes: dict[str, str]) -> None:
-    _write_atomic(files.registry, registry.model_dump_json(indent=2) + "\n", mode=0o600)
-    _write_atomic(files.password_file, render_passwd(hashes), mode=0o600)
+    write_atomic(files.registry, registry.model_dump_json(indent=2) + "\n", mode=0o600)
+    write_atomic(files.password_file, render_passwd(hashes), mode=0o600)
     roles = {name: entry.role for name, entry in registry.users.items()}
-    _write_atomic(files.acl_file, render_acl(roles), mode=0o600)
+    write_atomic(files.acl_file, render_acl(roles), mode=0o600)
 
 
 def _ensure_gateway_user(files: BrokerFiles, registry: _Registry, hashes: dict[str, str]) -> None:
@@ -348,7 +299,7 @@ def _ensure_gateway_user(files: BrokerFiles, registry: _Registry, hashes: dict[s
     files.gateway_password_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     registry.users[GATEWAY_USERNAME] = _Entry(role=Role.GATEWAY, created_ms=now, rotated_ms=now)
     hashes[GATEWAY_USERNAME] = hash_password(password)
-    _write_atomic(files.gateway_password_file, password + "\n", mode=0o600)
+    write_atomic(files.gateway_password_file, password + "\n", mode=0o600)
 
 
 def _read_gateway_password(files: BrokerFiles) -> str:
@@ -358,19 +309,3 @@ def _read_gateway_password(files: BrokerFiles) -> str:
         raise FileNotFoundError(
             f"{files.gateway_password_file} missing: run `snlpgw broker init` first"
         ) from None
-
-
-def _write_atomic(path: Path, text: str, *, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)  # umask may have narrowed it; never widened
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

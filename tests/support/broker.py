@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol
 from paho.mqtt.client import Client
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from gateway.broker_files import GATEWAY_USERNAME, GRANTS, ConfigPaths, Role, render_config
+from gateway.broker_files import GATEWAY_USERNAME, GRANTS, Role
 from gateway.credentials import (
     BrokerFiles,
     Credentials,
@@ -38,16 +38,14 @@ from gateway.credentials import (
     provision,
 )
 
-IMAGE = "eclipse-mosquitto:2.0"
 READY_TIMEOUT_S = 15.0
-_IN_CONTAINER = Path("/snlp/mosquitto")  # where the data dir's mosquitto/ is mounted
 
 
 class BrokerUnavailableError(RuntimeError):
     pass
 
 
-class _Backend(Protocol):
+class Backend(Protocol):
     kind: Literal["local", "container"]
     host: str
 
@@ -106,66 +104,10 @@ class LocalMosquitto:
         return None  # the CLI finds the local broker through its pid file
 
 
-class _ContainerMosquitto:
-    kind: Literal["local", "container"] = "container"
-
-    def __init__(self, files: BrokerFiles, port: int) -> None:
-        from testcontainers.core.container import DockerContainer  # noqa: PLC0415
-
-        config = files.directory / "mosquitto.container.conf"
-        inside = ConfigPaths(
-            password_file=_IN_CONTAINER / "passwd",
-            acl_file=_IN_CONTAINER / "acl",
-            pid_file=Path("/tmp/mosquitto.pid"),  # noqa: S108 - container-private, never the host's
-            persistence_dir=_IN_CONTAINER / "data",
-        )
-        # `user root`: read the host-owned 0600 files without the image's chown dance.
-        text = render_config(
-            inside, listener_host="0.0.0.0", listener_port=1883, run_as="root", flavour="test"
-        )
-        config.write_text(text)
-        self._container: Any = (
-            DockerContainer(IMAGE)
-            .with_volume_mapping(str(files.directory), str(_IN_CONTAINER), "rw")
-            .with_bind_ports(1883, port)
-            .with_command(f"mosquitto -c {_IN_CONTAINER / config.name}")
-        )
-        self.host = "127.0.0.1"
-
-    def start(self) -> None:
-        self._container.start()
-        self.host = self._container.get_container_host_ip()
-
-    def stop(self) -> None:
-        # SIGTERM first so mosquitto saves its persistence db (testcontainers' stop kills).
-        with contextlib.suppress(Exception):
-            self._container.get_wrapped_container().stop(timeout=10)
-        self._container.stop()
-
-    def reload(self) -> None:
-        result = self._container.exec(["kill", "-HUP", "1"])
-        if result.exit_code != 0:
-            raise BrokerUnavailableError(f"reload failed: {result.output!r}")
-
-    def pid(self) -> int | None:
-        return None
-
-    def check_alive(self) -> None:
-        wrapped = self._container.get_wrapped_container()
-        wrapped.reload()
-        status = wrapped.status
-        if status in ("exited", "dead"):
-            raise BrokerUnavailableError(f"container {status}: {self._container.get_logs()!r}")
-
-    def reload_command(self) -> list[str] | None:
-        container_id = self._container.get_wrapped_container().id
-        return ["docker", "exec", container_id, "kill", "-HUP", "1"]
-
-
 class Broker:
     """A running broker with the project's config; ``provision`` reloads it."""
 
-    def __init__(self, data_dir: Path, port: int, backend: _Backend, files: BrokerFiles) -> None:
+    def __init__(self, data_dir: Path, port: int, backend: Backend, files: BrokerFiles) -> None:
         self.data_dir = data_dir
         self.port = port
         self.files = files
@@ -340,9 +282,11 @@ def start_broker(data_dir: Path) -> Broker:
     port = free_port()
     files = init_broker_files(data_dir, listener_host="127.0.0.1", listener_port=port)
     forced = os.environ.get("SNLPGW_TEST_BROKER", "")
-    backend: _Backend
+    backend: Backend
     if forced == "container" or (forced != "local" and docker_answers()):
-        backend = _ContainerMosquitto(files, port)
+        from tests.support.broker_container import ContainerMosquitto  # noqa: PLC0415
+
+        backend = ContainerMosquitto(files, port)
     else:
         backend = LocalMosquitto(files.config, mosquitto_binary())
     broker = Broker(data_dir, port, backend, files)
