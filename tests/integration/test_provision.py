@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiomqtt
 import pytest
 
 from gateway.broker_files import GATEWAY_USERNAME, Role
@@ -171,3 +172,36 @@ def test_production_config_serves_devices_over_tls(tmp_path: Path, device_id: st
         assert wrong == NOT_AUTHORIZED
     finally:
         broker.stop()
+
+
+async def _drain_until_disconnected(client: aiomqtt.Client) -> None:
+    async with asyncio.timeout(5):
+        async for _ in client.messages:
+            pass
+
+
+async def test_reload_drops_only_the_rotated_session(broker: Broker, device_id: str) -> None:
+    """Mosquitto 2.0 re-checks connected clients on reload: rotating a password ends that
+    device's live session; the gateway and other devices stay connected."""
+    bystander_id = new_device_id()
+    device = broker.provision(device_id)
+    bystander = broker.provision(bystander_id)
+    rotated_board = aiomqtt.Client(
+        broker.host,
+        broker.port,
+        username=device.username,
+        password=device.password,
+        identifier=f"rotated-{device_id}",  # MQTT 5 paho would send "" (refused by our config)
+        protocol=aiomqtt.ProtocolVersion.V5,
+    )
+    async with (
+        mqtt_client(broker, broker.gateway_credentials()) as gateway,
+        mqtt_client(broker, bystander) as other,
+        rotated_board,
+    ):
+        await gateway.subscribe(f"snlp/v1/{bystander_id}/evt")
+        broker.provision(device_id)  # rotate + reload
+        with pytest.raises(aiomqtt.MqttError):
+            await _drain_until_disconnected(rotated_board)
+        await other.publish(f"snlp/v1/{bystander_id}/evt", b"still here")
+        assert (await gateway.expect(f"snlp/v1/{bystander_id}/evt")).payload == b"still here"
