@@ -9,13 +9,12 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.broker import Broker, start_broker
+from tests.support.broker import Broker, new_device_id, start_broker
 
 
 @pytest.fixture(scope="session")
@@ -30,10 +29,6 @@ def fresh_broker(tmp_path: Path) -> Iterator[Broker]:
     running = start_broker(tmp_path / "data")
     yield running
     running.stop()
-
-
-def new_device_id() -> str:
-    return "_".join(f"{b:02x}" for b in secrets.token_bytes(6))
 
 
 @pytest.fixture

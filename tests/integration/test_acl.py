@@ -14,8 +14,7 @@ import aiomqtt
 import pytest
 
 from gateway.credentials import Credentials
-from tests.integration.conftest import new_device_id
-from tests.support.broker import Broker, connect_reason_code
+from tests.support.broker import Broker, connect_reason_code, new_device_id
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
 
 pytestmark = pytest.mark.integration

@@ -17,13 +17,13 @@ import pytest
 
 from gateway.broker_files import GATEWAY_USERNAME, Role
 from gateway.credentials import Credentials, gateway_password, init_broker_files, provision
-from tests.integration.conftest import new_device_id
 from tests.support.broker import (
     Broker,
     LocalMosquitto,
     connect_reason_code,
     free_port,
     mosquitto_binary,
+    new_device_id,
     wait_ready,
 )
 from tests.support.mqtt_client import mqtt_client, publish_reason_code

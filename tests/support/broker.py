@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -258,6 +259,11 @@ def docker_answers() -> bool:
         return False
     finally:
         client.close()
+
+
+def new_device_id() -> str:
+    """A random board id in the device form (``aa_bb_cc_dd_ee_ff``)."""
+    return "_".join(f"{b:02x}" for b in secrets.token_bytes(6))
 
 
 def free_port() -> int:
