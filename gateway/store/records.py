@@ -9,9 +9,9 @@ Merge rules (SPEC §5), applied identically by :func:`merge_instance` / :func:`m
 * a field that is ``None`` in the update keeps the stored value; any other value replaces it;
 * step ``metrics``: an empty update keeps existing non-empty metrics, a non-empty one replaces;
 * instance ``created_ms``: the first value written wins (later ones are ignored);
-* instance ``reason`` describes the state it came with: an update setting ``state = running``
-  sets ``reason`` to the update's value (clearing e.g. ``offline`` on resume); otherwise a
-  ``None`` reason keeps the stored one.
+* instance ``reason`` belongs to the state it came with: an update carrying a ``state`` sets
+  ``reason`` to the update's value, ``None`` included (so resuming clears ``offline``); an
+  update without a state keeps the stored reason unless it gives one.
 
 Metrics are numbers, never verdicts (SPEC §2 rule 4): a list of ``{"method", "value"}``.
 """
@@ -133,7 +133,7 @@ def merge_instance(old: InstanceRecord, new: InstanceRecord) -> InstanceRecord:
         raise ValueError(f"cannot merge instance {new.instance_id} into {old.instance_id}")
     merged = {f.name: _pick(getattr(new, f.name), getattr(old, f.name)) for f in fields(new)}
     merged["created_ms"] = _pick(old.created_ms, new.created_ms)
-    if new.state is InstanceState.RUNNING:
+    if new.state is not None:
         merged["reason"] = new.reason
     return InstanceRecord(**merged)  # type: ignore[arg-type]  # same fields, same types
 

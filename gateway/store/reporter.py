@@ -71,6 +71,8 @@ class ManagerReporter:
         # Bounded: at most ``pending_limit`` ids; overflow drops the oldest (see module doc).
         self._pending: OrderedDict[str, None] = OrderedDict()
         self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
         store.add_listener(self.notify)
         self.bind(metrics=Metrics(), alarm=no_alarm)
 
@@ -97,7 +99,12 @@ class ManagerReporter:
                 log.warning("manager reporter full; dropped pending instance %s", dropped)
             self._pending[instance_id] = None
         self._depth.set(len(self._pending))
+        self._idle.clear()
         self._wakeup.set()
+
+    async def wait_idle(self) -> None:
+        """Wait until nothing is pending or being sent."""
+        await self._idle.wait()
 
     async def run(self) -> None:
         headers = {"Content-Type": "application/json"}
@@ -111,6 +118,7 @@ class ManagerReporter:
                     instance_id, _ = self._pending.popitem(last=False)
                     self._depth.set(len(self._pending))
                     await self._report(session, instance_id)
+                self._idle.set()
 
     async def _report(self, session: aiohttp.ClientSession, instance_id: str) -> None:
         url = f"{self._base}/task/instance/{quote(instance_id, safe='')}"

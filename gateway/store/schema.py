@@ -106,7 +106,7 @@ _INSTANCE_SET = _set_clause(
     INSTANCE_COLUMNS[1:],
     {
         "created_ms": "COALESCE(instances.created_ms, excluded.created_ms)",
-        "reason": "CASE WHEN excluded.state = 'running' THEN excluded.reason "
+        "reason": "CASE WHEN excluded.state IS NOT NULL THEN excluded.reason "
         "ELSE COALESCE(excluded.reason, instances.reason) END",
     },
 )
