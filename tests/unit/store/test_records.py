@@ -92,7 +92,9 @@ def test_json_views_carry_spec_names_and_no_verdicts() -> None:
     inst = InstanceRecord("i", device_id="d", state=InstanceState.COMPLETED, resume="{}")
     step = StepRecord("i", 0, prompt_text="/p", expected_text="Hi.", asr_text="hi", metrics=M1)
     ij, sj = inst.to_json(), step.to_json()
-    assert ij["instance_id"] == "i" and ij["device"] == "d" and ij["state"] == "completed"
+    assert ij["instance_id"] == "i"
+    assert ij["device"] == "d"
+    assert ij["state"] == "completed"
     assert "resume" not in ij
     assert sj["metrics"] == [{"method": "text_similarity_v0", "value": 0.5}]
     assert {"prompt_text", "expected_text", "asr_text", "assessed_at"} <= set(sj)

@@ -110,7 +110,8 @@ async def test_the_loop_is_never_the_sqlite_thread(tmp_path: Path) -> None:
     store = Store(connect=spy)  # type: ignore[arg-type]
     async with running(store):
         await store.upsert_step(StepRecord("i", 0))
-    assert seen and all(name.startswith("store") for name in seen)
+    assert seen
+    assert all(name.startswith("store") for name in seen)
     assert threading.current_thread().name not in seen
 
 
