@@ -87,8 +87,9 @@ class ManagerReporter:
         self.bind(metrics=ctx.metrics, alarm=ctx.ops.alarm)
 
     @property
-    def pending(self) -> int:
-        return len(self._pending)
+    def pending(self) -> list[str]:
+        """Instance ids waiting for a PUT, oldest first."""
+        return list(self._pending)
 
     def notify(self, instance_id: str) -> None:
         """An instance changed; never blocks, never raises."""
