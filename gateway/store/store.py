@@ -21,24 +21,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from gateway.metrics import Metrics
 from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
-from gateway.store.db import ConnectionFactory, Database, Record, file_connection
+from gateway.store.db import ConnectionFactory, Record, file_connection
 from gateway.store.errors import StoreError
 from gateway.store.pending import CoalescingQueue, Entry
 from gateway.store.records import InstanceRecord, InstanceState, StepRecord
+from gateway.store.worker import Worker, WriteResults
 
 if TYPE_CHECKING:
     from gateway.service import Context
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 Listener = Callable[[str], None]
 
 
@@ -55,6 +54,7 @@ class Store:
         path: Path | None = None,
         connect: ConnectionFactory | None = None,
         queue_limit: int = 10_000,
+        max_reads: int = 32,
         batch_size: int = 256,
         close_timeout_s: float = 2.0,
         alarm_interval_s: float = 60.0,
@@ -64,20 +64,19 @@ class Store:
             if path is None:
                 raise ValueError("Store needs a path or a connect factory")
             connect = file_connection(path)
-        self._connect = connect
+        self._worker = Worker(connect, max_reads=max_reads)
+        # Bounded: ``queue_limit`` distinct rows; overflow coalesces by key, and only a new key
+        # beyond the limit drops the oldest pending row (counted, alarmed). See pending.py.
         self._queue = CoalescingQueue(queue_limit)
         self._batch_size = batch_size
         self._close_timeout_s = close_timeout_s
         self._alarm_interval_s = alarm_interval_s
         self._clock_ms = clock_ms
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
-        self._db: Database | None = None  # touched only on the executor thread
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._inflight: tuple[list[Entry], asyncio.Future[list[StoreError | None]]] | None = None
+        self._inflight: tuple[list[Entry], asyncio.Future[WriteResults]] | None = None
         self._listeners: list[Listener] = []
-        self._closed = False
         self._failing = False
         self.bind(metrics=Metrics(), alarm=no_alarm)
 
@@ -133,7 +132,7 @@ class Store:
     async def get_instance(
         self, instance_id: str
     ) -> tuple[InstanceRecord, list[StepRecord]] | None:
-        return await self._call(lambda db: db.get_instance(instance_id))
+        return await self._worker.read(lambda db: db.get_instance(instance_id))
 
     async def list_instances(
         self,
@@ -143,19 +142,19 @@ class Store:
         limit: int = 50,
     ) -> list[InstanceRecord]:
         """Newest first."""
-        return await self._call(
+        return await self._worker.read(
             lambda db: db.list_instances(device_id=device_id, state=state, limit=limit)
         )
 
     async def running_instances(self) -> list[InstanceRecord]:
         """Instances left ``running`` or ``paused`` (restart-resume), oldest first."""
-        return await self._call(lambda db: db.unfinished_instances())
+        return await self._worker.read(lambda db: db.unfinished_instances())
 
     # ---- the writer ---------------------------------------------------------------------------
 
     async def run(self) -> None:
         try:
-            await self._call(lambda db: None)  # open + migrate now, not at the first write
+            await self._worker.read(lambda db: None)  # open + migrate now, not at first write
         except StoreError as exc:
             self._record_failure(exc, rows=0)
         try:
@@ -163,42 +162,18 @@ class Store:
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 while len(self._queue):
-                    await self._write_batch(self._queue.take(self._batch_size))
+                    entries = self._queue.take(self._batch_size)
+                    self._depth.set(len(self._queue))
+                    fut = self._worker.start_write([e.record for e in entries])
+                    self._inflight = (entries, fut)
+                    results = await asyncio.shield(fut)  # a cancelled writer still sees it end
+                    self._inflight = None
+                    self._finish(entries, results)
                 self._idle.set()
         finally:
             await self._shutdown()
 
-    async def _write_batch(self, entries: list[Entry]) -> None:
-        self._depth.set(len(self._queue))
-        loop = asyncio.get_running_loop()
-        records = [e.record for e in entries]
-        fut = loop.run_in_executor(self._executor, self._write_in_thread, records)
-        self._inflight = (entries, fut)
-        results = await asyncio.shield(fut)  # a cancelled writer still sees its batch finish
-        self._inflight = None
-        self._finish(entries, results)
-
-    def _write_in_thread(self, records: Sequence[Record]) -> list[StoreError | None]:
-        """Runs on the store thread; returns one error (or None) per record, never raises."""
-        try:
-            db = self._open_in_thread()
-            db.write(records)
-        except Exception as exc:  # a failed write must never kill the writer
-            error = exc if isinstance(exc, StoreError) else StoreError(f"write failed: {exc!r}")
-            if len(records) == 1 or self._db is None:
-                return [error] * len(records)
-            return [self._write_one(db, record) for record in records]
-        return [None] * len(records)
-
-    @staticmethod
-    def _write_one(db: Database, record: Record) -> StoreError | None:
-        try:
-            db.write([record])
-        except Exception as exc:  # counted by the caller, never raised
-            return exc if isinstance(exc, StoreError) else StoreError(f"write failed: {exc!r}")
-        return None
-
-    def _finish(self, entries: list[Entry], results: list[StoreError | None]) -> None:
+    def _finish(self, entries: list[Entry], results: WriteResults) -> None:
         changed: dict[str, None] = {}
         for entry, error in zip(entries, results, strict=True):
             table = "instances" if isinstance(entry.record, InstanceRecord) else "steps"
@@ -223,28 +198,25 @@ class Store:
         self._alarm_failed(error=str(exc), instance_id=key)
 
     async def _shutdown(self) -> None:
+        """Finish the batch in flight and write what is pending, within ``close_timeout_s``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._close_timeout_s
-        if self._inflight is not None:
-            entries, fut = self._inflight
+        inflight, self._inflight = self._inflight, None
+        while True:
+            if inflight is None:
+                if not len(self._queue) or loop.time() >= deadline:
+                    break
+                entries = self._queue.take(self._batch_size)
+                inflight = (entries, self._worker.start_write([e.record for e in entries]))
+            entries, fut = inflight
             await asyncio.wait({fut}, timeout=max(0.0, deadline - loop.time()))
             self._finish(entries, fut.result() if fut.done() else _closed_errors(entries))
-            self._inflight = None
-        while len(self._queue) and loop.time() < deadline:
-            entries = self._queue.take(self._batch_size)
-            fut = loop.run_in_executor(
-                self._executor, self._write_in_thread, [e.record for e in entries]
-            )
-            await asyncio.wait({fut}, timeout=max(0.0, deadline - loop.time()))
-            self._finish(entries, fut.result() if fut.done() else _closed_errors(entries))
-        self._closed = True
+            inflight = None
+        await self._worker.close(timeout_s=max(0.0, deadline - loop.time()))
         left = self._queue.take(len(self._queue))
         if left:
             log.warning("store closed with %d rows unwritten", len(left))
             self._finish(left, _closed_errors(left))
-        closing = loop.run_in_executor(self._executor, self._close_in_thread)
-        await asyncio.wait({closing}, timeout=max(0.0, deadline - loop.time()))
-        self._executor.shutdown(wait=False)
         self._depth.set(0)
         self._idle.set()
 
@@ -261,7 +233,7 @@ class Store:
         )
 
     def _put(self, record: Record, waiter: asyncio.Future[None] | None) -> None:
-        if self._closed:
+        if self._worker.closed:
             error = StoreError("store closed", key=record.instance_id)
             if waiter is not None:
                 waiter.set_exception(error)
@@ -284,25 +256,8 @@ class Store:
         self._put(record, waiter)
         await waiter
 
-    async def _call(self, fn: Callable[[Database], T]) -> T:
-        if self._closed:
-            raise StoreError("store closed")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self._open_in_thread()))
 
-    def _open_in_thread(self) -> Database:
-        if self._db is None:
-            self._db = Database.open(self._connect)
-            log.info("store open (schema found at version %d)", self._db.found_version)
-        return self._db
-
-    def _close_in_thread(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
-
-def _closed_errors(entries: list[Entry]) -> list[StoreError | None]:
+def _closed_errors(entries: list[Entry]) -> WriteResults:
     return [StoreError("store closed before the write") for _ in entries]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from functools import reduce
@@ -210,3 +211,36 @@ async def test_overflow_drops_oldest_row_counted(tmp_path: Path) -> None:
 def test_store_needs_somewhere_to_write() -> None:
     with pytest.raises(ValueError, match="path"):
         Store()
+
+
+async def test_a_locked_database_fails_writes_then_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite3"
+    Database.open(file_connection(path)).close()
+
+    def impatient() -> sqlite3.Connection:
+        return sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0.05)
+
+    metrics = Metrics()
+    store = Store(connect=impatient)
+    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    other = sqlite3.connect(path, isolation_level=None)  # another process holding the write lock
+    other.execute("BEGIN IMMEDIATE")
+    async with running(store):
+        with pytest.raises(StoreError, match="locked"):
+            await store.upsert_instance(InstanceRecord("i", state=InstanceState.RUNNING))
+        assert store.health()["ok"] is False
+        other.execute("ROLLBACK")
+        await store.upsert_instance(InstanceRecord("i", state=InstanceState.RUNNING))
+        assert store.health()["ok"] is True
+        found = await store.get_instance("i")
+    other.close()
+    assert found is not None
+    assert sample(metrics, "store_write_failures_total") == 1
+    assert sample(metrics, "store_writes_total", table="instances") == 1
+
+
+async def test_reads_beyond_the_cap_are_refused(tmp_path: Path) -> None:
+    store = Store(path=tmp_path / "g.sqlite3", max_reads=0)
+    async with running(store):
+        with pytest.raises(StoreError, match="busy"):
+            await store.list_instances()
