@@ -1,0 +1,64 @@
+"""Storage of task instances and steps (SQLite), the task HTTP API, the manager reporter.
+
+Wiring (composition root)::
+
+    parts = build_store_components(settings)
+    runtime = Runtime(..., store=parts.store)   # submit_instance / submit_step
+    components += parts.components               # store, task API, reporter if configured
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gateway.store.api import TaskApi
+from gateway.store.errors import StoreError
+from gateway.store.records import InstanceRecord, InstanceState, MetricValue, StepRecord
+from gateway.store.reporter import ManagerReporter
+from gateway.store.store import Store
+
+if TYPE_CHECKING:
+    from gateway.service import Component
+    from gateway.settings import Settings
+
+__all__ = [
+    "InstanceRecord",
+    "InstanceState",
+    "ManagerReporter",
+    "MetricValue",
+    "StepRecord",
+    "Store",
+    "StoreComponents",
+    "StoreError",
+    "TaskApi",
+    "build_store_components",
+]
+
+
+@dataclass(frozen=True)
+class StoreComponents:
+    store: Store
+    api: TaskApi
+    reporter: ManagerReporter | None
+
+    @property
+    def components(self) -> list[Component]:
+        parts: list[Component] = [self.store, self.api]
+        if self.reporter is not None:
+            parts.append(self.reporter)
+        return parts
+
+
+def build_store_components(settings: Settings) -> StoreComponents:
+    """The store on ``settings.sqlite_path``, its HTTP API, and the reporter if configured."""
+    store = Store(path=settings.sqlite_path)
+    reporter = None
+    if settings.store.manager_url:
+        reporter = ManagerReporter(
+            store=store,
+            url=settings.store.manager_url,
+            secret=settings.store.manager_secret,
+            retries=settings.store.manager_retries,
+        )
+    return StoreComponents(store=store, api=TaskApi(store=store), reporter=reporter)

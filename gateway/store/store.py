@@ -1,0 +1,271 @@
+"""The async store: SQLite on one dedicated thread, fed by a bounded coalescing write queue.
+
+Everything touching SQLite runs on a single-thread executor that owns the one connection, so
+reads and writes are serialized and the event loop never blocks on the disk.
+
+* ``submit_instance`` / ``submit_step`` (the hot path's variant) enqueue and return at once;
+  they never raise. A failed write is logged, counted (``store_write_failures``) and raises the
+  ops alarm ``store_failed`` (at most one per ``alarm_interval_s``).
+* ``upsert_instance`` / ``upsert_step`` go through the same queue (so ordering with submits
+  holds) and wait for the commit; they raise :class:`StoreError` on failure.
+* The writer takes up to ``batch_size`` pending rows per transaction; if the transaction fails
+  each row is retried alone so one bad row cannot sink the others.
+* Queue overflow: see :mod:`gateway.store.pending` (coalesce by key; oldest row dropped only
+  when ``queue_limit`` distinct rows are pending).
+* After a row commits, listeners (the manager reporter) are told its instance id, on the loop.
+* Shutdown (cancellation of ``run``) writes what is pending within ``close_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gateway.metrics import Metrics
+from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
+from gateway.store.db import ConnectionFactory, Record, file_connection
+from gateway.store.errors import StoreError
+from gateway.store.pending import CoalescingQueue, Entry
+from gateway.store.records import InstanceRecord, InstanceState, StepRecord
+from gateway.store.worker import Worker, WriteResults
+
+if TYPE_CHECKING:
+    from gateway.service import Context
+
+log = logging.getLogger(__name__)
+Listener = Callable[[str], None]
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Store:
+    name = "store"
+
+    def __init__(
+        self,
+        *,
+        path: Path | None = None,
+        connect: ConnectionFactory | None = None,
+        queue_limit: int = 10_000,
+        max_reads: int = 32,
+        batch_size: int = 256,
+        close_timeout_s: float = 2.0,
+        alarm_interval_s: float = 60.0,
+        clock_ms: Callable[[], int] = wall_ms,
+    ) -> None:
+        if connect is None:
+            if path is None:
+                raise ValueError("Store needs a path or a connect factory")
+            connect = file_connection(path)
+        self._worker = Worker(connect, max_reads=max_reads)
+        # Bounded: ``queue_limit`` distinct rows; overflow coalesces by key, and only a new key
+        # beyond the limit drops the oldest pending row (counted, alarmed). See pending.py.
+        self._queue = CoalescingQueue(queue_limit)
+        self._batch_size = batch_size
+        self._close_timeout_s = close_timeout_s
+        self._alarm_interval_s = alarm_interval_s
+        self._clock_ms = clock_ms
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._inflight: tuple[list[Entry], asyncio.Future[WriteResults]] | None = None
+        self._listeners: list[Listener] = []
+        self._failing = False
+        self.bind(metrics=Metrics(), alarm=no_alarm)
+
+    # ---- wiring -------------------------------------------------------------------------------
+
+    def bind(self, *, metrics: Metrics, alarm: AlarmFn) -> None:
+        """Declare figures on ``metrics`` and raise alarms through ``alarm`` (before ``run``)."""
+        self._writes = metrics.counter("store_writes", "Rows written to the store", ["table"])
+        self._failures = metrics.counter("store_write_failures", "Rows whose write failed")
+        self._depth = metrics.gauge("store_queue_depth", "Rows waiting to be written")
+        self._coalesced = metrics.counter("store_coalesced", "Updates merged into a pending row")
+        self._dropped = metrics.counter("store_dropped", "Pending rows dropped (queue overflow)")
+        self._alarm_failed = RateLimitedAlarm(
+            "store_failed", alarm, interval_s=self._alarm_interval_s
+        )
+        self._alarm_overflow = RateLimitedAlarm(
+            "store_overflow", alarm, interval_s=self._alarm_interval_s
+        )
+
+    def attach(self, ctx: Context) -> None:
+        self.bind(metrics=ctx.metrics, alarm=ctx.ops.alarm)
+        ctx.http.add_health("store", self.health)
+
+    def add_listener(self, listener: Listener) -> None:
+        """``listener(instance_id)`` is called on the loop after a row of it commits."""
+        self._listeners.append(listener)
+
+    def health(self) -> dict[str, object]:
+        return {"ok": not self._failing, "pending": len(self._queue)}
+
+    # ---- writes -------------------------------------------------------------------------------
+
+    def submit_instance(self, record: InstanceRecord) -> None:
+        """Fire and forget; never blocks, never raises."""
+        self._put(self._stamp(record), None)
+
+    def submit_step(self, record: StepRecord) -> None:
+        """Fire and forget; never blocks, never raises."""
+        self._put(record, None)
+
+    async def upsert_instance(self, record: InstanceRecord) -> None:
+        await self._put_and_wait(self._stamp(record))
+
+    async def upsert_step(self, record: StepRecord) -> None:
+        await self._put_and_wait(record)
+
+    async def flush(self) -> None:
+        """Wait until everything submitted so far has been written (or has failed)."""
+        await self._idle.wait()
+
+    # ---- reads (raise StoreError) -------------------------------------------------------------
+
+    async def get_instance(
+        self, instance_id: str
+    ) -> tuple[InstanceRecord, list[StepRecord]] | None:
+        return await self._worker.read(lambda db: db.get_instance(instance_id))
+
+    async def list_instances(
+        self,
+        *,
+        device_id: str | None = None,
+        state: InstanceState | None = None,
+        limit: int = 50,
+    ) -> list[InstanceRecord]:
+        """Newest first."""
+        return await self._worker.read(
+            lambda db: db.list_instances(device_id=device_id, state=state, limit=limit)
+        )
+
+    async def running_instances(self) -> list[InstanceRecord]:
+        """Instances left ``running`` or ``paused`` (restart-resume), oldest first."""
+        return await self._worker.read(lambda db: db.unfinished_instances())
+
+    # ---- the writer ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            await self._worker.read(lambda db: None)  # open + migrate now, not at first write
+        except StoreError as exc:
+            self._record_failure(exc, rows=0)
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while len(self._queue):
+                    entries = self._queue.take(self._batch_size)
+                    self._depth.set(len(self._queue))
+                    fut = self._worker.start_write([e.record for e in entries])
+                    self._inflight = (entries, fut)
+                    results = await asyncio.shield(fut)  # a cancelled writer still sees it end
+                    self._inflight = None
+                    self._finish(entries, results)
+                self._idle.set()
+        finally:
+            await self._shutdown()
+
+    def _finish(self, entries: list[Entry], results: WriteResults) -> None:
+        changed: dict[str, None] = {}
+        for entry, error in zip(entries, results, strict=True):
+            table = "instances" if isinstance(entry.record, InstanceRecord) else "steps"
+            if error is None:
+                self._writes.labels(table).inc()
+                changed[entry.record.instance_id] = None
+                self._failing = False
+            else:
+                self._record_failure(error, rows=1, key=entry.record.instance_id)
+            _settle(entry, error)
+        for instance_id in changed:
+            for listener in self._listeners:
+                try:
+                    listener(instance_id)
+                except Exception:
+                    log.exception("store listener failed for instance %s", instance_id)
+
+    def _record_failure(self, exc: StoreError, *, rows: int, key: str | None = None) -> None:
+        self._failing = True
+        self._failures.inc(rows)
+        log.warning("store write failed (instance %s): %s", key, exc)
+        self._alarm_failed(error=str(exc), instance_id=key)
+
+    async def _shutdown(self) -> None:
+        """Finish the batch in flight and write what is pending, within ``close_timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._close_timeout_s
+        inflight, self._inflight = self._inflight, None
+        while True:
+            if inflight is None:
+                if not len(self._queue) or loop.time() >= deadline:
+                    break
+                entries = self._queue.take(self._batch_size)
+                inflight = (entries, self._worker.start_write([e.record for e in entries]))
+            entries, fut = inflight
+            await asyncio.wait({fut}, timeout=max(0.0, deadline - loop.time()))
+            self._finish(entries, fut.result() if fut.done() else _closed_errors(entries))
+            inflight = None
+        await self._worker.close(timeout_s=max(0.0, deadline - loop.time()))
+        left = self._queue.take(len(self._queue))
+        if left:
+            log.warning("store closed with %d rows unwritten", len(left))
+            self._finish(left, _closed_errors(left))
+        self._depth.set(0)
+        self._idle.set()
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _stamp(self, record: InstanceRecord) -> InstanceRecord:
+        if record.updated_ms is not None and record.created_ms is not None:
+            return record
+        now = self._clock_ms()
+        return replace(
+            record,
+            created_ms=now if record.created_ms is None else record.created_ms,
+            updated_ms=now if record.updated_ms is None else record.updated_ms,
+        )
+
+    def _put(self, record: Record, waiter: asyncio.Future[None] | None) -> None:
+        if self._worker.closed:
+            error = StoreError("store closed", key=record.instance_id)
+            if waiter is not None:
+                waiter.set_exception(error)
+            else:
+                self._record_failure(error, rows=1, key=record.instance_id)
+            return
+        result = self._queue.put(record, waiter)
+        if result.coalesced:
+            self._coalesced.inc()
+        if result.dropped is not None:
+            self._dropped.inc()
+            self._alarm_overflow(limit=self._queue.limit)
+            _settle(result.dropped, StoreError("dropped: write queue full"))
+        self._depth.set(len(self._queue))
+        self._idle.clear()
+        self._wakeup.set()
+
+    async def _put_and_wait(self, record: Record) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._put(record, waiter)
+        await waiter
+
+
+def _closed_errors(entries: list[Entry]) -> WriteResults:
+    return [StoreError("store closed before the write") for _ in entries]
+
+
+def _settle(entry: Entry, error: StoreError | None) -> None:
+    for waiter in entry.waiters:
+        if waiter.done():
+            continue
+        if error is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(error)

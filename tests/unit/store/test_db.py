@@ -1,0 +1,207 @@
+"""SQLite layer: schema creation/migration, the SQL upsert rules, queries.
+
+The SQL upsert and the in-memory merge must agree: a hypothesis test applies random partial
+updates one by one to the database and compares with their coalesced merge written once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from functools import reduce
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.store import schema
+from gateway.store.db import Database, file_connection
+from gateway.store.errors import StoreError
+from gateway.store.records import (
+    InstanceRecord,
+    InstanceState,
+    MetricValue,
+    StepRecord,
+    merge_instance,
+    merge_step,
+)
+from tests.unit.store.helpers import read_only
+
+M1 = (MetricValue("text_similarity_v0", 0.25),)
+M2 = (MetricValue("text_similarity_v0", 1.0), MetricValue("other_v0", 3.0))
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = Database.open(file_connection(tmp_path / "sub" / "g.sqlite3"))
+    yield database
+    database.close()
+
+
+def test_schema_created_in_wal_mode_with_version(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "g.sqlite3"
+    first = Database.open(file_connection(path))
+    assert first.found_version == 0
+    first.close()
+    again = Database.open(file_connection(path))  # reopening migrates nothing
+    assert again.found_version == schema.SCHEMA_VERSION
+    again.close()
+    conn = sqlite3.connect(path)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"instances", "steps", "schema_version"} <= tables
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite3"
+    Database.open(file_connection(path)).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE schema_version SET version = 99")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="newer"):
+        Database.open(file_connection(path))
+
+
+STEP_CASES = [
+    # (first write, update, expected metrics, expected asr_text)
+    (StepRecord("i", 0, metrics=M1, asr_text="a"), StepRecord("i", 0), M1, "a"),
+    (StepRecord("i", 0, metrics=M1), StepRecord("i", 0, metrics=(), asr_text="b"), M1, "b"),
+    (StepRecord("i", 0, metrics=M1), StepRecord("i", 0, metrics=M2), M2, None),
+    (StepRecord("i", 0), StepRecord("i", 0, metrics=M2, asr_text="c"), M2, "c"),
+    (StepRecord("i", 0), StepRecord("i", 0), (), None),
+]
+
+
+@pytest.mark.parametrize(("first", "update", "metrics", "asr"), STEP_CASES)
+def test_step_upsert_rule(
+    db: Database,
+    first: StepRecord,
+    update: StepRecord,
+    metrics: tuple[MetricValue, ...],
+    asr: str | None,
+) -> None:
+    db.write([first])
+    db.write([update])
+    found = db.get_instance("i")
+    assert found is None  # steps alone make no instance
+    db.write([InstanceRecord("i", created_ms=1)])
+    found = db.get_instance("i")
+    assert found is not None
+    (step,) = found[1]
+    assert (step.metrics, step.asr_text) == (metrics, asr)
+
+
+def test_step_none_fields_keep_stored_values(db: Database) -> None:
+    db.write([InstanceRecord("i", created_ms=1)])
+    db.write([StepRecord("i", 1, prompt_text="/app/t/lessons/u/01.mp3", played_ms=5)])
+    db.write([StepRecord("i", 1, expected_text="Good morning.", window_closed_ms=9)])
+    found = db.get_instance("i")
+    assert found is not None
+    assert found[1] == [
+        StepRecord(
+            "i",
+            1,
+            prompt_text="/app/t/lessons/u/01.mp3",
+            expected_text="Good morning.",
+            played_ms=5,
+            window_closed_ms=9,
+        )
+    ]
+
+
+def test_a_bad_row_fails_the_transaction_alone(db: Database) -> None:
+    bad = InstanceRecord("x", state="bogus")  # type: ignore[arg-type]
+    with pytest.raises(StoreError):
+        db.write([InstanceRecord("ok", created_ms=1), bad])
+    assert db.get_instance("ok") is None  # rolled back as a whole
+
+
+def test_list_filters_newest_first_and_limit(db: Database) -> None:
+    for n in range(6):
+        state = InstanceState.RUNNING if n % 2 else InstanceState.COMPLETED
+        db.write([InstanceRecord(f"i{n}", device_id=f"d{n % 3}", state=state, created_ms=n)])
+    ids = [r.instance_id for r in db.list_instances(device_id=None, state=None, limit=50)]
+    assert ids == ["i5", "i4", "i3", "i2", "i1", "i0"]
+    assert [r.instance_id for r in db.list_instances(device_id="d1", state=None, limit=50)] == [
+        "i4",
+        "i1",
+    ]
+    assert [
+        r.instance_id
+        for r in db.list_instances(device_id=None, state=InstanceState.RUNNING, limit=2)
+    ] == ["i5", "i3"]
+    db.write([InstanceRecord("i1", state=InstanceState.PAUSED, reason="offline")])
+    assert [r.instance_id for r in db.unfinished_instances()] == ["i1", "i3", "i5"]
+
+
+def test_writes_fail_on_a_read_only_database(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite3"
+    Database.open(file_connection(path)).close()
+    ro = Database.open(lambda: read_only(path))
+    with pytest.raises(StoreError, match="readonly"):
+        ro.write([InstanceRecord("i", created_ms=1)])
+    assert ro.list_instances(device_id=None, state=None, limit=5) == []
+    ro.close()
+
+
+# ---- SQL upsert == in-memory merge --------------------------------------------------------
+
+_text = st.one_of(st.none(), st.sampled_from(["a", "b", "offline", "preempted"]))
+_int = st.one_of(st.none(), st.integers(0, 10))
+_instances = st.builds(
+    InstanceRecord,
+    instance_id=st.just("i"),
+    device_id=_text,
+    priority=_int,
+    state=st.one_of(st.none(), st.sampled_from(list(InstanceState))),
+    reason=_text,
+    created_ms=st.integers(0, 10),  # the store always stamps these
+    updated_ms=st.integers(0, 10),
+    ended_ms=_int,
+    current_step=_int,
+    resume=_text,
+)
+_steps = st.builds(
+    StepRecord,
+    instance_id=st.just("i"),
+    step_index=st.just(0),
+    asr_text=_text,
+    expected_text=_text,
+    metrics=st.sampled_from([(), M1, M2]),
+    assessed_at=_int,
+    window_closed_ms=_int,
+    failure=_text,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    base_i=_instances,
+    updates_i=st.lists(_instances, min_size=1, max_size=6),
+    base_s=_steps,
+    updates_s=st.lists(_steps, min_size=1, max_size=6),
+)
+def test_sql_upsert_matches_the_merge_rules(
+    base_i: InstanceRecord,
+    updates_i: list[InstanceRecord],
+    base_s: StepRecord,
+    updates_s: list[StepRecord],
+) -> None:
+    one_by_one = Database.open(lambda: sqlite3.connect(":memory:", isolation_level=None))
+    coalesced = Database.open(lambda: sqlite3.connect(":memory:", isolation_level=None))
+    for db in (one_by_one, coalesced):
+        db.write([base_i, base_s])
+    for record in [*updates_i, *updates_s]:
+        one_by_one.write([record])
+    coalesced.write([reduce(merge_instance, updates_i), reduce(merge_step, updates_s)])
+    a, b = one_by_one.get_instance("i"), coalesced.get_instance("i")
+    assert a == b
+    assert a is not None
+    assert a[0] == reduce(merge_instance, updates_i, base_i)
+    assert a[1] == [reduce(merge_step, updates_s, base_s)]
+    one_by_one.close()
+    coalesced.close()

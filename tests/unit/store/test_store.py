@@ -1,0 +1,246 @@
+"""The async store over a real SQLite file: coalescing, ordering, failure handling, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import AsyncIterator
+from functools import reduce
+from pathlib import Path
+
+import pytest
+
+from gateway.metrics import Metrics
+from gateway.store import InstanceRecord, InstanceState, MetricValue, StepRecord, Store
+from gateway.store.db import Database, file_connection
+from gateway.store.errors import StoreError
+from gateway.store.records import merge_instance, merge_step
+from tests.unit.store.helpers import make_service, read_only, sample
+
+
+@contextlib.asynccontextmanager
+async def running(store: Store) -> AsyncIterator[Store]:
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(store.run(), name="test.store")
+        try:
+            yield store
+        finally:
+            task.cancel()
+
+
+def m(value: float) -> tuple[MetricValue, ...]:
+    return (MetricValue("text_similarity_v0", value),)
+
+
+async def test_burst_of_submits_coalesces_and_lands_in_final_state(tmp_path: Path) -> None:
+    metrics = Metrics()
+    store = Store(path=tmp_path / "g.sqlite3", clock_ms=lambda: 1000)
+    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    sent_i: dict[str, list[InstanceRecord]] = {}
+    sent_s: dict[tuple[str, int], list[StepRecord]] = {}
+    async with running(store):
+        # one synchronous burst: the writer cannot run in between, so every repeat coalesces
+        for n in range(400):
+            iid = f"inst-{n % 4}"
+            inst = InstanceRecord(iid, current_step=n, state=InstanceState.RUNNING)
+            step = StepRecord(
+                iid,
+                n % 3,
+                asr_text=f"t{n}" if n % 2 else None,
+                metrics=m(n / 400) if n % 5 == 0 else (),
+            )
+            store.submit_instance(inst)
+            store.submit_step(step)
+            sent_i.setdefault(iid, []).append(inst)
+            sent_s.setdefault((iid, n % 3), []).append(step)
+        assert sample(metrics, "store_queue_depth") == 4 + 12
+        await store.flush()
+        for iid, updates in sent_i.items():
+            found = await store.get_instance(iid)
+            assert found is not None
+            instance, steps = found
+            expected = reduce(merge_instance, updates)
+            assert instance == InstanceRecord(
+                iid,
+                state=InstanceState.RUNNING,
+                current_step=expected.current_step,
+                created_ms=1000,
+                updated_ms=1000,
+            )
+            assert steps == [reduce(merge_step, sent_s[(iid, k)]) for k in range(3)]
+    assert sample(metrics, "store_coalesced_total") == 800 - 16
+    assert sample(metrics, "store_writes_total", table="steps") == 12
+    assert sample(metrics, "store_write_failures_total") == 0
+
+
+async def test_interleaved_writers_end_in_the_merged_state(tmp_path: Path) -> None:
+    store = Store(path=tmp_path / "g.sqlite3")
+    async with running(store):
+
+        async def writer(k: int) -> None:
+            for n in range(50):
+                store.submit_step(StepRecord("i", n % 5, asr_text=f"w{k}-{n}", metrics=m(n)))
+                await asyncio.sleep(0)
+
+        async with asyncio.TaskGroup() as tg:
+            for k in range(4):
+                tg.create_task(writer(k), name=f"test.writer{k}")
+        store.submit_step(StepRecord("i", 0, asr_text="last"))  # empty metrics: kept
+        await store.upsert_instance(InstanceRecord("i", state=InstanceState.COMPLETED))
+        await store.flush()
+        found = await store.get_instance("i")
+    assert found is not None
+    steps = found[1]
+    assert [s.step_index for s in steps] == [0, 1, 2, 3, 4]
+    assert steps[0].asr_text == "last"
+    assert steps[0].metrics == m(45)  # the last non-empty one (n = 45 is the last n % 5 == 0)
+    assert found[0].state is InstanceState.COMPLETED
+
+
+async def test_the_loop_is_never_the_sqlite_thread(tmp_path: Path) -> None:
+    seen: list[str] = []
+    path = tmp_path / "g.sqlite3"
+    connect = file_connection(path)
+
+    def spy() -> object:
+        seen.append(threading.current_thread().name)
+        return connect()
+
+    store = Store(connect=spy)  # type: ignore[arg-type]
+    async with running(store):
+        await store.upsert_step(StepRecord("i", 0))
+    assert seen
+    assert all(name.startswith("store") for name in seen)
+    assert threading.current_thread().name not in seen
+
+
+async def test_failing_writes_are_counted_never_raised_to_submitters(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite3"
+    Database.open(file_connection(path)).close()  # a valid, current schema
+    store = Store(connect=lambda: read_only(path))
+    service = make_service(tmp_path, [store])
+    metrics = service.metrics
+    async with running(store):
+        for n in range(10):
+            store.submit_instance(InstanceRecord(f"i{n}", state=InstanceState.RUNNING))
+            store.submit_step(StepRecord(f"i{n}", 0, asr_text="x"))
+        await store.flush()
+        with pytest.raises(StoreError, match="readonly"):
+            await store.upsert_step(StepRecord("i0", 1))
+        assert store.health()["ok"] is False
+        assert await store.list_instances() == []  # reads still work
+    assert sample(metrics, "store_write_failures_total") == 21
+    assert sample(metrics, "store_writes_total", table="instances") == 0
+    assert sample(metrics, "ops_alarms_total", alarm="store_failed") == 1  # rate-limited
+
+
+async def test_one_bad_row_does_not_sink_its_batch(tmp_path: Path) -> None:
+    metrics = Metrics()
+    store = Store(path=tmp_path / "g.sqlite3")
+    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    async with running(store):
+        store.submit_instance(InstanceRecord("good-1"))
+        store.submit_instance(InstanceRecord("bad", state="bogus"))  # type: ignore[arg-type]
+        store.submit_instance(InstanceRecord("good-2"))
+        await store.flush()
+        listed = {r.instance_id for r in await store.list_instances()}
+    assert listed == {"good-1", "good-2"}
+    assert sample(metrics, "store_write_failures_total") == 1
+    assert sample(metrics, "store_writes_total", table="instances") == 2
+
+
+async def test_pending_rows_are_written_at_shutdown_and_closed_store_refuses(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "g.sqlite3"
+    metrics = Metrics()
+    store = Store(path=path)
+    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    async with running(store):
+        await store.upsert_instance(InstanceRecord("late", state=InstanceState.RUNNING))
+        store.submit_instance(InstanceRecord("late", state=InstanceState.CANCELLED))
+    # run() was cancelled right after the submit: the row was still written
+    db = Database.open(file_connection(path))
+    found = db.get_instance("late")
+    db.close()
+    assert found is not None
+    assert found[0].state is InstanceState.CANCELLED
+    store.submit_step(StepRecord("late", 0))  # counted, not raised
+    assert sample(metrics, "store_write_failures_total") == 1
+    with pytest.raises(StoreError, match="closed"):
+        await store.upsert_step(StepRecord("late", 0))
+    with pytest.raises(StoreError, match="closed"):
+        await store.get_instance("late")
+
+
+async def test_listeners_hear_committed_instances_once_per_batch(tmp_path: Path) -> None:
+    heard: list[str] = []
+    store = Store(path=tmp_path / "g.sqlite3")
+    store.add_listener(heard.append)
+
+    def broken(_: str) -> None:
+        raise RuntimeError("listener bug")
+
+    store.add_listener(broken)  # logged, does not stop the writer
+    async with running(store):
+        store.submit_instance(InstanceRecord("a"))
+        store.submit_step(StepRecord("a", 0))
+        store.submit_step(StepRecord("b", 0))
+        await store.flush()
+        await store.upsert_instance(InstanceRecord("a", state=InstanceState.COMPLETED))
+    assert heard == ["a", "b", "a"]
+
+
+async def test_overflow_drops_oldest_row_counted(tmp_path: Path) -> None:
+    metrics = Metrics()
+    alarms: list[str] = []
+    store = Store(path=tmp_path / "g.sqlite3", queue_limit=3)
+    store.bind(metrics=metrics, alarm=lambda name, **_: alarms.append(name))
+    async with running(store):
+        for n in range(5):
+            store.submit_instance(InstanceRecord(f"i{n}"))
+        await store.flush()
+        listed = sorted(r.instance_id for r in await store.list_instances())
+    assert listed == ["i2", "i3", "i4"]
+    assert sample(metrics, "store_dropped_total") == 2
+    assert alarms == ["store_overflow"]
+
+
+def test_store_needs_somewhere_to_write() -> None:
+    with pytest.raises(ValueError, match="path"):
+        Store()
+
+
+async def test_a_locked_database_fails_writes_then_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite3"
+    Database.open(file_connection(path)).close()
+
+    def impatient() -> sqlite3.Connection:
+        return sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0.05)
+
+    metrics = Metrics()
+    store = Store(connect=impatient)
+    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    other = sqlite3.connect(path, isolation_level=None)  # another process holding the write lock
+    other.execute("BEGIN IMMEDIATE")
+    async with running(store):
+        with pytest.raises(StoreError, match="locked"):
+            await store.upsert_instance(InstanceRecord("i", state=InstanceState.RUNNING))
+        assert store.health()["ok"] is False
+        other.execute("ROLLBACK")
+        await store.upsert_instance(InstanceRecord("i", state=InstanceState.RUNNING))
+        assert store.health()["ok"] is True
+        found = await store.get_instance("i")
+    other.close()
+    assert found is not None
+    assert sample(metrics, "store_write_failures_total") == 1
+    assert sample(metrics, "store_writes_total", table="instances") == 1
+
+
+async def test_reads_beyond_the_cap_are_refused(tmp_path: Path) -> None:
+    store = Store(path=tmp_path / "g.sqlite3", max_reads=0)
+    async with running(store):
+        with pytest.raises(StoreError, match="busy"):
+            await store.list_instances()
