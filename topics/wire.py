@@ -1,0 +1,117 @@
+"""Shared wire machinery: base models, bounded JSON decoding, error mapping, compact encoding.
+
+Inbound device messages (`DeviceModel`) ignore unknown keys (firmware adds fields) but are
+strictly typed on the keys they know; our own messages (`OwnModel`) forbid extras. Both are
+frozen. Optional fields left at `None` are omitted on the wire unless listed in `_keep_null`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationError,
+    model_serializer,
+)
+
+from topics.errors import PayloadError, PayloadReason
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DeviceModel",
+    "OwnModel",
+    "WireModel",
+    "check_version",
+    "encode",
+    "load_object",
+    "validate",
+]
+
+DEFAULT_MAX_BYTES = 8192
+"""The Xiaozhi ecosystem's MQTT payload cap; our default for every inbound payload."""
+
+V1 = Literal[1]
+M = TypeVar("M")
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True)
+    _keep_null: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name, field in type(self).model_fields.items():
+                key = field.alias or name
+                if (
+                    data.get(key, 0) is None
+                    and not field.is_required()
+                    and key not in self._keep_null
+                ):
+                    del data[key]
+        return data
+
+
+class DeviceModel(WireModel):
+    """Sent by a device: unknown keys ignored, known keys strictly typed."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class OwnModel(WireModel):
+    """Sent by us (gateway/backend contract): unknown keys are an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
+
+
+def load_object(payload: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+    """Bytes → JSON object, bounded; every failure is a `PayloadError`."""
+    if len(payload) > max_bytes:
+        raise PayloadError(PayloadReason.OVERSIZE, f"{len(payload)} bytes > {max_bytes}")
+    try:
+        obj = json.loads(payload, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise PayloadError(PayloadReason.MALFORMED_JSON, str(exc)) from None
+    if not isinstance(obj, dict):
+        raise PayloadError(PayloadReason.NOT_OBJECT, f"top level is {type(obj).__name__}")
+    return obj
+
+
+def check_version(obj: dict[str, Any], *, required: bool = False) -> None:
+    if "v" not in obj and not required:
+        return
+    if obj.get("v") != 1 or isinstance(obj.get("v"), bool):
+        raise PayloadError(PayloadReason.UNSUPPORTED_VERSION, f"v={obj.get('v')!r}")
+
+
+def validate(adapter: TypeAdapter[M], obj: object) -> M:
+    """Validate a decoded object; unknown discriminator tags become `unknown_type`."""
+    try:
+        return adapter.validate_python(obj)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        first = errors[0]
+        path = ".".join(str(p) for p in first["loc"]) or "<root>"
+        reason = (
+            PayloadReason.UNKNOWN_TYPE
+            if any(e["type"] == "union_tag_invalid" for e in errors)
+            else PayloadReason.INVALID
+        )
+        raise PayloadError(reason, f"{path}: {first['msg']}") from None
+    except (ValueError, TypeError, RecursionError) as exc:  # defensive: validators we call
+        raise PayloadError(PayloadReason.INVALID, str(exc)) from None
+
+
+def encode(model: BaseModel) -> bytes:
+    """Compact JSON bytes (no spaces, field order as declared, UTF-8 unescaped)."""
+    return model.model_dump_json(by_alias=True).encode()
