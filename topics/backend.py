@@ -15,6 +15,7 @@ from topics.tree import DEVICE_ID_RE, TopicKind
 from topics.wire import DEFAULT_MAX_BYTES, OwnModel, check_version, load_object, validate
 
 __all__ = [
+    "SNLPGW_KINDS",
     "Assessment",
     "CtlReply",
     "CtlRequest",
@@ -193,6 +194,8 @@ _ADAPTERS: dict[TopicKind, TypeAdapter[SnlpgwMessage]] = {
     TopicKind.OPS_EVENTS: TypeAdapter(OpsEvent),
     TopicKind.GW_STATUS: TypeAdapter(GatewayStatus),
 }
+
+SNLPGW_KINDS = frozenset(_ADAPTERS)
 
 
 def parse_snlpgw(

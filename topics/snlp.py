@@ -16,6 +16,7 @@ from topics.tree import TopicKind
 from topics.wire import DEFAULT_MAX_BYTES, DeviceModel, check_version, encode, load_object, validate
 
 __all__ = [
+    "BOARD_KINDS",
     "Ack",
     "BoardMessage",
     "BoardStatus",
@@ -101,6 +102,8 @@ _ADAPTERS: dict[TopicKind, TypeAdapter[BoardMessage]] = {
     TopicKind.EVT: EVENT_ADAPTER,  # type: ignore[dict-item]  # Annotated union adapter
     TopicKind.CMD: COMMAND_ADAPTER,  # type: ignore[dict-item]
 }
+
+BOARD_KINDS = frozenset(_ADAPTERS)
 
 
 def parse_board_message(

@@ -62,6 +62,11 @@ class AppTaskData(DeviceModel):
     detail: dict[str, JsonValue] = Field(default_factory=dict)
 
 
+_NOT_KNOWN: dict[str, JsonValue] = {
+    "not": {"anyOf": [{"enum": ["button", *sorted(AUDIO_EVENTS)]}, {"pattern": "^app_task\\."}]}
+}
+
+
 class Event(DeviceModel):
     """The event envelope; `ref` is the command id it belongs to, or null."""
 
@@ -92,6 +97,7 @@ class AppTaskEvent(Event):
 class UnknownEvent(Event):
     """An event name this contract does not know; kept so it can be counted and logged."""
 
+    evt: Annotated[str, Field(json_schema_extra=_NOT_KNOWN)]
     data: dict[str, JsonValue] = Field(default_factory=dict)
 
 
