@@ -208,24 +208,25 @@ def drift(root: Path = HERE) -> list[str]:
 
 
 def write(root: Path = HERE) -> None:
+    files = generate()
     (root / "schemas").mkdir(parents=True, exist_ok=True)
     for stale in drift(root):
-        if stale.startswith("schemas/") and stale not in generate():
+        if stale not in files:
             (root / stale).unlink()
-    for path, text in generate().items():
+    for path, text in files.items():
         (root / path).write_text(text)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, root: Path = HERE) -> int:
     parser = argparse.ArgumentParser(prog="python -m topics.asyncapi", description=__doc__)
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="regenerate the files")
     mode.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
     args = parser.parse_args(argv)
     if args.write:
-        write()
+        write(root)
         return 0
-    stale = drift()
+    stale = drift(root)
     for path in stale:
         sys.stderr.write(f"out of date: topics/{path}\n")
     if stale:

@@ -242,5 +242,7 @@ def command(
         return TaskControlCmd(
             id=id, ts=ts, cmd=task_verb, params=params, prio=prio, ttl_ms=ttl_ms, src=src
         )
+    if task_verb is not None:
+        raise ValueError(f"task_verb is only for TaskControl, not {type(params).__name__}")
     fields = {"id": id, "ts": ts, "params": params, "prio": prio, "ttl_ms": ttl_ms, "src": src}
     return _ENVELOPES[type(params)].model_validate(fields)

@@ -9,8 +9,21 @@ from typing import Any
 import jsonschema
 import pytest
 
-from topics import encode
+from topics import (
+    Command,
+    ServerHello,
+    TopicKind,
+    command,
+    encode,
+    encode_board_message,
+    encode_command,
+    encode_xiaozhi,
+    parse_board_message,
+    parse_ctl_request,
+    parse_xiaozhi_downlink,
+)
 from topics.asyncapi import MESSAGES, generate
+from topics.snlp_commands import TaskControl, Wait
 
 from .samples import SAMPLES, Sample
 
@@ -63,3 +76,29 @@ def test_spec_example_event_parses() -> None:
     event = by_id["evt.audio.completed"].parse(wire)
     assert event.data.duration_ms == 2140  # type: ignore[attr-defined]
     assert event.ref == "c1"  # type: ignore[attr-defined]
+
+
+def test_typed_encoders_and_parsers_agree() -> None:
+    by_id = {s.id: s for s in SAMPLES}
+    cmd = by_id["cmd.play_media"].model
+    assert isinstance(cmd, Command)
+    assert encode_command(cmd) == encode(cmd)
+    assert parse_board_message(TopicKind.CMD, encode_command(cmd)) == cmd
+    assert encode_board_message(cmd) == encode(cmd)
+    hello = by_id["xiaozhi.down.hello"].model
+    assert isinstance(hello, ServerHello)
+    assert parse_xiaozhi_downlink(encode_xiaozhi(hello)) == hello
+    ctl = by_id["ctl.start"].model
+    assert parse_ctl_request(encode(ctl)) == ctl
+
+
+def test_command_builder_picks_the_envelope() -> None:
+    stop = command(
+        TaskControl(app="a", task="t"), id="c", ts=0, prio=3, ttl_ms=1, task_verb="TASK_STOP"
+    )
+    assert stop.cmd == "TASK_STOP"
+    assert command(Wait(ms=5), id="c", ts=0, prio=1, ttl_ms=1).cmd == "WAIT"
+    with pytest.raises(ValueError, match="task_verb"):
+        command(TaskControl(app="a", task="t"), id="c", ts=0, prio=3, ttl_ms=1)
+    with pytest.raises(ValueError, match="task_verb"):
+        command(Wait(ms=5), id="c", ts=0, prio=1, ttl_ms=1, task_verb="TASK_STOP")
