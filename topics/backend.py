@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, JsonValue, TypeAdapter, model_validator
+from pydantic import ConfigDict, Field, JsonValue, TypeAdapter, model_validator
 
 from topics.ops import GatewayStatus, OpsEvent, OpsMetrics
 from topics.tree import DEVICE_ID_RE, TopicKind
@@ -45,6 +45,13 @@ RefusalReason = Literal[
 class CtlRequest(OwnModel):
     """Backend → gateway on `snlpgw/v1/ctl/{dev}`."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"action": {"const": "start"}}},
+            "then": {"required": ["app_id", "task_id"]},
+        }
+    )
+
     v: Literal[1]
     id: Id
     action: Action
@@ -66,6 +73,13 @@ class CtlRequest(OwnModel):
 class CtlReply(OwnModel):
     """Gateway → backend on `snlpgw/v1/reply/{dev}`; `ref`/`action` null if the request was unreadable."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"status": {"const": "refused"}}},
+            "then": {"required": ["reason"], "properties": {"reason": {"type": "string"}}},
+            "else": {"properties": {"reason": {"type": "null"}}},
+        }
+    )
     _keep_null = frozenset({"ref", "action"})
     v: Literal[1] = 1
     ref: Id | None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, TypeAdapter, model_validator
+from pydantic import ConfigDict, Field, TypeAdapter, model_validator
 
 from topics.snlp_commands import COMMAND_ADAPTER, AnyCommand, Command
 from topics.snlp_events import EVENT_ADAPTER, AnyEvent, is_legacy_text, parse_legacy_event
@@ -51,6 +51,13 @@ class Ack(_BoardEnvelope):
 
 class Report(_BoardEnvelope):
     """Progress or final result of a long command such as DOWNLOAD (`…/rpt`)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"stage": {"const": "done"}}},
+            "then": {"required": ["ok"], "properties": {"ok": {"type": "boolean"}}},
+        }
+    )
 
     ref: Annotated[str, Field(min_length=1)]
     cmd: str | None = None

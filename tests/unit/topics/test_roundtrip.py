@@ -25,7 +25,7 @@ from topics import (
 from topics.asyncapi import MESSAGES, generate
 from topics.snlp_commands import TaskControl, Wait
 
-from .samples import SAMPLES, Sample
+from .samples import DEV, SAMPLES, Sample
 
 
 @cache
@@ -102,3 +102,19 @@ def test_command_builder_picks_the_envelope() -> None:
         command(TaskControl(app="a", task="t"), id="c", ts=0, prio=3, ttl_ms=1)
     with pytest.raises(ValueError, match="task_verb"):
         command(Wait(ms=5), id="c", ts=0, prio=1, ttl_ms=1, task_verb="TASK_STOP")
+
+
+@pytest.mark.parametrize(
+    ("schema", "body"),
+    [
+        ("snlpgw.ctl_request", {"v": 1, "id": "r1", "action": "start", "app_id": "a"}),
+        ("snlpgw.ctl_reply", {"v": 1, "ref": "r", "device": DEV, "action": None, "status": "refused", "ts": 1}),
+        ("snlpgw.ctl_reply", {"v": 1, "ref": "r", "device": DEV, "action": None, "status": "accepted", "reason": "busy", "ts": 1}),
+        ("snlp.report", {"ref": "c", "stage": "done"}),
+        ("snlp.event", {"evt": "audio.completed", "data": {"duration_ms": -1}}),
+        ("snlp.command", {"v": 1, "id": "c", "ts": 0, "cmd": "NOPE", "params": {}, "prio": 1, "ttl_ms": 1}),
+    ],
+)  # fmt: skip
+def test_schemas_reject_what_the_models_reject(schema: str, body: dict[str, Any]) -> None:
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(_schemas()[schema]).validate(body)
