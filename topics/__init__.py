@@ -31,6 +31,9 @@ from topics.snlp import (
 from topics.snlp_commands import AnyCommand, Command, CommandParams, command
 from topics.snlp_events import AnyEvent, AppTaskEvent, AudioEvent, ButtonEvent, UnknownEvent
 from topics.tree import (
+    DELIVERY,
+    XIAOZHI_DELIVERY,
+    Delivery,
     Topic,
     TopicKind,
     build_topic,
@@ -55,6 +58,8 @@ from topics.xiaozhi import (
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "DELIVERY",
+    "XIAOZHI_DELIVERY",
     "Ack",
     "Alarm",
     "AnyCommand",
@@ -69,6 +74,7 @@ __all__ = [
     "CommandParams",
     "CtlReply",
     "CtlRequest",
+    "Delivery",
     "DeviceMessage",
     "GatewayStatus",
     "Heartbeat",

@@ -19,6 +19,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from topics import backend, ops, snlp, snlp_commands, snlp_events, xiaozhi
+from topics.tree import DELIVERY, XIAOZHI_DELIVERY, Delivery, TopicKind
 
 __all__ = ["CHANNELS", "MESSAGES", "Channel", "Message", "generate", "main"]
 
@@ -41,8 +42,7 @@ class Channel:
     id: str
     address: str
     action: Literal["send", "receive"]
-    qos: int
-    retain: bool
+    delivery: Delivery
     messages: tuple[str, ...]
     description: str
 
@@ -86,22 +86,23 @@ MESSAGES: tuple[Message, ...] = (
     Message("snlpgw.gateway_status", ops.GatewayStatus, "Retained gateway presence (LWT)"),
 )
 
+K = TopicKind
 CHANNELS: tuple[Channel, ...] = (
-    Channel("snlpCmd", "snlp/v1/{dev}/cmd", "send", 1, False, ("snlp.command",), "Commands to a board; resent with the same id until acked or ttl_ms expires."),
-    Channel("snlpAck", "snlp/v1/{dev}/ack", "receive", 1, False, ("snlp.ack",), "Command receipts."),
-    Channel("snlpRpt", "snlp/v1/{dev}/rpt", "receive", 1, False, ("snlp.report",), "Reports: progress at QoS 0, the final (stage done) at QoS 1."),
-    Channel("snlpEvt", "snlp/v1/{dev}/evt", "receive", 1, False, ("snlp.event",), "Board events; legacy `[skill_event]verb|value` text is also accepted."),
-    Channel("snlpHb", "snlp/v1/{dev}/hb", "receive", 0, False, ("snlp.heartbeat",), "Heartbeat every 30 s."),
-    Channel("snlpStatus", "snlp/v1/{dev}/status", "receive", 1, True, ("snlp.status",), "Retained presence: the board's LWT, or written by the gateway (by=gateway)."),
-    Channel("xiaozhiUp", "device-server/{dev}", "receive", 0, False, tuple(f"xiaozhi.up.{k}" for k in _XZ_UP), "Xiaozhi control JSON from a device (template from settings: xiaozhi.uplink_topic)."),
-    Channel("xiaozhiDown", "devices/p2p/{dev}", "send", 0, False, tuple(f"xiaozhi.down.{k}" for k in _XZ_DOWN), "Xiaozhi control JSON to a device (template from settings: xiaozhi.downlink_topic)."),
-    Channel("ctl", "snlpgw/v1/ctl/{dev}", "receive", 1, False, ("snlpgw.ctl_request",), "Task control requests from the backend."),
-    Channel("reply", "snlpgw/v1/reply/{dev}", "send", 1, False, ("snlpgw.ctl_reply",), "Replies to control requests; an MQTT 5 response topic is honoured too."),
-    Channel("task", "snlpgw/v1/task/{dev}", "send", 1, False, ("snlpgw.task_event",), "Task, step, listen-window and VAD lifecycle events."),
-    Channel("assessment", "snlpgw/v1/assessment/{dev}", "send", 1, False, ("snlpgw.assessment",), "Assessment results, published after the step (side path)."),
-    Channel("opsMetrics", "snlpgw/v1/ops/{gw}/metrics", "send", 0, True, ("snlpgw.ops_metrics",), "Retained metrics snapshot every interval_s."),
-    Channel("opsEvents", "snlpgw/v1/ops/{gw}/events", "send", 1, False, ("snlpgw.ops_event",), "Alarms."),
-    Channel("gwStatus", "snlpgw/v1/gw/{gw}/status", "send", 1, True, ("snlpgw.gateway_status",), "Retained gateway presence; also the gateway's LWT (online=false)."),
+    Channel("snlpCmd", "snlp/v1/{dev}/cmd", "send", DELIVERY[K.CMD], ("snlp.command",), "Commands to a board; resent with the same id until acked or ttl_ms expires."),
+    Channel("snlpAck", "snlp/v1/{dev}/ack", "receive", DELIVERY[K.ACK], ("snlp.ack",), "Command receipts."),
+    Channel("snlpRpt", "snlp/v1/{dev}/rpt", "receive", DELIVERY[K.RPT], ("snlp.report",), "Reports: progress at QoS 0, the final (stage done) at QoS 1."),
+    Channel("snlpEvt", "snlp/v1/{dev}/evt", "receive", DELIVERY[K.EVT], ("snlp.event",), "Board events; legacy `[skill_event]verb|value` text is also accepted."),
+    Channel("snlpHb", "snlp/v1/{dev}/hb", "receive", DELIVERY[K.HB], ("snlp.heartbeat",), "Heartbeat every 30 s."),
+    Channel("snlpStatus", "snlp/v1/{dev}/status", "receive", DELIVERY[K.STATUS], ("snlp.status",), "Retained presence: the board's LWT, or written by the gateway (by=gateway)."),
+    Channel("xiaozhiUp", "device-server/{dev}", "receive", XIAOZHI_DELIVERY, tuple(f"xiaozhi.up.{k}" for k in _XZ_UP), "Xiaozhi control JSON from a device (template from settings: xiaozhi.uplink_topic)."),
+    Channel("xiaozhiDown", "devices/p2p/{dev}", "send", XIAOZHI_DELIVERY, tuple(f"xiaozhi.down.{k}" for k in _XZ_DOWN), "Xiaozhi control JSON to a device (template from settings: xiaozhi.downlink_topic)."),
+    Channel("ctl", "snlpgw/v1/ctl/{dev}", "receive", DELIVERY[K.CTL], ("snlpgw.ctl_request",), "Task control requests from the backend."),
+    Channel("reply", "snlpgw/v1/reply/{dev}", "send", DELIVERY[K.REPLY], ("snlpgw.ctl_reply",), "Replies to control requests; an MQTT 5 response topic is honoured too."),
+    Channel("task", "snlpgw/v1/task/{dev}", "send", DELIVERY[K.TASK], ("snlpgw.task_event",), "Task, step, listen-window and VAD lifecycle events."),
+    Channel("assessment", "snlpgw/v1/assessment/{dev}", "send", DELIVERY[K.ASSESSMENT], ("snlpgw.assessment",), "Assessment results, published after the step (side path)."),
+    Channel("opsMetrics", "snlpgw/v1/ops/{gw}/metrics", "send", DELIVERY[K.OPS_METRICS], ("snlpgw.ops_metrics",), "Retained metrics snapshot every interval_s."),
+    Channel("opsEvents", "snlpgw/v1/ops/{gw}/events", "send", DELIVERY[K.OPS_EVENTS], ("snlpgw.ops_event",), "Alarms."),
+    Channel("gwStatus", "snlpgw/v1/gw/{gw}/status", "send", DELIVERY[K.GW_STATUS], ("snlpgw.gateway_status",), "Retained gateway presence; also the gateway's LWT (online=false)."),
 )  # fmt: skip
 
 
@@ -144,7 +145,13 @@ def _document() -> dict[str, Any]:
             "messages": [
                 {"$ref": f"#/channels/{ch.id}/messages/{_component_id(m)}"} for m in ch.messages
             ],
-            "bindings": {"mqtt": {"qos": ch.qos, "retain": ch.retain, "bindingVersion": "0.2.0"}},
+            "bindings": {
+                "mqtt": {
+                    "qos": ch.delivery.qos,
+                    "retain": ch.delivery.retain,
+                    "bindingVersion": "0.2.0",
+                }
+            },
         }
     messages = {
         _component_id(m.name): {

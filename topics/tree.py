@@ -14,8 +14,11 @@ from enum import StrEnum
 from topics.errors import TopicError
 
 __all__ = [
+    "DELIVERY",
     "DEVICE_ID_RE",
     "GATEWAY_ID_RE",
+    "XIAOZHI_DELIVERY",
+    "Delivery",
     "Topic",
     "TopicKind",
     "build_topic",
@@ -60,6 +63,32 @@ SNLP_KINDS = frozenset(
 )
 BACKEND_KINDS = frozenset({TopicKind.CTL, TopicKind.REPLY, TopicKind.TASK, TopicKind.ASSESSMENT})
 GATEWAY_KINDS = frozenset({TopicKind.OPS_METRICS, TopicKind.OPS_EVENTS, TopicKind.GW_STATUS})
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """MQTT QoS and retain flag of a topic (SPEC §3 table)."""
+
+    qos: int
+    retain: bool
+
+
+DELIVERY: dict[TopicKind, Delivery] = {
+    TopicKind.CMD: Delivery(1, False),
+    TopicKind.ACK: Delivery(1, False),
+    TopicKind.RPT: Delivery(1, False),  # boards send progress at QoS 0, the final report at 1
+    TopicKind.EVT: Delivery(1, False),
+    TopicKind.HB: Delivery(0, False),
+    TopicKind.STATUS: Delivery(1, True),
+    TopicKind.CTL: Delivery(1, False),
+    TopicKind.REPLY: Delivery(1, False),
+    TopicKind.TASK: Delivery(1, False),
+    TopicKind.ASSESSMENT: Delivery(1, False),
+    TopicKind.OPS_METRICS: Delivery(0, True),
+    TopicKind.OPS_EVENTS: Delivery(1, False),
+    TopicKind.GW_STATUS: Delivery(1, True),
+}
+XIAOZHI_DELIVERY = Delivery(0, False)  # stock firmware publishes QoS 0 only
 
 
 def validate_device_id(dev: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from topics import (
+    DELIVERY,
     Topic,
     TopicError,
     TopicKind,
@@ -39,6 +40,13 @@ TOPICS = [
 
 def test_table_covers_every_kind() -> None:
     assert {kind for kind, *_ in TOPICS} == set(TopicKind)
+    assert set(DELIVERY) == set(TopicKind)
+    retained = {kind for kind, d in DELIVERY.items() if d.retain}
+    assert retained == {TopicKind.STATUS, TopicKind.OPS_METRICS, TopicKind.GW_STATUS}
+    assert {kind for kind, d in DELIVERY.items() if d.qos == 0} == {
+        TopicKind.HB,
+        TopicKind.OPS_METRICS,
+    }
 
 
 @pytest.mark.parametrize(("kind", "dev", "gw", "name"), TOPICS)
