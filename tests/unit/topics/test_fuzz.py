@@ -11,8 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from topics import (
+    ServerHello,
     TopicKind,
+    UdpParams,
     WireError,
+    encode_xiaozhi,
+    firmware_accepts_hello,
     parse_board_message,
     parse_command,
     parse_ctl_request,
@@ -76,3 +80,22 @@ def test_topic_parsers_raise_only_wire_errors(topic: str) -> None:
 def test_every_topic_kind_with_payloads_is_fuzzed() -> None:
     assert set(BOARD_KINDS) | set(SNLPGW_KINDS) == set(TopicKind)
     assert TopicKind.EVT in BOARD_KINDS
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    session_id=st.text(min_size=1, max_size=64),
+    server=st.from_regex(r"[a-z0-9.-]{1,40}", fullmatch=True),
+    port=st.integers(1, 65535),
+    key=st.binary(min_size=16, max_size=16),
+    ssrc=st.binary(min_size=4, max_size=4),
+)
+def test_every_valid_server_hello_is_accepted_by_the_firmware(
+    session_id: str, server: str, port: int, key: bytes, ssrc: bytes
+) -> None:
+    nonce = b"\x01\x00\x00\x00" + ssrc + bytes(8)
+    hello = ServerHello(
+        session_id=session_id,
+        udp=UdpParams(server=server, port=port, key=key.hex(), nonce=nonce.hex()),
+    )
+    assert firmware_accepts_hello(json.loads(encode_xiaozhi(hello)))
