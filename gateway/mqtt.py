@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import ssl
@@ -34,6 +33,7 @@ from paho.mqtt.properties import Properties
 
 from gateway.metrics import Metrics
 from gateway.settings import MqttSettings
+from topics import GatewayStatus, encode
 
 log = logging.getLogger(__name__)
 
@@ -320,15 +320,10 @@ class MqttConnection:
 
 
 def presence_payload(gateway_id: str) -> Callable[[bool], bytes]:
-    """Gateway presence body: ``{"v":1,"online":bool,"gateway_id":…,"ts":…}``."""
+    """Gateway presence body (``topics.GatewayStatus``): ``{"v":1,"online",…,"ts"}``."""
 
     def build(online: bool) -> bytes:
-        body = {
-            "v": 1,
-            "online": online,
-            "gateway_id": gateway_id,
-            "ts": time.time_ns() // 1_000_000,
-        }
-        return json.dumps(body, separators=(",", ":")).encode()
+        ts = time.time_ns() // 1_000_000
+        return encode(GatewayStatus(online=online, gateway_id=gateway_id, ts=ts))
 
     return build

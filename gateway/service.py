@@ -22,6 +22,7 @@ from gateway.http import HttpServer
 from gateway.metrics import Metrics
 from gateway.mqtt import MqttConnection, presence_payload
 from gateway.settings import Settings
+from topics import OpsEvent, OpsMetrics, TopicKind, build_topic, encode
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +44,19 @@ class Ops:
 
     def alarm(self, alarm: str, *, device: str | None = None, **detail: object) -> None:
         self._alarms.labels(alarm).inc()
-        body = {
-            "v": 1,
-            "gateway_id": self.gateway_id,
-            "ts": _now_ms(),
-            "alarm": alarm,
-            "device": device,
-            "detail": detail,
-        }
+        try:
+            body = OpsEvent(
+                gateway_id=self.gateway_id,
+                ts=_now_ms(),
+                alarm=alarm,
+                device=device,
+                detail=json.loads(json.dumps(detail, default=str)),
+            )
+        except ValueError:
+            log.exception("alarm %r does not fit the ops contract", alarm)
+            return
         self.mqtt.publish(
-            f"snlpgw/v1/ops/{self.gateway_id}/events",
-            json.dumps(body, separators=(",", ":"), default=str),
-            qos=1,
+            build_topic(TopicKind.OPS_EVENTS, gw=self.gateway_id), encode(body), qos=1
         )
 
 
@@ -97,7 +99,7 @@ class Service:
             settings=settings.mqtt,
             password=read_gateway_password(settings),
             client_id=f"snlpgw-{gw}",
-            presence_topic=f"snlpgw/v1/gw/{gw}/status",
+            presence_topic=build_topic(TopicKind.GW_STATUS, gw=gw),
             presence_payload=presence_payload(gw),
             metrics=self.metrics,
         )
@@ -146,17 +148,10 @@ class Service:
         while True:
             self._uptime.set(time.monotonic() - self._started_mono)
             self._snapshots.inc()
-            body = {
-                "v": 1,
-                "gateway_id": gw,
-                "ts": _now_ms(),
-                "interval_s": interval,
-                "metrics": self.metrics.snapshot(),
-            }
+            body = OpsMetrics.from_snapshot(
+                self.metrics.snapshot(), gateway_id=gw, ts=_now_ms(), interval_s=interval
+            )
             self.mqtt.publish(
-                f"snlpgw/v1/ops/{gw}/metrics",
-                json.dumps(body, separators=(",", ":")),
-                qos=0,
-                retain=True,
+                build_topic(TopicKind.OPS_METRICS, gw=gw), encode(body), qos=0, retain=True
             )
             await asyncio.sleep(interval)

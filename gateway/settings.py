@@ -92,7 +92,10 @@ class XiaozhiSettings(_Section):
         None, description="host:port given to devices by OTA (default: the broker's host:port)."
     )
     ota_keepalive_s: int = Field(
-        240, ge=30, le=600, description="Keep-alive given to devices by OTA (broker max_keepalive is 600)."
+        240,
+        ge=30,
+        le=600,
+        description="Keep-alive given to devices by OTA (broker max_keepalive is 600).",
     )
     firmware_version: str = Field("0.0.0", description="Firmware version reported by OTA.")
 

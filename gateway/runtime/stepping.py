@@ -101,7 +101,7 @@ class Stepper(RuntimeBase):
             window_opened_ms=opened, window_planned_close_ms=self._wall(inst.deadline)
         )
         data: dict[str, object] = {
-            "window_ms": window_ms,
+            "window_ms": round(window_ms),
             "planned_close_ms": step.window_planned_close_ms,
         }
         return [cmd, StoreStep(step), self._event("window.opened", data)]
@@ -123,10 +123,12 @@ class Stepper(RuntimeBase):
             *self._close_utterance(inst),
         ]
         step = inst.set_step(window_closed_ms=self._wall(now))
+        opened, planned = step.window_opened_ms, step.window_planned_close_ms
         data: dict[str, object] = {
-            "planned_close_ms": step.window_planned_close_ms,
-            "closed_ms": step.window_closed_ms,
-            "lateness_ms": closed.lateness_ms,
+            "planned_close_ms": planned,
+            "actual_close_ms": step.window_closed_ms,
+            "lateness_ms": round(closed.lateness_ms),
+            "window_ms": planned - opened if planned is not None and opened is not None else 0,
         }
         effects += [closed, StoreStep(step), self._event("window.closed", data)]
         return effects + self._begin_step(inst.index + 1, now)

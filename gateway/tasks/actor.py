@@ -1,0 +1,185 @@
+"""One device's task actor: feeds the pure ``DeviceRuntime`` events and timer firings, and
+performs its effects through the ports. Nothing here awaits analysis or storage: every port
+call is fire-and-forget, so stepping follows the clock alone (SPEC §2.1, §2.2).
+
+Queue policy: the inbox is bounded (``INBOX_LIMIT``); events arrive at human rates, so a full
+inbox means a stuck actor — further events are dropped and counted (an ops alarm is raised by
+the owner). Utterance audio waits for its ``SubmitUtterance`` in a small LRU (oldest dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.logs import DeviceLog
+from gateway.metrics import Metrics
+from gateway.runtime import (
+    CommandOutcome,
+    ControlReply,
+    DeviceRuntime,
+    Effect,
+    Event,
+    Ignored,
+    Outcome,
+    PublishTaskEvent,
+    ReturnToChat,
+    SendCommand,
+    StoreInstance,
+    StoreStep,
+    SubmitUtterance,
+    TimerFired,
+    WindowClosed,
+)
+from gateway.tasks.ports import CommandSender, MicControl, Recorder, UtteranceSink
+
+INBOX_LIMIT = 256
+UTTERANCES_KEPT = 8
+STEPS_KEPT = 64
+
+log = logging.getLogger(__name__)
+
+
+class ActorMetrics:
+    def __init__(self, metrics: Metrics) -> None:
+        self.lateness = metrics.quantiles(
+            "window_lateness_ms", "Listen window close: actual minus planned (ms)"
+        )
+        self.windows = metrics.counter("windows_closed", "Listen windows closed by the timer")
+        self.ignored = metrics.counter("runtime_ignored", "Events that changed nothing", ["reason"])
+        self.dropped = metrics.counter("runtime_inbox_dropped", "Events dropped: actor inbox full")
+        self.commands = metrics.counter(
+            "runtime_commands", "Commands asked by the runtime", ["cmd"]
+        )
+        self.utterances = metrics.counter(
+            "runtime_utterances_submitted", "Utterances handed to assessment"
+        )
+        self.utterances_missing = metrics.counter(
+            "runtime_utterances_missing", "Utterances submitted without audio (evicted or empty)"
+        )
+
+
+@dataclass(frozen=True)
+class Ports:
+    commands: CommandSender
+    mic: MicControl
+    recorder: Recorder
+    assessment: UtteranceSink
+    publish_task_event: Callable[[str, PublishTaskEvent], None]
+    publish_reply: Callable[[str, ControlReply], None]
+    now_ms: Callable[[], float]
+
+
+class DeviceActor:
+    def __init__(
+        self, device: str, runtime: DeviceRuntime, *, ports: Ports, metrics: ActorMetrics
+    ) -> None:
+        self.device = device
+        self.runtime = runtime
+        self._ports = ports
+        self._m = metrics
+        self._inbox: asyncio.Queue[Event] = asyncio.Queue(INBOX_LIMIT)
+        self._utterances: OrderedDict[str, bytes] = OrderedDict()
+        self._steps: OrderedDict[tuple[str, int], StoreStep] = OrderedDict()
+        self._log = DeviceLog(log, {"device": device})
+
+    def post(self, event: Event) -> bool:
+        try:
+            self._inbox.put_nowait(event)
+        except asyncio.QueueFull:
+            self._m.dropped.inc()
+            self._log.error("inbox full: dropped %s", type(event).__name__)
+            return False
+        return True
+
+    def keep_utterance(self, utterance_id: str, pcm: bytes) -> None:
+        self._utterances[utterance_id] = pcm
+        while len(self._utterances) > UTTERANCES_KEPT:
+            self._utterances.popitem(last=False)
+
+    def perform(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            self._perform(effect)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            deadline = self.runtime.next_deadline()
+            try:
+                if deadline is None:
+                    event = await self._inbox.get()
+                else:
+                    async with asyncio.timeout_at(deadline / 1000.0):
+                        event = await self._inbox.get()
+            except TimeoutError:
+                event = TimerFired()
+            now = loop.time() * 1000.0
+            self.perform(self.runtime.handle(event, now))
+
+    def _perform(self, effect: Effect) -> None:
+        p = self._ports
+        match effect:
+            case SendCommand():
+                self._m.commands.labels(effect.cmd).inc()
+                if effect.cmd == "LISTEN_START":
+                    p.mic.set_listening(self.device, True)
+                elif effect.cmd == "LISTEN_STOP":
+                    p.mic.set_listening(self.device, False)
+                ref = effect.command_id
+                p.commands.send_command(
+                    self.device,
+                    command_id=ref,
+                    cmd=effect.cmd,
+                    params=dict(effect.params),
+                    prio=effect.prio,
+                    on_outcome=functools.partial(self._on_outcome, ref),
+                )
+            case PublishTaskEvent():
+                p.publish_task_event(self.device, effect)
+            case StoreInstance():
+                p.recorder.save_instance(effect.record)
+            case StoreStep():
+                key = (effect.record.instance_id, effect.record.step_index)
+                self._steps[key] = effect
+                self._steps.move_to_end(key)
+                while len(self._steps) > STEPS_KEPT:
+                    self._steps.popitem(last=False)
+                p.recorder.save_step(effect.record)
+            case SubmitUtterance():
+                self._submit(effect)
+            case WindowClosed():
+                self._m.windows.inc()
+                self._m.lateness.observe(effect.lateness_ms)
+            case ControlReply():
+                p.publish_reply(self.device, effect)
+            case ReturnToChat():
+                p.mic.set_listening(self.device, False)
+                self._log.info("instance %s ended; back to CHAT", effect.instance_id)
+            case Ignored():
+                self._m.ignored.labels(effect.reason[:60]).inc()
+                self._log.debug("ignored %s in %s: %s", effect.event, effect.state, effect.reason)
+
+    def _on_outcome(self, ref: str, outcome: Outcome) -> None:
+        self.post(CommandOutcome(ref, outcome))
+
+    def _submit(self, effect: SubmitUtterance) -> None:
+        pcm = self._utterances.pop(effect.utterance_id, b"")
+        if not pcm:
+            self._m.utterances_missing.inc()
+            self._log.warning("utterance %s has no audio; not assessed", effect.utterance_id)
+            return
+        step = self._steps.get((effect.instance_id, effect.step_index))
+        self._m.utterances.inc()
+        self._ports.assessment.submit_utterance(
+            device=self.device,
+            instance_id=effect.instance_id,
+            step_index=effect.step_index,
+            utterance_id=effect.utterance_id,
+            pcm=pcm,
+            prompt_text=step.record.prompt_text if step else None,
+            expected_text=step.record.expected_text if step else None,
+        )

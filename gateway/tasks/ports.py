@@ -1,0 +1,60 @@
+"""What the task shell needs from the other components, as small protocols.
+
+The board channel, the Xiaozhi voice channel, the assessment side path and the store implement
+these (adapters live in :mod:`gateway.app`); shell unit tests use hand-written fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from gateway.runtime import InstanceRecord, Outcome, StepRecord
+
+
+class CommandSender(Protocol):
+    """Delivers snlp/v1 commands with acks/resends; reports each command's outcome once."""
+
+    def send_command(
+        self,
+        device: str,
+        *,
+        command_id: str,
+        cmd: str,
+        params: Mapping[str, object],
+        prio: int,
+        on_outcome: Callable[[Outcome], None],
+    ) -> None: ...
+
+
+class MicControl(Protocol):
+    """Tells the voice channel whether anyone needs this device's microphone audio now.
+
+    Turning listening off flushes an utterance still open, so it reaches the sink.
+    """
+
+    def set_listening(self, device: str, listening: bool) -> None: ...
+
+
+class Recorder(Protocol):
+    """Fire-and-forget persistence (never blocks, never raises into stepping)."""
+
+    def save_instance(self, record: InstanceRecord) -> None: ...
+
+    def save_step(self, record: StepRecord) -> None: ...
+
+
+class UtteranceSink(Protocol):
+    """The assessment side path: ASR on an utterance, then metrics, store and publish."""
+
+    def submit_utterance(
+        self,
+        *,
+        device: str,
+        instance_id: str,
+        step_index: int,
+        utterance_id: str,
+        pcm: bytes,
+        prompt_text: str | None,
+        expected_text: str | None,
+    ) -> None: ...

@@ -1,0 +1,130 @@
+"""The boundary between the runtime's records and the store's partial-update records.
+
+The runtime emits full snapshots of what it owns; the store merges partial updates (SPEC §5
+upsert rule). Start parameters travel in the store's opaque ``resume`` JSON so a restarted
+gateway can rebuild the instance.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import TypeVar
+
+from gateway import runtime as rt
+from gateway import store as st
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def to_store_instance(r: rt.InstanceRecord) -> st.InstanceRecord:
+    return st.InstanceRecord(
+        instance_id=r.instance_id,
+        device_id=r.device_id,
+        app_id=r.app_id,
+        task_id=r.task_id,
+        lesson_id=r.lesson_id,
+        mode=r.mode,
+        priority=r.priority,
+        source=r.source,
+        state=st.InstanceState(r.state.value),
+        reason=r.reason,
+        created_ms=r.created_ms,
+        ended_ms=r.ended_ms,
+        resume=json.dumps(dict(r.params), separators=(",", ":"), default=str),
+    )
+
+
+def to_store_step(r: rt.StepRecord) -> st.StepRecord:
+    window_ms = None
+    if r.window_opened_ms is not None and r.window_planned_close_ms is not None:
+        window_ms = r.window_planned_close_ms - r.window_opened_ms
+    return st.StepRecord(
+        instance_id=r.instance_id,
+        step_index=r.step_index,
+        clip=r.prompt_text.rsplit("/", 1)[-1] if r.prompt_text else None,
+        prompt_text=r.prompt_text,
+        expected_text=r.expected_text,
+        played_ms=r.played_ms,
+        completed_ms=r.completed_ms,
+        duration_ms=r.duration_ms,
+        window_ms=window_ms,
+        window_opened_ms=r.window_opened_ms,
+        window_planned_close_ms=r.window_planned_close_ms,
+        window_closed_ms=r.window_closed_ms,
+        failure=r.failure,
+    )
+
+
+def from_store(
+    inst: st.InstanceRecord, steps: Sequence[st.StepRecord]
+) -> tuple[rt.InstanceRecord, list[rt.StepRecord]] | None:
+    """A stored instance as the runtime's record, or None when a required field is missing."""
+    try:
+        params = json.loads(inst.resume or "{}")
+        record = rt.InstanceRecord(
+            instance_id=inst.instance_id,
+            device_id=_req(inst.device_id),
+            app_id=_req(inst.app_id),
+            task_id=_req(inst.task_id),
+            lesson_id=_req(inst.lesson_id),
+            mode=_req(inst.mode),
+            priority=_req(inst.priority),
+            source=inst.source or "mqtt",
+            state=rt.InstanceState(_req(inst.state).value),
+            reason=inst.reason,
+            created_ms=_req(inst.created_ms),
+            ended_ms=inst.ended_ms,
+            params=params if isinstance(params, dict) else {},
+        )
+    except (ValueError, TypeError) as exc:
+        log.warning("stored instance %s cannot be restored: %s", inst.instance_id, exc)
+        return None
+    return record, [
+        rt.StepRecord(
+            instance_id=s.instance_id,
+            step_index=s.step_index,
+            prompt_text=s.prompt_text,
+            expected_text=s.expected_text,
+            played_ms=s.played_ms,
+            completed_ms=s.completed_ms,
+            duration_ms=s.duration_ms,
+            window_opened_ms=s.window_opened_ms,
+            window_planned_close_ms=s.window_planned_close_ms,
+            window_closed_ms=s.window_closed_ms,
+            failure=s.failure,
+        )
+        for s in steps
+    ]
+
+
+def _req(value: T | None) -> T:
+    if value is None:
+        raise ValueError("missing field")
+    return value
+
+
+class StoreRecorder:
+    """The runtime's :class:`~gateway.tasks.ports.Recorder` on the store (fire-and-forget)."""
+
+    def __init__(self, store: st.Store) -> None:
+        self._store = store
+
+    def save_instance(self, record: rt.InstanceRecord) -> None:
+        self._store.submit_instance(to_store_instance(record))
+
+    def save_step(self, record: rt.StepRecord) -> None:
+        self._store.submit_step(to_store_step(record))
+
+    async def load_running(self) -> list[tuple[rt.InstanceRecord, list[rt.StepRecord]]]:
+        out = []
+        for inst in await self._store.running_instances():
+            found = await self._store.get_instance(inst.instance_id)
+            if found is None:
+                continue
+            restored = from_store(found[0], found[1])
+            if restored is not None:
+                out.append(restored)
+        return out

@@ -1,0 +1,333 @@
+"""The task runtime component: control requests in, one actor per device, task events out.
+
+Other components feed it through its sink methods (board events, presence, speech, ASR text);
+it reaches them only through the ports it was built with. Actors are created on first sight of
+a device and owned by this component's TaskGroup (``device[aa_bb…].tasks``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+
+from gateway.mqtt import Inbound
+from gateway.runtime import (
+    AsrText,
+    BoardEvent,
+    ButtonPress,
+    Catalog,
+    ControlAction,
+    ControlReply,
+    ControlRequest,
+    DeviceRuntime,
+    Event,
+    InstanceRecord,
+    Presence,
+    PublishTaskEvent,
+    ReadText,
+    RuntimeConfig,
+    SpeechStarted,
+    SpeechStopped,
+    StepRecord,
+    restore_runtime,
+)
+from gateway.service import Context
+from gateway.tasks.actor import ActorMetrics, DeviceActor, Ports
+from gateway.tasks.ports import CommandSender, MicControl, Recorder, UtteranceSink
+from topics import (
+    CtlReply,
+    PayloadError,
+    TopicError,
+    TopicKind,
+    build_topic,
+    encode,
+    parse_ctl_request,
+    parse_topic,
+)
+from topics.backend import TASK_EVENT_ADAPTER
+
+log = logging.getLogger(__name__)
+
+MAX_DEVICES = 10_000  # actors kept; a device beyond this is refused (counted)
+RESPONSE_ROUTES_KEPT = 1_024  # MQTT 5 response topics remembered per pending request
+RESTORE_WAIT_S = 10.0  # how long a stored running instance waits for its board's presence
+
+StoredInstance = tuple[InstanceRecord, Sequence[StepRecord]]
+LoadRunning = Callable[[], Awaitable[Sequence[StoredInstance]]]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TaskService:
+    name = "tasks"
+
+    def __init__(
+        self,
+        *,
+        catalog: Catalog,
+        config: RuntimeConfig,
+        read_text: ReadText | None,
+        commands: CommandSender,
+        mic: MicControl,
+        recorder: Recorder,
+        assessment: UtteranceSink,
+        load_running: LoadRunning | None = None,
+        restore_wait_s: float = RESTORE_WAIT_S,
+    ) -> None:
+        self._catalog = catalog
+        self._config = config
+        self._read_text = read_text
+        self._commands = commands
+        self._mic = mic
+        self._recorder = recorder
+        self._assessment = assessment
+        self._load_running = load_running
+        self._restore_wait_s = restore_wait_s
+        self._actors: dict[str, DeviceActor] = {}
+        self._online: dict[str, bool] = {}
+        self._pending_restore: dict[str, StoredInstance] = {}
+        self._responses: OrderedDict[str, tuple[str, bytes | None]] = OrderedDict()
+        self._tg: asyncio.TaskGroup | None = None
+        self._ctx: Context | None = None
+        self._ready = asyncio.Event()
+
+    # -- component contract ------------------------------------------------------------------
+
+    def attach(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._m = ActorMetrics(ctx.metrics)
+        self._m_ctl_invalid = ctx.metrics.counter(
+            "ctl_invalid", "Control requests refused as unreadable/invalid", ["reason"]
+        )
+        self._m_devices = ctx.metrics.gauge("runtime_devices", "Devices with a task actor")
+        ctx.mqtt.route("snlpgw/v1/ctl/+", self._on_ctl, qos=1)
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            try:
+                await self._restore()
+                self._ready.set()
+                await asyncio.Event().wait()
+            finally:
+                self._tg = None
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+
+    # -- sinks (called by the channels and the assessment side path) ---------------------------
+
+    def on_board_event(self, device: str, event: BoardEvent) -> None:
+        self._post(device, event)
+
+    def on_button(self, device: str, kind: str) -> None:
+        self._post(device, ButtonPress(kind))
+
+    def on_presence(self, device: str, online: bool) -> None:
+        self._online[device] = online
+        if device in self._pending_restore:
+            self._restore_device(device, online)
+        self._post(device, Presence(online), create=False)
+
+    def on_speech_started(self, device: str, utterance_id: str) -> None:
+        self._post(device, SpeechStarted(utterance_id), create=False)
+
+    def on_speech_stopped(
+        self, device: str, utterance_id: str, pcm: bytes, duration_ms: int
+    ) -> None:
+        actor = self._actors.get(device)
+        if actor is None:
+            return
+        actor.keep_utterance(utterance_id, pcm)
+        actor.post(SpeechStopped(utterance_id, duration_ms))
+
+    def on_asr_text(self, device: str, instance_id: str, step_index: int, text: str) -> None:
+        self._post(device, AsrText(instance_id, step_index, text), create=False)
+
+    def runtime_of(self, device: str) -> DeviceRuntime | None:
+        actor = self._actors.get(device)
+        return actor.runtime if actor else None
+
+    # -- control topic -----------------------------------------------------------------------
+
+    def _on_ctl(self, msg: Inbound) -> None:
+        try:
+            topic = parse_topic(msg.topic)
+        except TopicError:
+            self._m_ctl_invalid.labels("topic").inc()
+            return
+        if topic.kind is not TopicKind.CTL or topic.dev is None:
+            return
+        device = topic.dev
+        try:
+            req = parse_ctl_request(msg.payload)
+        except PayloadError as exc:
+            self._m_ctl_invalid.labels(exc.reason.value).inc()
+            self._send_reply(
+                device,
+                ControlReply("", "", accepted=False, detail=str(exc)[:200]),
+                response=(msg.response_topic, msg.correlation_data),
+            )
+            return
+        if msg.response_topic:
+            self._responses[req.id] = (msg.response_topic, msg.correlation_data)
+            while len(self._responses) > RESPONSE_ROUTES_KEPT:
+                self._responses.popitem(last=False)
+        self._post(
+            device,
+            ControlRequest(
+                action=ControlAction(req.action),
+                request_id=req.id,
+                app_id=req.app_id,
+                task_id=req.task_id,
+                lesson_id=req.lesson_id,
+                priority=req.priority,
+                source=req.source or "mqtt",
+                params=dict(req.params or {}),
+                instance_id=req.instance_id,
+            ),
+        )
+
+    # -- actors ----------------------------------------------------------------------------------
+
+    def _post(self, device: str, event: Event, *, create: bool = True) -> None:
+        actor = self._actors.get(device)
+        if actor is None:
+            if not create:
+                return
+            actor = self._spawn(device, None)
+            if actor is None:
+                return
+        actor.post(event)
+
+    def _spawn(self, device: str, runtime: DeviceRuntime | None) -> DeviceActor | None:
+        if self._tg is None or len(self._actors) >= MAX_DEVICES:
+            log.error("no actor for %s (service not running or %d devices)", device, MAX_DEVICES)
+            return None
+        loop = asyncio.get_running_loop()
+        if runtime is None:
+            runtime = DeviceRuntime(
+                device,
+                self._catalog,
+                config=self._config,
+                read_text=self._read_text,
+                wall_offset_ms=time.time() * 1000.0 - loop.time() * 1000.0,
+                online=self._online.get(device, True),
+            )
+        actor = DeviceActor(device, runtime, ports=self._ports(), metrics=self._m)
+        self._actors[device] = actor
+        self._m_devices.set(len(self._actors))
+        self._tg.create_task(actor.run(), name=f"device[{device}].tasks")
+        return actor
+
+    def _ports(self) -> Ports:
+        loop = asyncio.get_running_loop()
+        return Ports(
+            commands=self._commands,
+            mic=self._mic,
+            recorder=self._recorder,
+            assessment=self._assessment,
+            publish_task_event=self._publish_task_event,
+            publish_reply=self._publish_reply,
+            now_ms=lambda: loop.time() * 1000.0,
+        )
+
+    # -- restart recovery ------------------------------------------------------------------------
+
+    async def _restore(self) -> None:
+        if self._load_running is None:
+            return
+        try:
+            running = await self._load_running()
+        except Exception:
+            log.exception("could not load running instances; none restored")
+            return
+        for instance, steps in running:
+            self._pending_restore[instance.device_id] = (instance, steps)
+            if instance.device_id in self._online:
+                self._restore_device(instance.device_id, self._online[instance.device_id])
+        if self._pending_restore and self._tg is not None:
+            self._tg.create_task(self._restore_deadline(), name="tasks.restore-deadline")
+
+    async def _restore_deadline(self) -> None:
+        await asyncio.sleep(self._restore_wait_s)
+        for device in list(self._pending_restore):
+            self._restore_device(device, online=False)
+
+    def _restore_device(self, device: str, online: bool) -> None:
+        instance, steps = self._pending_restore.pop(device)
+        loop = asyncio.get_running_loop()
+        now = loop.time() * 1000.0
+        try:
+            runtime, effects = restore_runtime(
+                instance,
+                steps,
+                self._catalog,
+                online=online,
+                now_ms=now,
+                wall_offset_ms=time.time() * 1000.0 - now,
+                config=self._config,
+                read_text=self._read_text,
+            )
+        except Exception:
+            log.exception("restoring instance %s failed", instance.instance_id)
+            return
+        actor = self._spawn(device, runtime)
+        if actor is not None:
+            actor.perform(effects)
+
+    # -- wire --------------------------------------------------------------------------------------
+
+    def _publish_task_event(self, device: str, effect: PublishTaskEvent) -> None:
+        assert self._ctx is not None  # noqa: S101 - attach() runs before anything is published
+        try:
+            message = TASK_EVENT_ADAPTER.validate_python(
+                {
+                    "ts": _now_ms(),
+                    "device": device,
+                    "event": effect.event,
+                    "instance_id": effect.instance_id,
+                    "step_index": effect.step_index,
+                    "data": dict(effect.data),
+                }
+            )
+        except ValueError:
+            log.exception("task event %s does not fit the contract", effect.event)
+            return
+        self._ctx.mqtt.publish(build_topic(TopicKind.TASK, dev=device), encode(message), qos=1)
+
+    def _publish_reply(self, device: str, reply: ControlReply) -> None:
+        self._send_reply(device, reply, response=self._responses.pop(reply.request_id, None))
+
+    def _send_reply(
+        self,
+        device: str,
+        reply: ControlReply,
+        *,
+        response: tuple[str | None, bytes | None] | None,
+    ) -> None:
+        assert self._ctx is not None  # noqa: S101 - attach() runs before anything is published
+        accepted = reply.accepted
+        body = CtlReply(
+            ref=reply.request_id or None,
+            device=device,
+            action=reply.action or None,  # type: ignore[arg-type]  # runtime actions are Literal-valid
+            status="accepted" if accepted else "refused",
+            instance_id=reply.instance_id,
+            reason=None if accepted else (reply.reason.value if reply.reason else "invalid"),
+            running_priority=reply.running_priority,
+            detail=reply.detail,
+            ts=_now_ms(),
+        )
+        payload = encode(body)
+        mqtt = self._ctx.mqtt
+        mqtt.publish(build_topic(TopicKind.REPLY, dev=device), payload, qos=1)
+        if response is not None and response[0]:
+            with contextlib.suppress(ValueError):
+                mqtt.publish(response[0], payload, qos=1, correlation_data=response[1])
