@@ -127,6 +127,8 @@ class MqttConnection:
         self._outbox: deque[Outbound] = deque()
         self._outbox_ready = asyncio.Event()
         self._connected = asyncio.Event()
+        self._disconnected = asyncio.Event()
+        self._disconnected.set()
         self._connections = 0
         self._backoff = Backoff(settings.reconnect_min_s, settings.reconnect_max_s)
 
@@ -158,6 +160,9 @@ class MqttConnection:
 
     async def wait_connected(self) -> None:
         await self._connected.wait()
+
+    async def wait_disconnected(self) -> None:
+        await self._disconnected.wait()
 
     def publish(
         self,
@@ -221,6 +226,7 @@ class MqttConnection:
                 self.m_connects.inc()
                 self.m_connected.set(1)
                 self._connected.set()
+                self._disconnected.clear()
                 self._backoff.reset()
                 log.info(
                     "connected to broker %s as %s", self._settings.url, self._settings.username
@@ -253,6 +259,7 @@ class MqttConnection:
 
     def _mark_disconnected(self) -> None:
         self._connected.clear()
+        self._disconnected.set()
         self.m_connected.set(0)
 
     async def _publish_loop(self, client: aiomqtt.Client) -> None:

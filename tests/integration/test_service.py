@@ -1,0 +1,108 @@
+"""The service skeleton against a real Mosquitto: presence, metrics, reconnect, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+
+from gateway.mqtt import Inbound
+from gateway.service import Context
+from tests.support.broker import Broker
+from tests.support.gateway import gateway_settings, running
+from tests.support.mqtt_client import mqtt_client
+from topics import GatewayStatus, OpsMetrics, TopicKind, build_topic
+
+
+class Probe:
+    """A component that records what its route receives."""
+
+    name = "probe"
+
+    def __init__(self, topic_filter: str) -> None:
+        self.filter = topic_filter
+        self.seen: asyncio.Queue[Inbound] = asyncio.Queue(100)
+
+    def attach(self, ctx: Context) -> None:
+        ctx.mqtt.route(self.filter, self.seen.put_nowait, qos=1)
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_ops_user_receives_retained_metrics_and_presence(
+    broker: Broker, tmp_path: Path
+) -> None:
+    settings = gateway_settings(broker, tmp_path)
+    gw = settings.gateway_id
+    ops = broker.provision(f"ops-{gw}", role="ops")
+    async with running(settings), mqtt_client(broker, ops) as client:
+        await client.subscribe(build_topic(TopicKind.OPS_METRICS, gw=gw))
+        await client.subscribe(build_topic(TopicKind.GW_STATUS, gw=gw))
+        status = await client.expect(build_topic(TopicKind.GW_STATUS, gw=gw))
+        assert GatewayStatus.model_validate_json(status.payload).online is True
+        snap = await client.expect(build_topic(TopicKind.OPS_METRICS, gw=gw))
+        metrics = OpsMetrics.model_validate_json(snap.payload)
+        assert metrics.gateway_id == gw
+        assert metrics.metrics["snlpgw_mqtt_connected"] == 1.0
+    async with mqtt_client(broker, ops) as client:
+        await client.subscribe(build_topic(TopicKind.GW_STATUS, gw=gw))
+        retained = await client.expect(build_topic(TopicKind.GW_STATUS, gw=gw))
+        assert retained.retain
+        assert json.loads(retained.payload)["online"] is False  # graceful stop, not the LWT
+
+
+async def test_broker_restart_reconnects_resubscribes_and_republishes(
+    fresh_broker: Broker, tmp_path: Path, device_id: str
+) -> None:
+    settings = gateway_settings(fresh_broker, tmp_path)
+    gw = settings.gateway_id
+    probe = Probe(f"snlp/v1/{device_id}/evt")
+    device = fresh_broker.provision(device_id)
+    ops = fresh_broker.provision(f"ops-{gw}", role="ops")
+    async with running(settings, [probe]) as svc:
+        async with mqtt_client(fresh_broker, device) as board:
+            await board.publish(f"snlp/v1/{device_id}/evt", b"before")
+            assert (await asyncio.wait_for(probe.seen.get(), 5)).payload == b"before"
+
+        fresh_broker.stop()
+        async with asyncio.timeout(5):
+            await svc.mqtt.wait_disconnected()
+        fresh_broker.start()
+        async with asyncio.timeout(10):
+            await svc.mqtt.wait_connected()
+        assert svc.mqtt.connection_count == 2
+
+        async with mqtt_client(fresh_broker, device) as board:
+            await board.publish(f"snlp/v1/{device_id}/evt", b"after")
+            assert (await asyncio.wait_for(probe.seen.get(), 5)).payload == b"after"
+        async with mqtt_client(fresh_broker, ops) as client:
+            await client.subscribe(build_topic(TopicKind.GW_STATUS, gw=gw))
+            await client.subscribe(build_topic(TopicKind.OPS_METRICS, gw=gw))
+            status = await client.expect(build_topic(TopicKind.GW_STATUS, gw=gw))
+            assert json.loads(status.payload)["online"] is True
+            first = await client.expect(build_topic(TopicKind.OPS_METRICS, gw=gw))
+            fresh = await client.expect(build_topic(TopicKind.OPS_METRICS, gw=gw))
+            assert json.loads(fresh.payload)["ts"] > json.loads(first.payload)["ts"]
+            assert json.loads(fresh.payload)["metrics"]["snlpgw_mqtt_connects_total"] == 2.0
+
+
+async def test_crash_leaves_the_lwt_offline(fresh_broker: Broker, tmp_path: Path) -> None:
+    """A gateway that vanishes without DISCONNECT is announced offline by the broker."""
+    settings = gateway_settings(fresh_broker, tmp_path, mqtt={"keepalive_s": 5})
+    gw = settings.gateway_id
+    ops = fresh_broker.provision(f"ops-{gw}", role="ops")
+    async with running(settings) as svc, mqtt_client(fresh_broker, ops) as watcher:
+        topic = build_topic(TopicKind.GW_STATUS, gw=gw)
+        await watcher.subscribe(topic)
+        assert json.loads((await watcher.expect(topic)).payload)["online"] is True
+        client = svc.mqtt._client
+        assert client is not None
+        sock = client._client.socket()
+        assert sock is not None
+        sock.shutdown(socket.SHUT_RDWR)  # a dead link: no DISCONNECT reaches the broker
+        offline = json.loads((await watcher.expect(topic, wait_s=10)).payload)
+        assert offline["online"] is False
+        online_again = json.loads((await watcher.expect(topic, wait_s=10)).payload)
+        assert online_again["online"] is True  # and the gateway came back by itself
