@@ -35,8 +35,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await service.serve(until=stop)
 
-    asyncio.run(main())
-    return 0
+    failed: list[OSError] = []
+    try:
+        asyncio.run(main())
+    except* OSError as group:  # a port in use, a bad bind address: say which, no traceback
+        failed.extend(e for e in group.exceptions if isinstance(e, OSError))
+    for exc in failed:
+        print(f"snlpgw: cannot start: {exc}", file=sys.stderr)  # noqa: T201 - CLI output
+    return 2 if failed else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

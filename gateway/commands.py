@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 Subparsers = Any  # argparse's _SubParsersAction is private; typed loosely on purpose
 
 
+def _catalog_check(args: argparse.Namespace) -> int:
+    from gateway.runtime import catalog_check_main  # noqa: PLC0415 - keeps start-up light
+    from gateway.settings import load_settings  # noqa: PLC0415
+
+    resource_dir = args.resource_dir or load_settings(args.config).runtime.resource_dir
+    return catalog_check_main(args.path, resource_dir)
+
+
+def add_catalog_commands(sub: Subparsers) -> None:
+    catalog = sub.add_parser("catalog", help="task catalog tools")
+    catalog_sub = catalog.add_subparsers(dest="catalog_command", required=True)
+    check = catalog_sub.add_parser("check", help="validate a catalog file or directory")
+    check.add_argument("path", type=Path)
+    check.add_argument("--resource-dir", type=Path, help="local resources (clip .txt transcripts)")
+    check.set_defaults(func=_catalog_check)
+
+
 def add_domain_commands(sub: Subparsers) -> None:
-    """Each domain adds its own sub-commands here as it lands."""
-    _ = argparse
     from gateway.credentials_cli import add_credentials_commands  # noqa: PLC0415
 
     add_credentials_commands(sub)
+    add_catalog_commands(sub)
