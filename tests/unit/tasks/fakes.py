@@ -1,0 +1,104 @@
+"""Hand-written fakes at the task shell's edges (STYLE: fakes only for shell unit tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.mqtt import Handler, Inbound
+from gateway.runtime import AudioEvent, BoardEvent, InstanceRecord, Outcome, StepRecord
+
+
+@dataclass
+class FakeMqtt:
+    routes: list[tuple[str, Handler]] = field(default_factory=list)
+    published: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None:
+        self.routes.append((topic_filter, handler))
+
+    def publish(self, topic: str, payload: bytes | str, **_: object) -> None:
+        self.published.append((topic, json.loads(payload)))
+        self.changed.set()
+
+    def deliver(self, topic: str, body: dict[str, Any]) -> None:
+        for _filter, handler in self.routes:
+            handler(Inbound(topic, json.dumps(body).encode(), 1, False, 0.0, 0))
+
+    def on(self, topic_suffix: str) -> list[dict[str, Any]]:
+        return [b for t, b in self.published if t.endswith(topic_suffix)]
+
+    async def wait_for(self, predicate: Callable[[], bool], wait_s: float = 5.0) -> None:
+        """Wait (event-driven, bounded) until ``predicate`` holds after some publish."""
+        async with asyncio.timeout(wait_s):
+            while not predicate():
+                self.changed.clear()
+                await self.changed.wait()
+
+
+@dataclass
+class FakeBoard:
+    """Acks every command at once; 'plays' PLAY_MEDIA for ``clip_ms`` then reports completion."""
+
+    clip_ms: int = 50
+    sink: Callable[[str, BoardEvent], None] | None = None
+    sent: list[tuple[float, str, str, Mapping[str, object]]] = field(default_factory=list)
+    fail_names: set[str] = field(default_factory=set)
+
+    def send_command(
+        self,
+        device: str,
+        *,
+        command_id: str,
+        cmd: str,
+        params: Mapping[str, object],
+        prio: int,
+        on_outcome: Callable[[Outcome], None],
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self.sent.append((loop.time() * 1000, cmd, command_id, params))
+        on_outcome(Outcome.ACKED)
+        if cmd == "PLAY_MEDIA":
+            name = str(params["name"])
+            kind = AudioEvent.FAILED if name in self.fail_names else AudioEvent.COMPLETED
+            event = BoardEvent(kind, command_id, name, self.clip_ms)
+            loop.call_later(self.clip_ms / 1000, self._emit, device, event)
+
+    def _emit(self, device: str, event: BoardEvent) -> None:
+        assert self.sink is not None
+        self.sink(device, event)
+
+    def times_of(self, cmd: str) -> list[float]:
+        return [t for t, c, _, _ in self.sent if c == cmd]
+
+
+@dataclass
+class FakeMic:
+    calls: list[tuple[str, bool]] = field(default_factory=list)
+
+    def set_listening(self, device: str, listening: bool) -> None:
+        self.calls.append((device, listening))
+
+
+@dataclass
+class FakeRecorder:
+    instances: list[InstanceRecord] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+
+    def save_instance(self, record: InstanceRecord) -> None:
+        self.instances.append(record)
+
+    def save_step(self, record: StepRecord) -> None:
+        self.steps.append(record)
+
+
+@dataclass
+class FakeAssessment:
+    submitted: list[dict[str, Any]] = field(default_factory=list)
+
+    def submit_utterance(self, **job: Any) -> None:
+        self.submitted.append(job)

@@ -1,0 +1,138 @@
+"""The task shell drives the pure runtime with real asyncio timers and performs its effects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gateway.http import HttpServer
+from gateway.metrics import Metrics
+from gateway.runtime import RuntimeConfig, load_catalog, resource_reader
+from gateway.service import Context, Ops
+from gateway.settings import load_settings
+from gateway.tasks.service import TaskService
+from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeMqtt, FakeRecorder
+
+CATALOG = Path(__file__).parents[3] / "catalog"
+DEV = "aa_bb_cc_dd_ee_01"
+
+
+@dataclass
+class Rig:
+    svc: TaskService
+    mqtt: FakeMqtt
+    board: FakeBoard
+    mic: FakeMic
+    recorder: FakeRecorder
+    assessment: FakeAssessment
+    metrics: Metrics
+
+
+@pytest.fixture
+def fast_catalog(tmp_path: Path) -> Path:
+    """The demo catalog with 100 ms minimum windows, so a whole lesson takes well under 1 s."""
+    tasks = json.loads((CATALOG / "english_learning.json").read_text(encoding="utf-8"))
+    for task in tasks if isinstance(tasks, list) else [tasks]:
+        task["min_window_ms"] = 100
+    (tmp_path / "catalog.json").write_text(json.dumps(tasks), encoding="utf-8")
+    return tmp_path / "catalog.json"
+
+
+@pytest.fixture
+async def rig(fast_catalog: Path) -> AsyncIterator[Rig]:
+    settings = load_settings()
+    metrics = Metrics()
+    mqtt = FakeMqtt()
+    board, mic, recorder, assessment = FakeBoard(), FakeMic(), FakeRecorder(), FakeAssessment()
+    svc = TaskService(
+        catalog=load_catalog(fast_catalog).catalog,
+        config=RuntimeConfig(min_window_ms=100),
+        read_text=resource_reader(CATALOG / "resources"),
+        commands=board,
+        mic=mic,
+        recorder=recorder,
+        assessment=assessment,
+    )
+    board.sink = svc.on_board_event
+    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
+    ctx = Context(settings, mqtt, http, metrics, Ops("gw", mqtt, metrics))  # type: ignore[arg-type]
+    svc.attach(ctx)
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(svc.run(), name="test.tasks")
+        await svc.wait_ready()
+        yield Rig(svc, mqtt, board, mic, recorder, assessment, metrics)
+        task.cancel()
+
+
+def _start(rig: Rig, **extra: object) -> None:
+    body = {"v": 1, "id": "r1", "action": "start", "app_id": "english_learning",
+            "task_id": "shadowing", "lesson_id": "unit01", **extra}  # fmt: skip
+    rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", body)
+
+
+def _task_events(rig: Rig, name: str | None = None) -> list[dict[str, object]]:
+    events = rig.mqtt.on("/task/" + DEV)
+    return [e for e in events if name is None or e["event"] == name]
+
+
+async def test_lesson_steps_on_the_timer_and_completes(rig: Rig) -> None:
+    _start(rig)
+    await rig.mqtt.wait_for(lambda: bool(rig.mqtt.on("/reply/" + DEV)))
+    reply = rig.mqtt.on("/reply/" + DEV)[0]
+    assert reply["status"] == "accepted"
+    await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.completed")))
+
+    plays = rig.board.times_of("PLAY_MEDIA")
+    stops = rig.board.times_of("LISTEN_STOP")
+    assert len(plays) == 4
+    assert len(stops) == 4
+    # each next clip is sent right when its window closed, never before
+    for stop, play in zip(stops[:3], plays[1:], strict=True):
+        assert play >= stop
+    closed = _task_events(rig, "window.closed")
+    assert len(closed) == 4
+    for e in closed:
+        assert e["data"]["window_ms"] == 100  # type: ignore[index]  # max(min 100, 1.2 x 50 ms)
+    assert rig.mic.calls[-1] == (DEV, False)
+    snap = rig.metrics.snapshot()
+    assert snap["snlpgw_windows_closed_total"] == 4.0
+    assert snap['snlpgw_window_lateness_ms{stat="count"}'] == 4.0
+    assert rig.recorder.instances[-1].state == "completed"
+
+
+async def test_speech_in_window_is_submitted_with_expected_text(rig: Rig) -> None:
+    _start(rig)
+    await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "window.opened")))
+    rig.svc.on_speech_started(DEV, "u1")
+    rig.svc.on_speech_stopped(DEV, "u1", b"\x01\x00" * 800, 50)
+    await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "window.closed")))
+    job = rig.assessment.submitted[0]
+    assert job["expected_text"] == "Good morning."
+    assert job["prompt_text"] == "/english_learning/shadowing/lessons/unit01/01.mp3"
+    assert job["step_index"] == 0
+    assert job["pcm"] == b"\x01\x00" * 800
+
+
+async def test_invalid_control_is_refused_with_reason(rig: Rig) -> None:
+    rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "x", "action": "start"})
+    rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "y", "action": "start",
+                                             "app_id": "nope", "task_id": "nope"})  # fmt: skip
+    await rig.mqtt.wait_for(lambda: len(rig.mqtt.on("/reply/" + DEV)) == 2)
+    first, second = rig.mqtt.on("/reply/" + DEV)
+    assert first["status"] == "refused"
+    assert first["reason"] == "invalid"
+    assert second["reason"] == "unknown_task"
+
+
+async def test_failed_clip_advances_without_hanging(rig: Rig) -> None:
+    rig.board.fail_names = {"/english_learning/shadowing/lessons/unit01/02.mp3"}
+    _start(rig)
+    await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.completed")))
+    failed = _task_events(rig, "step.failed")
+    assert [e["step_index"] for e in failed] == [1]
+    assert len(rig.board.times_of("PLAY_MEDIA")) == 4
