@@ -1,0 +1,1 @@
+"""Post-assessment: pluggable ASR off the hot path, and metrics that are numbers only."""

@@ -1,0 +1,77 @@
+"""Values that cross the ASR boundary: jobs in, results or typed failures out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+SAMPLE_RATE = 16_000
+SAMPLE_BYTES = 2  # s16le mono
+
+
+def audio_ms(pcm: bytes) -> float:
+    return len(pcm) / SAMPLE_BYTES / SAMPLE_RATE * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class AsrKey:
+    """Opaque to the pool: matches a result to the utterance it came from."""
+
+    instance_id: str
+    step_index: int
+    utterance_id: str
+
+    @property
+    def step(self) -> tuple[str, int]:
+        """Jobs with the same step supersede each other while queued (the last one counts)."""
+        return (self.instance_id, self.step_index)
+
+
+@dataclass(frozen=True, slots=True)
+class AsrJob:
+    key: AsrKey
+    pcm: bytes = field(repr=False)  # 16 kHz s16le mono
+    # Sentences of the lesson the utterance belongs to; an engine may use them as a language
+    # model prior (pocketsphinx does), never as the answer. Empty: generic recognition.
+    hints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AsrResult:
+    text: str  # may be empty: nothing recognised
+    engine: str
+    audio_ms: float
+    elapsed_ms: float
+
+
+class FailureReason(StrEnum):
+    BAD_AUDIO = "bad_audio"
+    ENGINE_ERROR = "engine_error"
+    ENGINE_UNAVAILABLE = "engine_unavailable"
+    TIMEOUT = "timeout"
+    WORKER_CRASHED = "worker_crashed"
+    HTTP_STATUS = "http_status"
+    CONNECTION = "connection"
+    BAD_RESPONSE = "bad_response"
+
+
+@dataclass(frozen=True, slots=True)
+class AsrFailure:
+    reason: FailureReason
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AsrOutcome:
+    """What the pool hands back on the loop for every job it did not drop."""
+
+    key: AsrKey
+    result: AsrResult | AsrFailure
+    latency_ms: float  # submit → outcome
+
+
+def check_pcm(pcm: bytes) -> AsrFailure | None:
+    """Typed error for audio no engine can take (odd byte count)."""
+    if len(pcm) % SAMPLE_BYTES:
+        return AsrFailure(FailureReason.BAD_AUDIO, f"{len(pcm)} bytes is not whole s16 samples")
+    return None

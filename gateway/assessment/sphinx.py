@@ -1,0 +1,98 @@
+"""The embedded offline engine: pocketsphinx 5 with the en-us model from its PyPI package.
+
+Runs inside an ASR worker process (CPU-bound; see ``procpool``), never on the event loop.
+A speech gate (WebRTC VAD) returns empty text for audio without speech, because the
+recogniser otherwise "hears" a word in pure silence.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import webrtcvad
+from pocketsphinx import Decoder
+
+from gateway.assessment.jobs import SAMPLE_RATE, AsrFailure, AsrResult, audio_ms, check_pcm
+from gateway.assessment.lesson_lm import GENERIC_WORDS, lesson_arpa, lesson_words
+
+_VAD_FRAME_BYTES = SAMPLE_RATE * 30 // 1000 * 2  # 30 ms frames
+
+
+def voiced_ms(pcm: bytes, *, mode: int = 2) -> int:
+    """Milliseconds of 30 ms frames WebRTC VAD calls speech."""
+    vad = webrtcvad.Vad(mode)
+    voiced = 0
+    for i in range(0, len(pcm) - _VAD_FRAME_BYTES + 1, _VAD_FRAME_BYTES):
+        if vad.is_speech(pcm[i : i + _VAD_FRAME_BYTES], SAMPLE_RATE):
+            voiced += 30
+    return voiced
+
+
+class PocketsphinxEngine:
+    """Synchronous engine: ``transcribe(pcm, hints)``.
+
+    Without hints: the stock en-us model. With hints: a small decoder whose dictionary and
+    language model hold only the lesson's words plus the generic vocabulary (building it takes
+    ~10 ms; loading an extra model into the full 130k-word decoder takes seconds).
+    """
+
+    name = "pocketsphinx"
+
+    def __init__(self, *, lm_cache: int = 8, min_speech_ms: int = 120, pad_ms: int = 250) -> None:
+        self._generic = Decoder(loglevel="FATAL")
+        self._lm_cache = lm_cache
+        self._min_speech_ms = min_speech_ms
+        # Lead-in/out silence: the recogniser drops the first word without it.
+        self._pad = b"\x00\x00" * (SAMPLE_RATE * pad_ms // 1000)
+        # hints → decoder; bounded LRU (overflow: least recently used lesson decoder dropped).
+        self._lessons: OrderedDict[tuple[str, ...], Decoder] = OrderedDict()
+
+    def _known(self, word: str) -> bool:
+        return self._generic.lookup_word(word) is not None
+
+    def _decoder(self, hints: tuple[str, ...]) -> Decoder:
+        if not hints:
+            return self._generic
+        decoder = self._lessons.get(hints)
+        if decoder is None:
+            arpa = lesson_arpa(hints, self._known)
+            if arpa is None:
+                return self._generic
+            vocab = sorted({w for w in (*GENERIC_WORDS, *lesson_words(hints)) if self._known(w)})
+            with tempfile.TemporaryDirectory(prefix="snlpgw-lm-") as tmp:
+                lm_path = os.path.join(tmp, "lesson.arpa")
+                dict_path = os.path.join(tmp, "lesson.dict")
+                with open(lm_path, "w", encoding="utf-8") as fh:
+                    fh.write(arpa)
+                with open(dict_path, "w", encoding="utf-8") as fh:
+                    fh.writelines(f"{w} {self._generic.lookup_word(w)}\n" for w in vocab)
+                decoder = Decoder(loglevel="FATAL", lm=lm_path, dict=dict_path)
+            self._lessons[hints] = decoder
+            if len(self._lessons) > self._lm_cache:
+                self._lessons.popitem(last=False)
+        self._lessons.move_to_end(hints)
+        return decoder
+
+    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
+        bad = check_pcm(pcm)
+        if bad is not None:
+            return bad
+        start = time.perf_counter()
+        text = ""
+        if voiced_ms(pcm) >= self._min_speech_ms:
+            decoder = self._decoder(tuple(hints))
+            decoder.start_utt()
+            decoder.process_raw(self._pad + pcm + self._pad, full_utt=True)
+            decoder.end_utt()
+            hyp = decoder.hyp()
+            text = hyp.hypstr if hyp is not None else ""
+        return AsrResult(
+            text=text,
+            engine=self.name,
+            audio_ms=audio_ms(pcm),
+            elapsed_ms=(time.perf_counter() - start) * 1000,
+        )
