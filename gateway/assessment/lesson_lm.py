@@ -23,8 +23,7 @@ DISCOUNT_MASS = 0.3
 
 # Common English words for young learners (sight words, everyday nouns and verbs): the generic
 # fallback that lets the model transcribe something other than the lesson.
-GENERIC_WORDS: tuple[str, ...] = tuple(
-    """
+_GENERIC = """
     a about after again all always am an and any apple are around as ask at ate away baby back
     bad ball be because bed been before best big bird black blue book both boy bread bring
     brother brown bus but buy by cake call came can car cat chair children clean cold come could
@@ -40,8 +39,8 @@ GENERIC_WORDS: tuple[str, ...] = tuple(
     under up upon us use very walk want warm was wash water we well went were what when where
     which white who why will window wish with work would write yellow yes you your zoo morning
     evening afternoon name teacher
-    """.split()
-)
+"""
+GENERIC_WORDS: tuple[str, ...] = tuple(_GENERIC.split())
 
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 

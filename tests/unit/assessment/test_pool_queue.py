@@ -1,0 +1,52 @@
+"""Queue policy of the pool: drop-oldest on overflow, last utterance per step, metrics.
+
+Jobs are submitted before the pool runs, so the queue state is deterministic; the real
+process backend (with a cheap test engine) then drains it.
+"""
+
+from __future__ import annotations
+
+from gateway.assessment.jobs import AsrResult
+from gateway.assessment.procslot import ProcessBackend
+from tests.unit.assessment.engines import CountEngine
+from tests.unit.assessment.harness import job, running_pool
+
+
+async def test_overflow_drops_oldest_and_reports_it() -> None:
+    async with running_pool(
+        ProcessBackend(CountEngine, name="count"), queue_limit=3, start=False
+    ) as c:
+        for step in range(5):
+            c.pool.submit(job(step, b"\x00\x00" * (step + 1)))
+        assert c.pool.depth == 3
+        assert [j.key.step_index for j in c.dropped] == [0, 1]
+        assert c.figure('snlpgw_asr_jobs_dropped_total{reason="overflow"}') == 2
+        assert c.figure("snlpgw_asr_queue_depth") == 3
+
+
+async def test_newer_utterance_supersedes_queued_one_for_same_step() -> None:
+    async with running_pool(
+        ProcessBackend(CountEngine, name="count"), queue_limit=3, start=False
+    ) as c:
+        c.pool.submit(job(0, b"\x00\x00", "first"))
+        c.pool.submit(job(1, b"\x00\x00"))
+        c.pool.submit(job(0, b"\x00\x00" * 7, "second"))
+        assert c.pool.depth == 2
+        assert c.dropped == []
+        assert c.figure('snlpgw_asr_jobs_dropped_total{reason="superseded"}') == 1
+
+
+async def test_queued_jobs_complete_in_order_with_keys() -> None:
+    async with running_pool(ProcessBackend(CountEngine, name="count"), queue_limit=4) as c:
+        c.pool.submit(job(0, b"\x00\x00" * 3, "a"))
+        c.pool.submit(job(1, b"\x00\x00" * 5, "b"))
+        c.pool.submit(job(0, b"\x00\x00" * 4, "c"))  # supersedes "a" if still queued
+        got = [await c.next(), await c.next()]
+        if got[0].key.utterance_id == "a":  # "a" was already running: both delivered
+            got.append(await c.next())
+        last_for_step0 = [o for o in got if o.key.step_index == 0][-1]
+        assert last_for_step0.key.utterance_id == "c"
+        assert isinstance(last_for_step0.result, AsrResult)
+        assert last_for_step0.result.text == "4 samples"
+        assert c.figure("snlpgw_asr_jobs_done_total") == len(got)
+        assert c.figure("snlpgw_asr_queue_depth") == 0
