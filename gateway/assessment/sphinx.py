@@ -8,8 +8,10 @@ recogniser otherwise "hears" a word in pure silence.
 from __future__ import annotations
 
 import os
+import random
 import tempfile
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -32,6 +34,13 @@ def voiced_ms(pcm: bytes, *, mode: int = 2) -> int:
     return voiced
 
 
+def _comfort_noise(samples: int) -> bytes:
+    """Lead-in/out padding: without it the recogniser drops the first word; digital zeros
+    made it drop it in ~1 of 5 fresh processes, ±4 LSB of seeded noise in none of 30."""
+    rng = random.Random(0)  # deterministic padding, not a secret
+    return array("h", (rng.randint(-4, 4) for _ in range(samples))).tobytes()
+
+
 class PocketsphinxEngine:
     """Synchronous engine: ``transcribe(pcm, hints)``.
 
@@ -46,8 +55,7 @@ class PocketsphinxEngine:
         self._generic = Decoder(loglevel="FATAL")
         self._lm_cache = lm_cache
         self._min_speech_ms = min_speech_ms
-        # Lead-in/out silence: the recogniser drops the first word without it.
-        self._pad = b"\x00\x00" * (SAMPLE_RATE * pad_ms // 1000)
+        self._pad = _comfort_noise(SAMPLE_RATE * pad_ms // 1000)
         # hints → decoder; bounded LRU (overflow: least recently used lesson decoder dropped).
         self._lessons: OrderedDict[tuple[str, ...], Decoder] = OrderedDict()
 

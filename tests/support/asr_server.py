@@ -8,6 +8,7 @@ retries. Sync engines (pocketsphinx) are called in a thread so the server stays 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import wave
 from collections import deque
@@ -41,15 +42,21 @@ class AsrServer:
         self.script: deque[Reply] = deque(script)
         self.requests: list[Request] = []
         self._runner: web.AppRunner | None = None
+        self._closing = asyncio.Event()
         self.url = ""
 
     async def _handle(self, request: web.Request) -> web.Response:
         form = await request.post()
         upload = form.get("file")
+        for value in form.values():  # aiohttp spools uploads to temporary files
+            if isinstance(value, web.FileField) and value is not upload:
+                value.file.close()
         if not isinstance(upload, web.FileField):
             return web.json_response({"error": "file missing"}, status=400)
+        with upload.file as fh:
+            data = fh.read()
         try:
-            with wave.open(io.BytesIO(upload.file.read()), "rb") as w:
+            with wave.open(io.BytesIO(data), "rb") as w:
                 if (w.getframerate(), w.getnchannels(), w.getsampwidth()) != (16000, 1, 2):
                     return web.json_response({"error": "want 16 kHz mono s16"}, status=400)
                 pcm = w.readframes(w.getnframes())
@@ -59,8 +66,10 @@ class AsrServer:
             Request(str(form.get("model", "")), str(form.get("response_format", "")), pcm)
         )
         reply = self.script.popleft() if self.script else Reply()
-        if reply.delay_s:
-            await asyncio.sleep(reply.delay_s)
+        if reply.delay_s:  # ends early when the server closes, so no handler outlives it
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(reply.delay_s):
+                    await self._closing.wait()
         if reply.status != 200:
             return web.json_response({"error": "scripted"}, status=reply.status)
         text = await asyncio.to_thread(self._transcribe, pcm)
@@ -85,5 +94,6 @@ class AsrServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
