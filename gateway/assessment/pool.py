@@ -106,7 +106,17 @@ class AsrPool:
             return await self.backend.open_slot()
         except EngineUnavailable as exc:
             log.warning("ASR engine unavailable (attempt %d): %s", failures + 1, exc.detail)
-            return None
+        except Exception:  # e.g. the OS refusing a process: same as unavailable
+            log.exception("ASR worker start failed (attempt %d)", failures + 1)
+        return None
+
+    async def _run_job(self, slot: Slot, job: AsrJob) -> AsrResult | AsrFailure:
+        try:
+            return await slot.run(job, self._timeout)
+        except Exception as exc:  # a slot bug: typed failure, slot replaced, pool lives on
+            log.exception("ASR slot failed on %s", job.key)
+            slot.close()
+            return AsrFailure(FailureReason.ENGINE_ERROR, repr(exc)[:300])
 
     async def _slot_loop(self, index: int) -> None:
         failures = 0
@@ -126,7 +136,7 @@ class AsrPool:
                         continue
                     failures = 0
                 pending = await self._take()
-                result = await slot.run(pending.job, self._timeout)
+                result = await self._run_job(slot, pending.job)
                 self._deliver(pending, result)
                 if not slot.healthy:
                     log.warning("ASR worker %d replaced after %s", index, result)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from multiprocessing.synchronize import Event
+from multiprocessing.synchronize import Event, Semaphore
 
 from gateway.assessment.jobs import AsrFailure, AsrResult, audio_ms
 
@@ -57,3 +57,18 @@ class BrokenEngine(CountEngine):
 
     def __init__(self) -> None:
         raise RuntimeError("model files missing")
+
+
+class GateEngine(CountEngine):
+    """Releases ``started`` (a semaphore) as a job begins, then waits for ``release``."""
+
+    name = "gate"
+
+    def __init__(self, started: Semaphore, release: Event) -> None:
+        self._started = started
+        self._release = release
+
+    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
+        self._started.release()
+        self._release.wait(60)
+        return super().transcribe(pcm, hints)
