@@ -72,6 +72,8 @@ class Ports:
     publish_task_event: Callable[[str, PublishTaskEvent], None]
     publish_reply: Callable[[str, ControlReply], None]
     now_ms: Callable[[], float]
+    # (app_id, task_id, lesson_id) → (assessment methods, or () when off; the lesson's texts)
+    plan: Callable[[str, str, str], tuple[tuple[str, ...], tuple[str, ...]]]
 
 
 class DeviceActor:
@@ -173,6 +175,12 @@ class DeviceActor:
             self._log.warning("utterance %s has no audio; not assessed", effect.utterance_id)
             return
         step = self._steps.get((effect.instance_id, effect.step_index))
+        inst = self.runtime.instance
+        methods: tuple[str, ...] = ()
+        hints: tuple[str, ...] = ()
+        if inst is not None and inst.id == effect.instance_id:
+            record = inst.record
+            methods, hints = self._ports.plan(record.app_id, record.task_id, record.lesson_id)
         self._m.utterances.inc()
         self._ports.assessment.submit_utterance(
             device=self.device,
@@ -182,4 +190,6 @@ class DeviceActor:
             pcm=pcm,
             prompt_text=step.record.prompt_text if step else None,
             expected_text=step.record.expected_text if step else None,
+            methods=methods,
+            hints=hints,
         )

@@ -57,4 +57,6 @@ class UtteranceSink(Protocol):
         pcm: bytes,
         prompt_text: str | None,
         expected_text: str | None,
+        methods: tuple[str, ...],
+        hints: tuple[str, ...],
     ) -> None: ...

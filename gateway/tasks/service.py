@@ -33,6 +33,7 @@ from gateway.runtime import (
     SpeechStarted,
     SpeechStopped,
     StepRecord,
+    resolve_expected_text,
     restore_runtime,
 )
 from gateway.service import Context
@@ -96,6 +97,7 @@ class TaskService:
         self._tg: asyncio.TaskGroup | None = None
         self._ctx: Context | None = None
         self._ready = asyncio.Event()
+        self._plans: dict[tuple[str, str, str], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     # -- component contract ------------------------------------------------------------------
 
@@ -236,7 +238,29 @@ class TaskService:
             publish_task_event=self._publish_task_event,
             publish_reply=self._publish_reply,
             now_ms=lambda: loop.time() * 1000.0,
+            plan=self._plan,
         )
+
+    def _plan(
+        self, app_id: str, task_id: str, lesson_id: str
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Assessment methods (empty when disabled) and the lesson's texts (ASR hints); cached."""
+        key = (app_id, task_id, lesson_id)
+        cached = self._plans.get(key)
+        if cached is not None:
+            return cached
+        task = self._catalog.get(app_id, task_id)
+        lesson = task.lesson(lesson_id) if task else None
+        if task is None or lesson is None:
+            return (), ()
+        methods = tuple(task.assessment.methods) if task.assessment.enabled else ()
+        texts = (
+            resolve_expected_text(task, lesson, i, self._read_text)
+            for i in range(len(lesson.clips))
+        )
+        hints = tuple(dict.fromkeys(t for t in texts if t))
+        self._plans[key] = (methods, hints)
+        return methods, hints
 
     # -- restart recovery ------------------------------------------------------------------------
 

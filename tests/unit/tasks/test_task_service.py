@@ -116,6 +116,8 @@ async def test_speech_in_window_is_submitted_with_expected_text(rig: Rig) -> Non
     assert job["prompt_text"] == "/english_learning/shadowing/lessons/unit01/01.mp3"
     assert job["step_index"] == 0
     assert job["pcm"] == b"\x01\x00" * 800
+    assert job["methods"] == ("text_similarity_v0",)
+    assert "See you later, alligator." in job["hints"]  # from the lesson's 04.txt
 
 
 async def test_invalid_control_is_refused_with_reason(rig: Rig) -> None:
