@@ -1,0 +1,348 @@
+"""The Xiaozhi MQTT+UDP channel component: control over MQTT, audio over UDP, OTA over HTTP.
+
+Thin shell around the pure cores (:mod:`sessions`, :mod:`binding`, :mod:`downlink`): MQTT
+handlers parse and act synchronously; the UDP endpoint routes datagrams; one named task per
+open session runs its audio pipeline; one task sweeps idle sessions. All of them live in the
+channel's TaskGroup, owned by the service. The runtime uses :meth:`set_listening`,
+:meth:`speak`, :meth:`mcp_request`, :meth:`send_text` and :meth:`close_session`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+from codec.opus import OpusStreamDecoder
+from codec.udp import DownlinkSender, UplinkReceiver
+from codec.vad import VadSegmenter
+
+from gateway.mqtt import Publisher
+from gateway.service import Context
+from gateway.settings import Settings
+from gateway.xiaozhi import messages
+from gateway.xiaozhi.binding import AddressBinding
+from gateway.xiaozhi.control import ControlHandler, SessionEvents, topic_for
+from gateway.xiaozhi.downlink import Pacing, SpeakResult
+from gateway.xiaozhi.mcp import McpClient
+from gateway.xiaozhi.ota import OtaEndpoint, Provisioner
+from gateway.xiaozhi.pipeline import AudioPipeline, Segmenter, VoiceSink
+from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
+from gateway.xiaozhi.stats import ChannelStats
+from gateway.xiaozhi.udp import LiveSession, UdpEndpoint
+
+log = logging.getLogger(__name__)
+
+
+class NoSession(LookupError):
+    def __init__(self, dev: str, detail: str = "no open Xiaozhi session") -> None:
+        self.dev = dev
+        super().__init__(f"{dev}: {detail}")
+
+
+class XiaozhiChannel:
+    name = "xiaozhi"
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        voice: VoiceSink | None = None,
+        events: SessionEvents | None = None,
+        provision: Provisioner | None = None,
+        new_segmenter: Callable[[], Segmenter] = VadSegmenter,
+        clock: Callable[[], float] = time.monotonic,
+        listening_by_default: bool = True,
+        audio_queue_frames: int = 50,
+        address_wait_s: float = 3.0,
+    ) -> None:
+        self._settings = settings
+        self._voice = voice
+        self._events = events
+        self._provision = provision
+        self._new_segmenter = new_segmenter
+        self._clock = clock
+        self._listening_default = listening_by_default
+        self._queue_frames = audio_queue_frames
+        self._address_wait_s = address_wait_s
+        self.table = SessionTable(idle_s=settings.xiaozhi.session_idle_s)
+        self._live: dict[str, LiveSession] = {}  # by dev
+        self._by_ssrc: dict[int, LiveSession] = {}
+        self._listening: dict[str, bool] = {}
+        self._opened = asyncio.Event()
+        self._tg: asyncio.TaskGroup | None = None
+        self._pacing = Pacing()
+        self._mqtt: Publisher | None = None
+        self._stats: ChannelStats | None = None
+        self._udp: UdpEndpoint | None = None
+        self._udp_ready = asyncio.Event()
+        self.control: ControlHandler | None = None
+        self.mcp: McpClient | None = None
+
+    # -- component contract ---------------------------------------------------------------
+
+    def attach(self, ctx: Context) -> None:
+        control = self.bind(ctx.mqtt, ChannelStats(ctx.metrics))
+        ctx.mqtt.route(control.topic_filter, control.handle, qos=0)
+        OtaEndpoint(settings=self._settings, provision=self._provision, stats=self.stats).attach(
+            ctx.http
+        )
+        ctx.http.add_health("xiaozhi", self._health)
+
+    def bind(self, mqtt: Publisher, stats: ChannelStats) -> ControlHandler:
+        """Wire the publisher and metrics (``attach`` does this; shell tests call it directly)."""
+        self._mqtt = mqtt
+        self._stats = stats
+        self.mcp = McpClient(
+            publish=self._publish,
+            session_id_of=self._session_id_of,
+            count=lambda outcome: stats.mcp_requests.labels(outcome).inc(),
+        )
+        self.control = ControlHandler(channel=self, settings=self._settings.xiaozhi, stats=stats)
+        return self.control
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        udp = UdpEndpoint(
+            lookup=self._by_ssrc.get,
+            on_activity=lambda live, now: self.table.touch(live.session, now),
+            stats=self.stats,
+            clock=self._clock,
+        )
+        await loop.create_datagram_endpoint(
+            lambda: udp, local_addr=(self._settings.udp.host, self._settings.udp.port)
+        )
+        self._udp = udp
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                self._udp_ready.set()
+                for live in self._live.values():  # hellos handled before run() started
+                    self._start_audio(live)
+                tg.create_task(self._sweep_idle(), name="xiaozhi.idle-sweeper")
+        finally:
+            self._tg = None
+            for session in self.table.close_all():
+                self._teardown(session, "gateway", announce=False)
+            udp.close()
+
+    async def wait_ready(self) -> None:
+        await self._udp_ready.wait()
+
+    @property
+    def stats(self) -> ChannelStats:
+        if self._stats is None:
+            raise RuntimeError("channel not attached")
+        return self._stats
+
+    @property
+    def udp_port(self) -> int:
+        announced = self._settings.udp.public_port
+        if announced is not None:
+            return announced
+        return self._udp.local_port if self._udp is not None else self._settings.udp.port
+
+    @property
+    def udp_host(self) -> str:
+        return self._settings.udp.public_host or self._settings.udp.host
+
+    # -- runtime API -------------------------------------------------------------------------
+
+    def session_id(self, dev: str) -> str | None:
+        live = self._live.get(dev)
+        return live.session_id if live else None
+
+    def set_listening(self, dev: str, listening: bool) -> None:
+        """Whether ``dev``'s microphone audio is needed (decode + VAD) or only accounted."""
+        self._listening[dev] = listening
+        live = self._live.get(dev)
+        if live is not None:
+            live.pipeline.set_listening(listening)
+
+    def send_text(self, dev: str, kind: Literal["stt", "llm"], text: str) -> None:
+        live = self._require(dev)
+        self._publish(dev, messages.text_message(kind, live.session_id, text))
+
+    async def mcp_request(
+        self,
+        dev: str,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        timeout_s: float = 10.0,
+    ) -> dict[str, Any]:
+        if self.mcp is None:
+            raise RuntimeError("channel not attached")
+        return await self.mcp.request(dev, method, params, timeout_s=timeout_s)
+
+    def close_session(self, dev: str) -> bool:
+        """Gateway-initiated goodbye carrying the exact current ``session_id``."""
+        live = self._live.get(dev)
+        if live is None:
+            return False
+        session = self.table.goodbye(dev, live.session_id, CloseReason.GATEWAY_GOODBYE)
+        if session is not None:
+            self._teardown(session, "gateway", announce=True)
+        return session is not None
+
+    async def speak(self, dev: str, opus_packets: Iterable[bytes]) -> SpeakResult:
+        """``tts start`` → paced downlink frames → ``tts stop``. Raises :class:`NoSession` if the
+        device has no session or never sent audio (its address is unknown)."""
+        live = self._require(dev)
+        try:
+            async with asyncio.timeout(self._address_wait_s):
+                await live.address_known.wait()
+        except TimeoutError:
+            raise NoSession(dev, "device address unknown (no uplink datagram yet)") from None
+        udp = self._udp
+        if udp is None:
+            raise NoSession(dev, "UDP endpoint not running")
+        self._publish(dev, messages.tts(live.session_id, "start"))
+        start = self._clock()
+        sent = dropped = 0
+        for index, packet in enumerate(opus_packets):
+            delay = self._pacing.due(index, start) - self._clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if self._live.get(dev) is not live:
+                raise NoSession(dev, "session closed while speaking")
+            if udp.send(live, packet, self._pacing.timestamp(index)):
+                sent += 1
+            else:
+                dropped += 1
+        delay = self._pacing.stop_due(sent + dropped, start) - self._clock()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if self._live.get(dev) is live:
+            self._publish(dev, messages.tts(live.session_id, "stop"))
+        return SpeakResult(sent=sent, dropped=dropped)
+
+    # -- used by the control handler --------------------------------------------------------
+
+    def open_session(self, dev: str, now: float) -> LiveSession:
+        opened = self.table.hello(dev, now)
+        if opened.replaced is not None:
+            self._teardown(opened.replaced, "device", announce=False)
+        live = self._make_live(opened.session)
+        self._live[dev] = live
+        self._by_ssrc[live.session.ssrc] = live
+        self._start_audio(live)
+        self.stats.sessions_open.set(len(self.table))
+        self._opened.set()
+        return live
+
+    def device_goodbye(self, dev: str, session_id: str | None) -> bool:
+        session = self.table.goodbye(dev, session_id, CloseReason.DEVICE_GOODBYE)
+        if session is not None:
+            self._teardown(session, "device", announce=False)
+        return session is not None
+
+    def live_session(self, dev: str, session_id: str | None) -> LiveSession | None:
+        live = self._live.get(dev)
+        if live is None or session_id != live.session_id:
+            return None
+        return live
+
+    def touch(self, live: LiveSession) -> None:
+        self.table.touch(live.session, self._clock())
+
+    def now(self) -> float:
+        return self._clock()
+
+    def publish(self, dev: str, payload: bytes) -> None:
+        self._publish(dev, payload)
+
+    @property
+    def events(self) -> SessionEvents | None:
+        return self._events
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _make_live(self, session: Session) -> LiveSession:
+        pipeline = AudioPipeline(
+            dev=session.dev,
+            session_id=session.session_id,
+            sink=self._voice or _NullVoice(),
+            decoder=OpusStreamDecoder(),
+            new_segmenter=self._new_segmenter,
+            counters=self.stats.pipeline_counters(),
+            capacity=self._queue_frames,
+            listening=self._listening.get(session.dev, self._listening_default),
+        )
+        return LiveSession(
+            session=session,
+            receiver=UplinkReceiver(key=session.key, ssrc=session.ssrc),
+            sender=DownlinkSender(key=session.key, ssrc=session.ssrc),
+            binding=AddressBinding(self._settings.xiaozhi.rebind_after_s),
+            pipeline=pipeline,
+        )
+
+    def _start_audio(self, live: LiveSession) -> None:
+        if self._tg is None or live.task is not None:
+            return  # started by run() when it begins
+        live.task = self._tg.create_task(
+            live.pipeline.run(), name=f"xiaozhi[{live.dev}].audio[{live.session_id[:8]}]"
+        )
+
+    def _teardown(self, session: Session, side: str, *, announce: bool) -> None:
+        live = self._live.get(session.dev)
+        if live is not None and live.session is session:
+            del self._live[session.dev]
+        live_by_ssrc = self._by_ssrc.pop(session.ssrc, None)
+        target = live_by_ssrc or live
+        if target is not None and target.task is not None:
+            target.task.cancel()
+        reason = session.closed.value if session.closed else "unknown"
+        self.stats.goodbyes.labels(side, reason).inc()
+        self.stats.sessions_open.set(len(self.table))
+        if announce:
+            self._publish(session.dev, messages.goodbye(session.session_id))
+        log.info("xiaozhi session %s of %s closed (%s)", session.session_id, session.dev, reason)
+        if self._events is not None:
+            try:
+                self._events.session_closed(session.dev, session.session_id, reason)
+            except Exception:
+                log.exception("session_closed handler failed for %s", session.dev)
+
+    async def _sweep_idle(self) -> None:
+        while True:
+            deadline = self.table.next_deadline()
+            if deadline is None:
+                self._opened.clear()
+                await self._opened.wait()
+                continue
+            delay = deadline - self._clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            for session in self.table.expire(self._clock()):
+                self._teardown(session, "gateway", announce=True)
+
+    def _publish(self, dev: str, payload: bytes) -> None:
+        if self._mqtt is None:
+            raise RuntimeError("channel not attached")
+        self._mqtt.publish(topic_for(self._settings.xiaozhi.downlink_topic, dev), payload, qos=0)
+
+    def _session_id_of(self, dev: str) -> str:
+        live = self._live.get(dev)
+        return live.session_id if live else ""
+
+    def _require(self, dev: str) -> LiveSession:
+        live = self._live.get(dev)
+        if live is None:
+            raise NoSession(dev)
+        return live
+
+    def _health(self) -> dict[str, object]:
+        return {"ok": self._udp is not None, "sessions": len(self.table)}
+
+
+class _NullVoice:
+    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
+        return None
+
+    def speech_stopped(
+        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+    ) -> None:
+        return None

@@ -1,0 +1,164 @@
+"""Xiaozhi control messages from devices (``device-server/{dev}``), handled on the loop.
+
+The device id comes from the topic (the broker's ACL lets a device publish only on its own
+uplink, so the topic is authenticated); the payload is parsed once into a typed message.
+Every refusal is counted by reason and nothing raises into the MQTT connection.
+
+Rules (reference §6, §8): ``hello`` opens a fresh session (replacing any); ``goodbye`` closes
+only the session it names; ``listen`` / ``abort`` for a session that does not exist are answered
+with a goodbye carrying the message's own ``session_id`` (so a stale device returns to idle);
+``mcp`` may flow with no audio session (``session_id`` ``""``) and is never answered that way.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.mqtt import Inbound
+from gateway.settings import XiaozhiSettings
+from gateway.xiaozhi import messages
+from gateway.xiaozhi.messages import Abort, ControlError, Goodbye, Hello, Listen, Mcp
+from gateway.xiaozhi.stats import ChannelStats
+
+if TYPE_CHECKING:
+    from gateway.xiaozhi.channel import XiaozhiChannel
+
+log = logging.getLogger(__name__)
+
+DEVICE_ID_RE = re.compile(r"[0-9a-f]{2}(_[0-9a-f]{2}){5}")
+_DEV = "{dev}"
+
+
+class SessionEvents(Protocol):
+    """Control-side events for the runtime (all optional to act on)."""
+
+    def session_opened(self, dev: str, session_id: str) -> None: ...
+
+    def session_closed(self, dev: str, session_id: str, reason: str) -> None: ...
+
+    def listen(
+        self, dev: str, session_id: str, state: str, mode: str | None, text: str | None
+    ) -> None: ...
+
+    def abort(self, dev: str, session_id: str, reason: str | None) -> None: ...
+
+    def mcp_message(self, dev: str, payload: Mapping[str, Any]) -> None: ...
+
+
+def topic_for(template: str, dev: str) -> str:
+    return template.replace(_DEV, dev)
+
+
+def dev_from_topic(template: str, topic: str) -> str | None:
+    """The device id in ``topic`` if it matches ``template`` (one ``{dev}`` level), else None."""
+    want = template.split("/")
+    got = topic.split("/")
+    if len(want) != len(got):
+        return None
+    dev: str | None = None
+    for pattern, level in zip(want, got, strict=True):
+        if pattern == _DEV:
+            dev = level
+        elif pattern != level:
+            return None
+    return dev if dev is not None and DEVICE_ID_RE.fullmatch(dev) else None
+
+
+class ControlHandler:
+    def __init__(
+        self, *, channel: XiaozhiChannel, settings: XiaozhiSettings, stats: ChannelStats
+    ) -> None:
+        if settings.uplink_topic.split("/").count(_DEV) != 1:
+            raise ValueError(
+                f"uplink template needs one whole {{dev}} level: {settings.uplink_topic}"
+            )
+        self._channel = channel
+        self._uplink = settings.uplink_topic
+        self._stats = stats
+        self.topic_filter = settings.uplink_topic.replace(_DEV, "+")
+
+    def handle(self, inbound: Inbound) -> None:
+        """MQTT route handler (runs on the loop; never raises for bad input)."""
+        stats = self._stats
+        dev = dev_from_topic(self._uplink, inbound.topic)
+        if dev is None:
+            stats.control_dropped.labels("bad_topic").inc()
+            return
+        try:
+            msg = messages.parse_device_message(inbound.payload)
+        except ControlError as exc:
+            stats.control_dropped.labels(exc.reason).inc()
+            log.debug("refused control message from %s: %s", dev, exc)
+            return
+        stats.control_in.labels(msg.type).inc()
+        match msg:
+            case Hello():
+                self._hello(dev, inbound)
+            case Goodbye(session_id=sid):
+                if not self._channel.device_goodbye(dev, sid):
+                    stats.control_dropped.labels("stale_goodbye").inc()
+            case Listen() | Abort():
+                self._in_session(dev, msg)
+            case Mcp():
+                self._mcp(dev, msg)
+
+    def _hello(self, dev: str, inbound: Inbound) -> None:
+        channel = self._channel
+        live = channel.open_session(dev, channel.now())
+        session = live.session
+        channel.publish(
+            dev,
+            messages.hello_reply(
+                session_id=session.session_id,
+                server=channel.udp_host,
+                port=channel.udp_port,
+                key=session.key,
+                nonce=session.nonce,
+            ),
+        )
+        self._stats.hellos.inc()
+        self._stats.hello_handling_ms.observe((channel.now() - inbound.received_mono) * 1000)
+        log.info(
+            "xiaozhi session %s opened for %s (ssrc %08x)", session.session_id, dev, session.ssrc
+        )
+        events = channel.events
+        if events is not None:
+            _guard(dev, "session_opened", lambda: events.session_opened(dev, session.session_id))
+
+    def _in_session(self, dev: str, msg: Listen | Abort) -> None:
+        channel = self._channel
+        live = channel.live_session(dev, msg.session_id)
+        if live is None:
+            self._stats.control_dropped.labels("no_session").inc()
+            channel.publish(dev, messages.goodbye(msg.session_id))
+            return
+        channel.touch(live)
+        events = channel.events
+        if events is None:
+            return
+        sid = live.session_id
+        if isinstance(msg, Listen):
+            _guard(dev, "listen", lambda: events.listen(dev, sid, msg.state, msg.mode, msg.text))
+        else:
+            _guard(dev, "abort", lambda: events.abort(dev, sid, msg.reason))
+
+    def _mcp(self, dev: str, msg: Mcp) -> None:
+        channel = self._channel
+        live = channel.live_session(dev, msg.session_id)
+        if live is not None:
+            channel.touch(live)
+        if channel.mcp is not None and channel.mcp.offer(dev, msg.payload):
+            return
+        events = channel.events
+        if events is not None:
+            _guard(dev, "mcp_message", lambda: events.mcp_message(dev, msg.payload))
+
+
+def _guard(dev: str, what: str, call: Any) -> None:
+    try:
+        call()
+    except Exception:
+        log.exception("%s handler failed for %s", what, dev)

@@ -1,0 +1,95 @@
+"""MCP (JSON-RPC 2.0) requests from the gateway to a device, and the replies that answer them.
+
+The device is the MCP server (reference §6.3): request ids must be JSON numbers, errors come
+back without ``code``. Ids come from one counter per gateway, so a reply is matched by
+``(device, id)``: a device can only answer requests that were sent to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gateway.xiaozhi import messages
+
+
+class McpError(Exception):
+    """The device answered with a JSON-RPC error object."""
+
+    def __init__(self, dev: str, method: str, error: Mapping[str, Any]) -> None:
+        self.dev = dev
+        self.method = method
+        self.error = dict(error)
+        super().__init__(f"{dev}: MCP {method} failed: {error.get('message', error)!r}")
+
+
+class McpTimeout(TimeoutError):
+    def __init__(self, dev: str, method: str, timeout_s: float) -> None:
+        self.dev = dev
+        self.method = method
+        super().__init__(f"{dev}: no MCP reply to {method} within {timeout_s:.1f}s")
+
+
+class McpClient:
+    def __init__(
+        self,
+        *,
+        publish: Callable[[str, bytes], None],
+        session_id_of: Callable[[str], str],
+        count: Callable[[str], None],
+        first_id: int = 1,
+    ) -> None:
+        self._publish = publish
+        self._session_id_of = session_id_of
+        self._count = count
+        self._ids = itertools.count(first_id)
+        self._pending: dict[tuple[str, int], asyncio.Future[dict[str, Any]]] = {}
+
+    async def request(
+        self,
+        dev: str,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        timeout_s: float = 10.0,
+    ) -> dict[str, Any]:
+        """Send ``method`` to ``dev`` and return its ``result``; raises McpError / McpTimeout."""
+        rid = next(self._ids)
+        payload: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            payload["params"] = dict(params)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[(dev, rid)] = future
+        try:
+            self._publish(dev, messages.mcp(self._session_id_of(dev), payload))
+            async with asyncio.timeout(timeout_s):
+                reply = await future
+        except TimeoutError:
+            self._count("timeout")
+            raise McpTimeout(dev, method, timeout_s) from None
+        finally:
+            self._pending.pop((dev, rid), None)
+        if "error" in reply:
+            self._count("error")
+            error = reply["error"]
+            raise McpError(dev, method, error if isinstance(error, dict) else {"message": error})
+        self._count("ok")
+        result = reply.get("result")
+        return result if isinstance(result, dict) else {"value": result}
+
+    def offer(self, dev: str, payload: Mapping[str, Any]) -> bool:
+        """Consume ``payload`` if it answers one of our pending requests to ``dev``."""
+        rid = payload.get("id")
+        if isinstance(rid, bool) or not isinstance(rid, int) or "method" in payload:
+            return False
+        future = self._pending.get((dev, rid))
+        if future is None or future.done():
+            return False
+        future.set_result(dict(payload))
+        return True
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)

@@ -1,0 +1,170 @@
+"""Per-session uplink audio pipeline: bounded frame queue → Opus decode (with concealment) → VAD
+segmenter → :class:`VoiceSink`.
+
+Why a per-session task rather than decoding inside ``datagram_received``: the endpoint does
+only O(1) work per datagram (framing, ssrc lookup, address check, replay check, AES-CTR of
+≤ 1.5 KB) and appends to this session's queue. Decode + VAD (~0.1 ms a frame) run in the
+session's own task, which handles at most ``batch`` frames and then yields, so the event loop
+round-robins between sessions and the UDP socket: a device that floods fills (and overflows)
+only its own queue and gets only its own turns. The queue is bounded; overflow drops the
+oldest frame, counts it, and turns it into a concealed gap so stream time stays exact.
+
+Stream time comes from sequence numbers: frame ``seq`` covers ``[(seq-1)·60, seq·60)`` ms of the
+session, so utterance boundaries do not depend on arrival pacing. While the runtime is not
+listening, frames are counted but not decoded; the segmenter restarts at the next frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from codec.vad import SpeechStarted, VadEvent
+
+log = logging.getLogger(__name__)
+
+FRAME_MS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    opus: bytes
+    seq: int
+    lost_before: int
+
+
+class Segmenter(Protocol):
+    """codec's ``VadSegmenter`` (one per listening stretch; times relative to its first sample)."""
+
+    def push(self, pcm: bytes) -> list[VadEvent]: ...
+
+
+class Decoder(Protocol):
+    def decode(self, packet: bytes, lost_before: int = 0) -> bytes: ...
+
+
+class VoiceSink(Protocol):
+    """What the runtime receives from a device's microphone (times are session stream ms)."""
+
+    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None: ...
+
+    def speech_stopped(
+        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineCounters:
+    """Callbacks into the channel's metrics (kept as plain callables so tests need no registry)."""
+
+    frames_decoded: Callable[[int], None]
+    frames_concealed: Callable[[int], None]
+    frames_skipped: Callable[[int], None]
+    queue_dropped: Callable[[int], None]
+    segments: Callable[[int], None]
+
+
+class AudioPipeline:
+    def __init__(
+        self,
+        *,
+        dev: str,
+        session_id: str,
+        sink: VoiceSink,
+        decoder: Decoder,
+        new_segmenter: Callable[[], Segmenter],
+        counters: PipelineCounters,
+        capacity: int = 50,
+        batch: int = 4,
+        listening: bool = True,
+    ) -> None:
+        self.dev = dev
+        self.session_id = session_id
+        self._sink = sink
+        self._decoder = decoder
+        self._new_segmenter = new_segmenter
+        self._segmenter: Segmenter | None = None
+        self._base_ms = 0.0
+        self._counters = counters
+        # Bounded (capacity frames = 3 s at the default 50); overflow drops the OLDEST frame,
+        # counted, and its time is concealed through the next frame's lost_before.
+        self._queue: deque[Frame] = deque()
+        self._capacity = capacity
+        self._carry_lost = 0  # frames dropped on overflow, added to the next frame's gap
+        self._batch = batch
+        self._ready = asyncio.Event()
+        self.listening = listening
+
+    def offer(self, frame: Frame) -> None:
+        """Called from ``datagram_received``: O(1), never blocks."""
+        self._queue.append(frame)
+        if len(self._queue) > self._capacity:
+            dropped = self._queue.popleft()
+            self._carry_lost += dropped.lost_before + 1
+            self._counters.queue_dropped(1)
+        self._ready.set()
+
+    def set_listening(self, listening: bool) -> None:
+        if listening != self.listening:
+            self.listening = listening
+            self._segmenter = None  # restart at the next frame
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    async def run(self) -> None:
+        """The session's audio task; runs until cancelled."""
+        while True:
+            if not self._queue:
+                self._ready.clear()
+                await self._ready.wait()
+            self.drain(self._batch)
+            await asyncio.sleep(0)  # yield: fairness between sessions and the socket
+
+    def drain(self, limit: int | None = None) -> int:
+        """Process up to ``limit`` queued frames (all if ``None``); returns how many."""
+        done = 0
+        while self._queue and (limit is None or done < limit):
+            frame = self._queue.popleft()
+            lost = frame.lost_before
+            if self._carry_lost:
+                lost += self._carry_lost
+                self._carry_lost = 0
+            self._process(frame, lost)
+            done += 1
+        return done
+
+    def _process(self, frame: Frame, lost: int) -> None:
+        if not self.listening:
+            self._counters.frames_skipped(1)
+            return
+        if self._segmenter is None:
+            self._segmenter = self._new_segmenter()
+            self._base_ms = float((frame.seq - 1 - lost) * FRAME_MS)
+        pcm = self._decoder.decode(frame.opus, lost)
+        self._counters.frames_decoded(1)
+        if lost:
+            self._counters.frames_concealed(lost)
+        for event in self._segmenter.push(pcm):
+            self._deliver(event)
+
+    def _deliver(self, event: VadEvent) -> None:
+        try:
+            if isinstance(event, SpeechStarted):
+                self._sink.speech_started(self.dev, self.session_id, self._base_ms + event.at_ms)
+            else:
+                self._counters.segments(1)
+                self._sink.speech_stopped(
+                    self.dev,
+                    self.session_id,
+                    event.pcm,
+                    self._base_ms + event.started_ms,
+                    self._base_ms + event.at_ms,
+                )
+        except Exception:
+            log.exception("voice sink failed for %s session %s", self.dev, self.session_id)

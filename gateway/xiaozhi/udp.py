@@ -1,0 +1,137 @@
+"""The UDP audio endpoint: one datagram socket for every session, routed by ssrc.
+
+Per datagram, cheapest check first, each refusal counted by reason and never raised:
+framing (``peek_ssrc``, no crypto) → ssrc lookup → source address (:mod:`binding`) → sequence /
+replay (codec's ``UplinkReceiver``, before decryption) → decrypt → bind/refresh the source →
+the session's bounded pipeline. A datagram from a foreign address never touches the session's
+sequence state, so it can neither lock the session out nor learn anything from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from codec.packet import DropReason, peek_ssrc
+from codec.udp import DownlinkSender, Dropped, UplinkReceiver
+
+from gateway.xiaozhi.binding import Address, AddressBinding, Admission
+from gateway.xiaozhi.pipeline import AudioPipeline, Frame
+from gateway.xiaozhi.sessions import Session
+from gateway.xiaozhi.stats import ChannelStats
+
+log = logging.getLogger(__name__)
+
+FOREIGN_SOURCE = "foreign_source"  # drop label beside codec's DropReason values
+NO_ADDRESS = "no_address"  # a send before the device's address is known
+
+
+@dataclass(eq=False)
+class LiveSession:
+    """Shell state of one open session: crypto, binding, pipeline, the device's address."""
+
+    session: Session
+    receiver: UplinkReceiver
+    sender: DownlinkSender
+    binding: AddressBinding
+    pipeline: AudioPipeline
+    address_known: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def dev(self) -> str:
+        return self.session.dev
+
+    @property
+    def session_id(self) -> str:
+        return self.session.session_id
+
+
+class UdpEndpoint(asyncio.DatagramProtocol):
+    def __init__(
+        self,
+        *,
+        lookup: Callable[[int], LiveSession | None],
+        on_activity: Callable[[LiveSession, float], None],
+        stats: ChannelStats,
+        clock: Callable[[], float],
+    ) -> None:
+        self._lookup = lookup
+        self._on_activity = on_activity
+        self._stats = stats
+        self._clock = clock
+        self._transport: asyncio.DatagramTransport | None = None
+
+    # -- asyncio.DatagramProtocol ----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if isinstance(transport, asyncio.DatagramTransport):
+            self._transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP port unreachable from a device that went away: count, never stop serving.
+        self._stats.udp_dropped.labels("socket_error").inc()
+        log.debug("UDP socket error: %s", exc)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
+        stats = self._stats
+        stats.udp_packets_in.inc()
+        stats.udp_bytes_in.inc(len(data))
+        ssrc = peek_ssrc(data)
+        if isinstance(ssrc, DropReason):
+            stats.udp_dropped.labels(ssrc.value).inc()
+            return
+        live = self._lookup(ssrc)
+        if live is None:
+            stats.udp_dropped.labels(DropReason.UNKNOWN_SSRC.value).inc()
+            return
+        source: Address = (str(addr[0]), int(addr[1]))
+        now = self._clock()
+        admission = live.binding.check(source, now)
+        if admission is Admission.FOREIGN:
+            stats.udp_dropped.labels(FOREIGN_SOURCE).inc()
+            return
+        result = live.receiver.accept(data)
+        if isinstance(result, Dropped):
+            stats.udp_dropped.labels(result.reason.value).inc()
+            return
+        live.binding.commit(source, now, admission)
+        if admission is Admission.REBIND:
+            stats.udp_rebinds.inc()
+            log.info("session %s of %s moved to %s", live.session_id, live.dev, source)
+        live.address_known.set()
+        self._on_activity(live, now)
+        live.pipeline.offer(Frame(result.opus_payload, result.seq, result.lost_before))
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(self, live: LiveSession, opus_packet: bytes, timestamp: int) -> bool:
+        """Seal and send one downlink packet; ``False`` (counted) if it could not go out."""
+        address = live.binding.address
+        if address is None or self._transport is None:
+            self._stats.udp_dropped.labels(NO_ADDRESS).inc()
+            return False
+        datagram = live.sender.seal(opus_packet, timestamp)
+        if isinstance(datagram, DropReason):
+            self._stats.udp_dropped.labels(f"out_{datagram.value}").inc()
+            return False
+        self._transport.sendto(datagram, address)
+        self._stats.udp_packets_out.inc()
+        self._stats.udp_bytes_out.inc(len(datagram))
+        return True
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    @property
+    def local_port(self) -> int:
+        if self._transport is None:
+            raise RuntimeError("UDP endpoint not started")
+        port: int = self._transport.get_extra_info("sockname")[1]
+        return port
