@@ -18,7 +18,6 @@ from typing import Any, Literal
 from codec.opus import OpusStreamDecoder
 from codec.udp import DownlinkSender, UplinkReceiver
 from codec.vad import VadSegmenter
-
 from gateway.mqtt import Publisher
 from gateway.service import Context
 from gateway.settings import Settings
@@ -106,7 +105,7 @@ class XiaozhiChannel:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         udp = UdpEndpoint(
-            lookup=self._by_ssrc.get,
+            lookup=self.route,
             on_activity=lambda live, now: self.table.touch(live.session, now),
             stats=self.stats,
             clock=self._clock,
@@ -238,6 +237,9 @@ class XiaozhiChannel:
         if session is not None:
             self._teardown(session, "device", announce=False)
         return session is not None
+
+    def route(self, ssrc: int) -> LiveSession | None:
+        return self._by_ssrc.get(ssrc)
 
     def live_session(self, dev: str, session_id: str | None) -> LiveSession | None:
         live = self._live.get(dev)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from codec.packet import DropReason, peek_ssrc
 from codec.udp import DownlinkSender, Dropped, UplinkReceiver
-
 from gateway.xiaozhi.binding import Address, AddressBinding, Admission
 from gateway.xiaozhi.pipeline import AudioPipeline, Frame
 from gateway.xiaozhi.sessions import Session

@@ -1,0 +1,107 @@
+"""Hand-written fakes at the transport edges (MQTT publisher, datagram transport) and helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.metrics import Metrics
+from gateway.mqtt import Inbound
+from gateway.settings import Settings
+from gateway.xiaozhi.channel import XiaozhiChannel
+from gateway.xiaozhi.stats import ChannelStats
+
+DEV = "24_0a_c4_00_00_01"
+OTHER = "24_0a_c4_00_00_02"
+
+HELLO = {
+    "type": "hello",
+    "version": 3,
+    "transport": "udp",
+    "features": {"mcp": True},
+    "audio_params": {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": 60},
+}
+
+
+@dataclass
+class FakePublisher:
+    sent: list[tuple[str, bytes, int]] = field(default_factory=list)
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes | str,
+        *,
+        qos: int = 0,
+        retain: bool = False,
+        correlation_data: bytes | None = None,
+        expiry_s: int | None = None,
+    ) -> None:
+        data = payload.encode() if isinstance(payload, str) else payload
+        self.sent.append((topic, data, qos))
+
+    def to(self, dev: str) -> list[dict[str, Any]]:
+        return [json.loads(p) for t, p, _ in self.sent if t == f"devices/p2p/{dev}"]
+
+    def last(self, dev: str) -> dict[str, Any]:
+        return self.to(dev)[-1]
+
+
+class FakeDatagramTransport(asyncio.DatagramTransport):
+    """Records what the endpoint sends; no socket."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[tuple[bytes, Any]] = []
+        self.closed = False
+
+    def sendto(self, data: Any, addr: Any = None) -> None:
+        self.sent.append((bytes(data), addr))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 48884) if name == "sockname" else default
+
+
+@dataclass
+class FakeClock:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def inbound(dev: str, body: dict[str, Any] | bytes, topic: str | None = None) -> Inbound:
+    payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return Inbound(
+        topic=topic or f"device-server/{dev}",
+        payload=payload,
+        qos=0,
+        retain=False,
+        received_mono=time.monotonic(),
+        received_ms=0,
+    )
+
+
+def make_channel(
+    clock: FakeClock | None = None, **kwargs: Any
+) -> tuple[XiaozhiChannel, FakePublisher, Metrics]:
+    metrics = Metrics()
+    pub = FakePublisher()
+    channel = XiaozhiChannel(
+        settings=Settings(udp={"port": 0, "public_host": "gw.example", "public_port": 8884}),
+        clock=clock or FakeClock(),
+        **kwargs,
+    )
+    channel.bind(pub, ChannelStats(metrics))
+    return channel, pub, metrics
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(f"snlpgw_{name}", labels)
+    return 0.0 if value is None else value

@@ -1,0 +1,67 @@
+"""Address binding rules and downlink pacing: pure cores, table-driven with a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.xiaozhi.binding import Address, AddressBinding, Admission
+from gateway.xiaozhi.downlink import Pacing
+
+HOME: Address = ("10.0.0.5", 40000)
+NAT: Address = ("10.0.0.5", 40001)
+EVIL: Address = ("192.0.2.66", 5555)
+
+
+@pytest.mark.parametrize(
+    ("history", "source", "now", "expected"),
+    [
+        ([], HOME, 0.0, Admission.FIRST),
+        ([(HOME, 0.0)], HOME, 1.0, Admission.SAME),
+        ([(HOME, 0.0)], EVIL, 1.0, Admission.FOREIGN),
+        ([(HOME, 0.0)], EVIL, 4.99, Admission.FOREIGN),
+        ([(HOME, 0.0)], NAT, 5.0, Admission.REBIND),  # bound source silent >= 5 s
+        ([(HOME, 0.0), (HOME, 3.0)], NAT, 7.0, Admission.FOREIGN),  # it spoke at 3 s
+        ([(HOME, 0.0), (HOME, 3.0)], NAT, 8.0, Admission.REBIND),
+    ],
+)
+def test_admission(
+    history: list[tuple[Address, float]], source: Address, now: float, expected: Admission
+) -> None:
+    binding = AddressBinding(rebind_after_s=5.0)
+    for addr, at in history:
+        binding.commit(addr, at, binding.check(addr, at))
+    assert binding.check(source, now) is expected
+
+
+def test_check_does_not_mutate_and_rebind_moves_the_binding() -> None:
+    binding = AddressBinding(rebind_after_s=5.0)
+    binding.commit(HOME, 0.0, Admission.FIRST)
+    assert binding.check(NAT, 10.0) is Admission.REBIND
+    assert binding.address == HOME  # a check alone (e.g. a replay then refused) never rebinds
+    binding.commit(NAT, 10.0, Admission.REBIND)
+    assert (binding.address, binding.rebinds) == (NAT, 1)
+    assert binding.check(HOME, 11.0) is Admission.FOREIGN
+
+
+def test_foreign_cannot_be_committed() -> None:
+    binding = AddressBinding(rebind_after_s=5.0)
+    with pytest.raises(ValueError, match="FOREIGN"):
+        binding.commit(EVIL, 0.0, Admission.FOREIGN)
+
+
+@pytest.mark.parametrize(
+    ("index", "due"),
+    [(0, 100.0), (4, 100.0), (5, 100.06), (6, 100.12), (14, 100.6)],
+)
+def test_pacing_prebuffers_five_then_one_per_frame(index: int, due: float) -> None:
+    assert Pacing().due(index, start=100.0) == pytest.approx(due)
+
+
+def test_pacing_stop_and_timestamps() -> None:
+    pacing = Pacing(frame_ms=60, prebuffer=5)
+    # 10 packets: the last (index 9) is due at +0.30 s, stop follows 7 frames later.
+    assert pacing.stop_due(10, 0.0) == pytest.approx(0.30 + 0.42)
+    assert pacing.stop_due(0, 3.0) == 3.0
+    assert [pacing.timestamp(i) for i in (0, 1, 2)] == [0, 60, 120]
+    with pytest.raises(ValueError, match="index"):
+        pacing.due(-1, 0.0)

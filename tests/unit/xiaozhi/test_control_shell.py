@@ -1,0 +1,229 @@
+"""Control handler + channel shell with a fake publisher: hello, goodbye, stale sessions, MCP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from gateway.xiaozhi.mcp import McpError, McpTimeout
+from tests.unit.xiaozhi.fakes import DEV, HELLO, OTHER, FakeClock, inbound, make_channel, sample
+
+
+class RecordingEvents:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def session_opened(self, dev: str, session_id: str) -> None:
+        self.calls.append(("opened", dev, session_id))
+
+    def session_closed(self, dev: str, session_id: str, reason: str) -> None:
+        self.calls.append(("closed", dev, session_id, reason))
+
+    def listen(
+        self, dev: str, session_id: str, state: str, mode: str | None, text: str | None
+    ) -> None:
+        self.calls.append(("listen", dev, state, mode, text))
+
+    def abort(self, dev: str, session_id: str, reason: str | None) -> None:
+        self.calls.append(("abort", dev, reason))
+
+    def mcp_message(self, dev: str, payload: Mapping[str, Any]) -> None:
+        self.calls.append(("mcp", dev, dict(payload)))
+
+
+def test_hello_reply_is_what_firmware_accepts() -> None:
+    channel, pub, metrics = make_channel()
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, HELLO))
+    reply = pub.last(DEV)
+    assert reply["type"] == "hello"
+    assert reply["transport"] == "udp"
+    sid = reply["session_id"]
+    assert isinstance(sid, str)
+    assert len(sid) == 32
+    udp = reply["udp"]
+    assert (udp["server"], udp["port"], udp["encryption"]) == ("gw.example", 8884, "aes-128-ctr")
+    key, nonce = bytes.fromhex(udp["key"]), bytes.fromhex(udp["nonce"])
+    session = channel.table.by_dev(DEV)
+    assert session is not None
+    assert session.session_id == sid
+    assert key == session.key
+    assert len(key) == 16
+    assert nonce == b"\x01\x00\x00\x00" + session.ssrc.to_bytes(4, "big") + bytes(8)
+    assert reply["audio_params"]["sample_rate"] == 16000
+    assert sample(metrics, "xiaozhi_hellos_total") == 1
+    assert sample(metrics, "xiaozhi_sessions") == 1
+    assert pub.sent[-1][2] == 0  # QoS 0 like the ecosystem
+
+
+def test_second_hello_replaces_session_with_fresh_secrets() -> None:
+    events = RecordingEvents()
+    channel, pub, metrics = make_channel(events=events)
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, HELLO))
+    first = pub.last(DEV)
+    channel.control.handle(inbound(DEV, HELLO))
+    second = pub.last(DEV)
+    assert first["session_id"] != second["session_id"]
+    assert first["udp"]["key"] != second["udp"]["key"]
+    assert first["udp"]["nonce"] != second["udp"]["nonce"]
+    assert len(channel.table) == 1
+    assert ("closed", DEV, first["session_id"], "replaced") in events.calls
+    assert sample(metrics, "xiaozhi_goodbyes_total", side="device", reason="replaced") == 1
+
+
+def test_device_goodbye_closes_only_its_session() -> None:
+    channel, pub, metrics = make_channel()
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, HELLO))
+    sid = pub.last(DEV)["session_id"]
+    channel.control.handle(inbound(DEV, {"session_id": "stale", "type": "goodbye"}))
+    assert channel.session_id(DEV) == sid
+    assert sample(metrics, "xiaozhi_control_dropped_total", reason="stale_goodbye") == 1
+    sent_before = len(pub.sent)
+    channel.control.handle(inbound(DEV, {"session_id": sid, "type": "goodbye"}))
+    assert channel.session_id(DEV) is None
+    assert len(pub.sent) == sent_before  # no goodbye echoed back to the device
+    assert sample(metrics, "xiaozhi_goodbyes_total", side="device", reason="device_goodbye") == 1
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"session_id": "old-session", "type": "listen", "state": "start", "mode": "auto"},
+        {"session_id": "old-session", "type": "abort"},
+    ],
+)
+def test_message_for_missing_session_gets_goodbye_with_its_session_id(
+    message: dict[str, Any],
+) -> None:
+    channel, pub, metrics = make_channel()
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, message))
+    assert pub.last(DEV) == {"type": "goodbye", "session_id": "old-session"}
+    assert sample(metrics, "xiaozhi_control_dropped_total", reason="no_session") == 1
+
+
+def test_listen_and_abort_reach_the_runtime_and_refresh_idle() -> None:
+    clock = FakeClock(0.0)
+    events = RecordingEvents()
+    channel, pub, _ = make_channel(clock, events=events)
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, HELLO))
+    sid = pub.last(DEV)["session_id"]
+    clock.now = 100.0
+    channel.control.handle(
+        inbound(DEV, {"session_id": sid, "type": "listen", "state": "detect", "text": "你好小智"})
+    )
+    channel.control.handle(
+        inbound(DEV, {"session_id": sid, "type": "abort", "reason": "wake_word_detected"})
+    )
+    assert ("listen", DEV, "detect", None, "你好小智") in events.calls
+    assert ("abort", DEV, "wake_word_detected") in events.calls
+    assert channel.table.next_deadline() == 250.0
+
+
+def test_gateway_goodbye_carries_exact_session_id() -> None:
+    channel, pub, metrics = make_channel()
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, HELLO))
+    sid = pub.last(DEV)["session_id"]
+    assert channel.close_session(DEV) is True
+    assert pub.last(DEV) == {"type": "goodbye", "session_id": sid}
+    assert channel.close_session(DEV) is False
+    assert sample(metrics, "xiaozhi_goodbyes_total", side="gateway", reason="gateway_goodbye") == 1
+
+
+@pytest.mark.parametrize(
+    ("topic", "payload", "reason"),
+    [
+        ("device-server/not-a-mac", b"{}", "bad_topic"),
+        ("device-server/24_0a_c4_00_00_01/extra", b"{}", "bad_topic"),
+        ("elsewhere/24_0a_c4_00_00_01", b"{}", "bad_topic"),
+        (None, b"\x00\x01garbage", "malformed_json"),
+        (None, b'"just a string"', "not_object"),
+        (None, b'{"type":"hello","version":1,"transport":"udp"}', "unsupported_version"),
+        (None, b'{"type":"listen"}', "invalid"),
+        (None, b'{"type":"mcp","payload":[]}', "invalid"),
+        (None, b"x" * 100_000, "oversize"),
+    ],
+)
+def test_malformed_control_is_counted_and_leaves_sessions_alone(
+    topic: str | None, payload: bytes, reason: str
+) -> None:
+    channel, pub, metrics = make_channel()
+    assert channel.control is not None
+    channel.control.handle(inbound(OTHER, HELLO))
+    other_sid = channel.session_id(OTHER)
+    before = len(pub.sent)
+    channel.control.handle(inbound(DEV, payload, topic=topic))
+    assert sample(metrics, "xiaozhi_control_dropped_total", reason=reason) == 1
+    assert len(pub.sent) == before
+    assert channel.session_id(OTHER) == other_sid
+
+
+def test_runtime_handler_failures_are_contained() -> None:
+    class Exploding(RecordingEvents):
+        def session_opened(self, dev: str, session_id: str) -> None:
+            raise RuntimeError("runtime bug")
+
+    channel, pub, _ = make_channel(events=Exploding())
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, HELLO))
+    assert pub.last(DEV)["type"] == "hello"
+
+
+async def test_mcp_request_round_trip_and_isolation() -> None:
+    events = RecordingEvents()
+    channel, pub, metrics = make_channel(events=events)
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, HELLO))
+    sid = pub.last(DEV)["session_id"]
+    task = asyncio.create_task(channel.mcp_request(DEV, "tools/list", {"cursor": ""}))
+    await asyncio.sleep(0)
+    request = pub.last(DEV)
+    assert request["type"] == "mcp"
+    assert request["session_id"] == sid
+    rid = request["payload"]["id"]
+    assert isinstance(rid, int)
+    assert request["payload"]["method"] == "tools/list"
+    # Another device answering with the same id is not taken as the answer.
+    channel.control.handle(
+        inbound(
+            OTHER,
+            {
+                "session_id": "",
+                "type": "mcp",
+                "payload": {"jsonrpc": "2.0", "id": rid, "result": {"tools": ["evil"]}},
+            },
+        )
+    )
+    assert not task.done()
+    assert events.calls[-1][0:2] == ("mcp", OTHER)
+    reply = {"jsonrpc": "2.0", "id": rid, "result": {"tools": []}}
+    channel.control.handle(inbound(DEV, {"session_id": sid, "type": "mcp", "payload": reply}))
+    assert await task == {"tools": []}
+    assert sample(metrics, "xiaozhi_mcp_requests_total", outcome="ok") == 1
+
+
+async def test_mcp_error_and_timeout() -> None:
+    channel, pub, metrics = make_channel()
+    assert channel.control is not None
+    task = asyncio.create_task(channel.mcp_request(DEV, "tools/call", {"name": "x"}))
+    await asyncio.sleep(0)
+    request = pub.last(DEV)
+    assert request["session_id"] == ""  # MCP flows with no audio session
+    error = {"jsonrpc": "2.0", "id": request["payload"]["id"], "error": {"message": "Unknown tool"}}
+    channel.control.handle(inbound(DEV, {"session_id": "", "type": "mcp", "payload": error}))
+    with pytest.raises(McpError, match="Unknown tool"):
+        await task
+    with pytest.raises(McpTimeout):
+        await channel.mcp_request(DEV, "tools/list", timeout_s=0.01)
+    assert sample(metrics, "xiaozhi_mcp_requests_total", outcome="timeout") == 1
+    assert channel.mcp is not None
+    assert channel.mcp.pending == 0
+    assert json.loads(pub.sent[-1][1])["payload"]["method"] == "tools/list"

@@ -1,0 +1,165 @@
+"""Per-session audio pipeline: bounded queue, overflow → concealment, listening switch, stream
+time from sequence numbers, real decoder + VAD on real speech."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+
+from codec.opus import OpusStreamDecoder
+from codec.vad import SpeechStarted, SpeechStopped, VadEvent, VadSegmenter
+from gateway.xiaozhi.pipeline import AudioPipeline, Frame, PipelineCounters
+from tests.support import speech
+from tests.support.opus_stream import encode
+
+FRAME_BYTES = 1920
+
+
+@dataclass
+class Tally:
+    values: dict[str, int] = field(default_factory=dict)
+
+    def counters(self) -> PipelineCounters:
+        def bump(name: str) -> object:
+            return lambda n: self.values.__setitem__(name, self.values.get(name, 0) + n)
+
+        return PipelineCounters(
+            frames_decoded=bump("decoded"),  # type: ignore[arg-type]
+            frames_concealed=bump("concealed"),  # type: ignore[arg-type]
+            frames_skipped=bump("skipped"),  # type: ignore[arg-type]
+            queue_dropped=bump("dropped"),  # type: ignore[arg-type]
+            segments=bump("segments"),  # type: ignore[arg-type]
+        )
+
+
+class FakeDecoder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[bytes, int]] = []
+
+    def decode(self, packet: bytes, lost_before: int = 0) -> bytes:
+        self.calls.append((packet, lost_before))
+        return bytes(FRAME_BYTES * (lost_before + 1))
+
+
+class ScriptedSegmenter:
+    """Emits a start at 0 ms of the first push and a stop after the third push."""
+
+    def __init__(self) -> None:
+        self.pushed = 0
+
+    def push(self, pcm: bytes) -> list[VadEvent]:
+        self.pushed += len(pcm) // FRAME_BYTES
+        if self.pushed == 1:
+            return [SpeechStarted(at_ms=0)]
+        if self.pushed == 3:
+            return [
+                SpeechStopped(
+                    at_ms=180, pcm=b"u" * 10, duration_ms=180, truncated=False, started_ms=0
+                )
+            ]
+        return []
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[tuple[object, ...]] = []
+
+    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
+        self.events.append(("start", dev, session_id, at_ms))
+
+    def speech_stopped(
+        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+    ) -> None:
+        self.events.append(("stop", dev, session_id, start_ms, end_ms, len(pcm)))
+
+
+def pipeline(**kwargs: object) -> tuple[AudioPipeline, FakeDecoder, Sink, Tally]:
+    decoder, sink, tally = FakeDecoder(), Sink(), Tally()
+    defaults: dict[str, object] = {
+        "dev": "d",
+        "session_id": "s",
+        "sink": sink,
+        "decoder": decoder,
+        "new_segmenter": ScriptedSegmenter,
+        "counters": tally.counters(),
+    }
+    defaults.update(kwargs)
+    return AudioPipeline(**defaults), decoder, sink, tally  # type: ignore[arg-type]
+
+
+def test_stream_time_comes_from_sequence_numbers() -> None:
+    p, _, sink, tally = pipeline()
+    for seq in (11, 12, 13):  # the segmenter starts at frame 11 → 600 ms of session time
+        p.offer(Frame(b"x", seq, 0))
+    assert p.drain() == 3
+    assert sink.events == [("start", "d", "s", 600.0), ("stop", "d", "s", 600.0, 780.0, 10)]
+    assert tally.values == {"decoded": 3, "segments": 1}
+
+
+def test_overflow_drops_oldest_and_conceals_the_gap() -> None:
+    p, decoder, _, tally = pipeline(capacity=3)
+    for seq in range(1, 7):
+        p.offer(Frame(bytes([seq]), seq, 0))
+    assert p.queued == 3
+    assert tally.values["dropped"] == 3
+    p.drain()
+    assert decoder.calls == [(b"\x04", 3), (b"\x05", 0), (b"\x06", 0)]
+    assert tally.values["concealed"] == 3
+
+
+def test_not_listening_skips_decoding_and_restarts_segmenter() -> None:
+    p, decoder, sink, tally = pipeline(listening=False)
+    p.offer(Frame(b"a", 1, 0))
+    p.drain()
+    assert decoder.calls == []
+    assert tally.values == {"skipped": 1}
+    p.set_listening(True)
+    p.offer(Frame(b"b", 5, 2))  # two frames lost before seq 5: the stretch starts at seq 3
+    p.drain()
+    assert decoder.calls == [(b"b", 2)]
+    # 3 frames of PCM (2 concealed + 1) in one push; the stretch's time base is seq 3 → 120 ms.
+    assert sink.events == [("stop", "d", "s", 120.0, 300.0, 10)]
+
+
+def test_sink_failure_is_contained() -> None:
+    class Broken(Sink):
+        def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
+            raise RuntimeError("runtime bug")
+
+    p, _, _, tally = pipeline(sink=Broken())
+    for seq in (1, 2, 3):
+        p.offer(Frame(b"x", seq, 0))
+    assert p.drain() == 3
+    assert tally.values["segments"] == 1
+
+
+async def test_run_processes_in_batches_and_yields() -> None:
+    p, decoder, _, _ = pipeline(batch=2)
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(p.run(), name="test.pipeline")
+        for seq in range(1, 6):
+            p.offer(Frame(b"x", seq, 0))
+        seen = []
+        for _ in range(3):
+            await asyncio.sleep(0)  # one turn of the task: at most one batch, then it yields
+            seen.append(len(decoder.calls))
+        assert seen == [2, 4, 5]
+        task.cancel()
+    assert len(decoder.calls) == 5
+
+
+@pytest.mark.integration
+def test_real_decoder_and_vad_find_real_utterances() -> None:
+    timeline = speech.compose([600, "Good morning.", 900, "How are you today?", 900])
+    packets = encode(timeline.pcm)
+    p, _, sink, _ = pipeline(decoder=OpusStreamDecoder(), new_segmenter=VadSegmenter)
+    for seq, packet in enumerate(packets, start=1):
+        p.offer(Frame(packet, seq, 0))
+        p.drain()
+    stops = [e for e in sink.events if e[0] == "stop"]
+    assert len(stops) == len(timeline.utterances)
+    for event, utt in zip(stops, timeline.utterances, strict=True):
+        assert abs(float(event[3]) - utt.start_ms) <= 150  # type: ignore[arg-type]
+        assert abs(float(event[4]) - utt.end_ms) <= 150  # type: ignore[arg-type]

@@ -1,0 +1,175 @@
+"""UDP endpoint with a fake datagram transport: routing, binding, replay, hijack attempts."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from codec.packet import DropReason
+from codec.udp import DownlinkSender, UplinkReceiver
+from gateway.xiaozhi.udp import LiveSession, UdpEndpoint
+from tests.unit.xiaozhi.fakes import (
+    DEV,
+    OTHER,
+    FakeClock,
+    FakeDatagramTransport,
+    make_channel,
+    sample,
+)
+
+HOME = ("10.0.0.5", 40000)
+NAT = ("10.0.0.5", 40001)
+EVIL = ("192.0.2.66", 5555)
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.clock = FakeClock(0.0)
+        self.channel, self.pub, self.metrics = make_channel(self.clock)
+        self.transport = FakeDatagramTransport()
+        self.endpoint = UdpEndpoint(
+            lookup=self.channel.route,
+            on_activity=lambda live, now: self.channel.touch(live),
+            stats=self.channel.stats,
+            clock=self.clock,
+        )
+        self.endpoint.connection_made(self.transport)
+
+    def open(self, dev: str) -> tuple[LiveSession, DownlinkSender]:
+        live = self.channel.open_session(dev, self.clock())
+        return live, DownlinkSender(key=live.session.key, ssrc=live.session.ssrc)
+
+    def feed(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.endpoint.datagram_received(data, addr)
+
+    def dropped(self, reason: str) -> float:
+        return sample(self.metrics, "xiaozhi_udp_dropped_total", reason=reason)
+
+
+def seal(device: DownlinkSender, opus: bytes = b"\xf8\xff\xfe") -> bytes:
+    datagram = device.seal(opus, 0)
+    assert not isinstance(datagram, DropReason)
+    return datagram
+
+
+def test_first_valid_datagram_binds_and_reaches_pipeline() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    rig.feed(seal(device, b"opus-1"), HOME)
+    assert live.binding.address == HOME
+    assert live.address_known.is_set()
+    assert live.pipeline.queued == 1
+    assert sample(rig.metrics, "xiaozhi_udp_packets_in_total") == 1
+
+
+def test_replay_and_duplicate_are_dropped() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    first = seal(device)
+    rig.feed(first, HOME)
+    rig.feed(first, HOME)
+    assert rig.dropped("replay") == 1
+    assert live.pipeline.queued == 1
+
+
+def test_foreign_source_is_dropped_without_touching_sequence_state() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    rig.feed(seal(device), HOME)
+    # The attacker knows the ssrc and forges a huge sequence from its own address.
+    forged = struct.pack(">BBHIII", 1, 0, 4, live.session.ssrc, 0, 999) + b"evil"
+    rig.feed(forged, EVIL)
+    rig.feed(seal(device), EVIL)  # even a genuine packet relayed from elsewhere
+    assert rig.dropped("foreign_source") == 2
+    assert live.receiver.last_seq == 1
+    rig.feed(seal(device), HOME)  # seq 3 from home still flows
+    assert live.pipeline.queued == 2
+    assert live.binding.address == HOME
+
+
+def test_nat_rebinding_after_silence_but_not_for_replays() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    captured = seal(device)
+    rig.feed(captured, HOME)
+    rig.clock.now = 10.0  # bound source silent for longer than rebind_after_s (5 s)
+    rig.feed(captured, NAT)  # a replay from a new address never rebinds
+    assert rig.dropped("replay") == 1
+    assert live.binding.address == HOME
+    rig.feed(seal(device), NAT)
+    assert live.binding.address == NAT
+    assert sample(rig.metrics, "xiaozhi_udp_rebinds_total") == 1
+    rig.feed(seal(device), HOME)  # the old address is now the foreign one
+    assert rig.dropped("foreign_source") == 1
+
+
+@pytest.mark.parametrize(
+    ("datagram", "reason"),
+    [
+        (b"\x01\x00", "too_short"),
+        (b"\x02" + bytes(15) + b"x", "bad_type"),
+        (struct.pack(">BBHIII", 1, 0, 9, 1, 0, 1) + b"x", "length_mismatch"),
+        (bytes(1501), "too_large"),
+    ],
+)
+def test_malformed_datagrams_are_counted(datagram: bytes, reason: str) -> None:
+    rig = Rig()
+    rig.open(DEV)
+    rig.feed(datagram, HOME)
+    assert rig.dropped(reason) == 1
+
+
+def test_unknown_and_other_sessions_ssrc() -> None:
+    rig = Rig()
+    a, device_a = rig.open(DEV)
+    b, _ = rig.open(OTHER)
+    for _ in range(50):
+        ssrc = int.from_bytes(os.urandom(4), "big")
+        if ssrc in (a.session.ssrc, b.session.ssrc):
+            continue
+        rig.feed(struct.pack(">BBHIII", 1, 0, 1, ssrc, 0, 1) + b"x", EVIL)
+    assert rig.dropped("unknown_ssrc") >= 48
+    assert a.pipeline.queued == b.pipeline.queued == 0
+    assert a.binding.address is None
+    assert b.binding.address is None
+    rig.feed(seal(device_a), HOME)
+    assert (a.pipeline.queued, b.pipeline.queued) == (1, 0)
+
+
+def test_downlink_needs_address_then_seals_from_sequence_one() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    assert rig.endpoint.send(live, b"tts-1", 0) is False
+    assert rig.dropped("no_address") == 1
+    rig.feed(seal(device), HOME)
+    assert rig.endpoint.send(live, b"tts-1", 0) is True
+    assert rig.endpoint.send(live, b"tts-2", 60) is True
+    assert rig.endpoint.send(live, bytes(1485), 120) is False
+    assert rig.dropped("out_too_large") == 1
+    datagrams = [d for d, addr in rig.transport.sent if addr == HOME]
+    receiver = UplinkReceiver(key=live.session.key, ssrc=live.session.ssrc)
+    opened = [receiver.accept(d) for d in datagrams]
+    assert [getattr(o, "seq", None) for o in opened] == [1, 2]
+    assert [getattr(o, "opus_payload", None) for o in opened] == [b"tts-1", b"tts-2"]
+    assert all(len(d) == 16 + struct.unpack_from(">H", d, 2)[0] for d in datagrams)
+    assert sample(rig.metrics, "xiaozhi_udp_packets_out_total") == 2
+
+
+def test_socket_errors_are_counted_not_raised() -> None:
+    rig = Rig()
+    rig.endpoint.error_received(ConnectionRefusedError())
+    assert rig.dropped("socket_error") == 1
+    rig.endpoint.connection_lost(None)
+    live, _ = rig.open(DEV)
+    assert rig.endpoint.send(live, b"x", 0) is False
+
+
+def test_closed_session_stops_routing() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    rig.channel.close_session(DEV)
+    rig.feed(seal(device), HOME)
+    assert rig.dropped("unknown_ssrc") == 1
+    assert live.pipeline.queued == 0
