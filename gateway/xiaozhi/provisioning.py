@@ -1,0 +1,100 @@
+"""The OTA endpoint's provisioner: create or rotate a device's broker user, then make sure the
+broker already accepts the new password before the device is told it.
+
+Mosquitto re-reads its password file on SIGHUP in its own loop, a moment after the signal; a
+device that connects within that moment would be refused and (on real firmware) wait about
+10 s to retry. So after ``gateway.credentials.provision`` the provisioner probes with an MQTT
+CONNECT as the device (distinct client id) until CONNACK 0 or ``verify_s``. Blocking: the OTA
+handler runs it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from pathlib import Path
+
+from paho.mqtt.client import Client, ConnectFlags
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from gateway.broker_io import pid_file_reloader
+from gateway.credentials import BrokerFiles, Credentials, Reloader, provision
+from gateway.settings import MqttSettings
+from gateway.xiaozhi.ota import Provisioner
+
+log = logging.getLogger(__name__)
+
+_RETRY_GAP_S = 0.02
+
+
+def broker_accepts(
+    *, host: str, port: int, tls: bool, username: str, password: str, timeout_s: float = 2.0
+) -> bool:
+    """One MQTT 3.1.1 CONNECT as ``username``; True on CONNACK 0."""
+    result: list[ReasonCode] = []
+
+    def on_connect(
+        client: Client,
+        userdata: object,
+        flags: ConnectFlags,
+        rc: ReasonCode,
+        props: Properties | None,
+    ) -> None:
+        result.append(rc)
+
+    client = Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=f"snlpgw-ota-check-{secrets.token_hex(6)}",
+        protocol=MQTTProtocolVersion.MQTTv311,
+    )
+    client.username_pw_set(username, password)
+    if tls:
+        client.tls_set()
+    client.on_connect = on_connect
+    try:
+        client.connect(host, port, keepalive=10)
+        deadline = time.monotonic() + timeout_s
+        while not result and time.monotonic() < deadline:
+            if client.loop(timeout=0.05) != 0:  # connection closed without a CONNACK
+                break
+    except OSError:
+        return False
+    finally:
+        client.disconnect()
+    return bool(result) and not result[0].is_failure
+
+
+def broker_provisioner(
+    *,
+    data_dir: Path,
+    mqtt: MqttSettings,
+    reload: Reloader | None = None,
+    verify_s: float = 3.0,
+) -> Provisioner:
+    """A :data:`~gateway.xiaozhi.ota.Provisioner` over the gateway's broker files."""
+    reloader = reload or pid_file_reloader(BrokerFiles.at(data_dir).pid_file)
+
+    def provision_device(dev: str) -> Credentials:
+        creds = provision(data_dir, dev, role="device", rotate=True, reload=reloader)
+        if verify_s <= 0 or creds.password is None:
+            return creds
+        deadline = time.monotonic() + verify_s
+        while time.monotonic() < deadline:
+            if broker_accepts(
+                host=mqtt.host,
+                port=mqtt.port,
+                tls=mqtt.tls,
+                username=dev,
+                password=creds.password,
+                timeout_s=max(0.1, deadline - time.monotonic()),
+            ):
+                return creds
+            threading.Event().wait(_RETRY_GAP_S)  # worker thread: spaces refused attempts
+        log.warning("broker did not accept the new password of %s within %.1fs", dev, verify_s)
+        return creds
+
+    return provision_device

@@ -1,0 +1,169 @@
+"""End to end over the real broker and real UDP: OTA → MQTT with the returned credentials →
+hello → firmware-validated reply → real speech as encrypted Opus → VAD utterances with the
+right boundaries → goodbye from either side; downlink audio paced to the device."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from gateway.simulators.xiaozhi import XiaozhiDeviceSim, encode_pcm, parse_server_hello
+from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
+from tests.support import speech
+from tests.support.broker import Broker
+
+pytestmark = pytest.mark.integration
+
+BOUNDARY_MS = 150
+
+TWENTY_SECONDS = [
+    800,
+    "Good morning, how are you today?",
+    1500,
+    "I would like to read a book about the ocean.",
+    1500,
+    "The little turtle swims to the island.",
+    1500,
+    "Can you count from one to ten with me?",
+    1500,
+    "Thank you very much, see you tomorrow.",
+    1500,
+    "Please close the door.",
+    1200,
+]
+
+
+def assert_boundaries(gw: Gateway, dev: str, timeline: speech.Timeline) -> None:
+    found = gw.recorder.utterances_of(dev)
+    assert len(found) == len(timeline.utterances), [(u.start_ms, u.end_ms) for u in found]
+    for got, want in zip(found, timeline.utterances, strict=True):
+        assert abs(got.start_ms - want.start_ms) <= BOUNDARY_MS, (want.text, got, want)
+        assert abs(got.end_ms - want.end_ms) <= BOUNDARY_MS, (want.text, got, want)
+
+
+async def test_ota_hello_speech_goodbye(broker: Broker) -> None:
+    timeline = speech.compose(TWENTY_SECONDS)
+    assert timeline.duration_ms >= 20_000
+    async with running_gateway(broker) as gw:
+        mac = new_mac()
+        dev = mac.replace(":", "_")
+        sim = XiaozhiDeviceSim(mac=mac, board="bread compact:wifi")
+        info = await sim.provision(gw.ota_url)
+        assert info.username == dev
+        assert info.client_id.startswith(f"GID_bread_compact_wifi@@@{dev}@@@")
+        assert info.client_id.endswith(sim.uuid)
+        assert (info.publish_topic, info.subscribe_topic) == (
+            f"device-server/{dev}",
+            f"devices/p2p/{dev}",
+        )
+        assert info.endpoint == f"127.0.0.1:{broker.port}"
+        assert not info.tls
+        async with sim:  # the returned credentials work at once
+            hello = await sim.open_audio_channel()
+            raw_reply = next(m for m in sim.inbox if m["type"] == "hello")
+            assert parse_server_hello(raw_reply) == hello
+            assert hello.nonce == b"\x01\x00\x00\x00" + hello.nonce[4:8] + bytes(8)
+            assert (hello.sample_rate, hello.frame_duration) == (16000, 60)
+            assert (hello.server, hello.port) == ("127.0.0.1", gw.channel.udp_port)
+            await sim.listen_start("auto")
+            await gw.recorder.wait_for(lambda: ("listen", dev, "start", "auto") in gw.recorder.events)
+            sent = await sim.stream_pcm(timeline.pcm, realtime=False)
+            await gw.recorder.wait_for(
+                lambda: len(gw.recorder.utterances_of(dev)) >= len(timeline.utterances)
+            )
+            assert_boundaries(gw, dev, timeline)
+            assert gw.metric("xiaozhi_udp_packets_in_total") >= sent
+            assert gw.metric("xiaozhi_opus_frames_decoded_total") > 0
+            assert gw.metric("xiaozhi_vad_segments_total") == len(timeline.utterances)
+            await sim.goodbye()
+            await gw.recorder.wait_for(lambda: gw.channel.session_id(dev) is None)
+        assert ("closed", dev, hello.session_id, "device_goodbye") in gw.recorder.events
+        assert gw.metric("xiaozhi_goodbyes_total", side="device", reason="device_goodbye") == 1
+        assert gw.metric("xiaozhi_sessions") == 0
+
+
+async def test_realtime_stream_and_gateway_goodbye(broker: Broker) -> None:
+    timeline = speech.compose([500, "Hello there.", 1000, "Nice to meet you.", 900])
+    async with running_gateway(broker) as gw:
+        mac = new_mac()
+        dev = mac.replace(":", "_")
+        sim = XiaozhiDeviceSim(mac=mac)
+        await sim.provision(gw.ota_url)
+        async with sim:
+            hello = await sim.open_audio_channel()
+            await sim.listen_start("manual")
+            await sim.stream_pcm(timeline.pcm, realtime=True)
+            await gw.recorder.wait_for(
+                lambda: len(gw.recorder.utterances_of(dev)) >= len(timeline.utterances)
+            )
+            assert_boundaries(gw, dev, timeline)
+            assert gw.channel.close_session(dev)
+            goodbye = await sim.expect("goodbye")
+            assert goodbye == {"type": "goodbye", "session_id": hello.session_id}
+            assert sim.speaking is False
+        assert gw.metric("xiaozhi_goodbyes_total", side="gateway", reason="gateway_goodbye") == 1
+
+
+async def test_downlink_audio_is_paced_after_tts_start(broker: Broker) -> None:
+    packets = encode_pcm(speech.synthesize("This is the gateway speaking."))
+    async with running_gateway(broker) as gw:
+        mac = new_mac()
+        dev = mac.replace(":", "_")
+        sim = XiaozhiDeviceSim(mac=mac)
+        await sim.provision(gw.ota_url)
+        async with sim:
+            await sim.open_audio_channel()
+            await sim.listen_start()
+            await sim.stream_opus(encode_pcm(speech.silence(180)), realtime=False)
+            result = await gw.channel.speak(dev, packets)
+            assert (result.sent, result.dropped) == (len(packets), 0)
+            await sim.expect("tts", state="stop")
+            assert sim.downlink_audio == packets  # every frame, in order, decrypted exactly
+            assert sim.downlink_discarded == 0
+            assert sim.crypto is not None
+            assert sim.crypto.remote_sequence == len(packets)  # sequences 1..n
+            assert sim.crypto.drops == {}
+            kinds = [(m["type"], m.get("state")) for m in sim.inbox]
+            assert kinds.index(("tts", "start")) < kinds.index(("tts", "stop"))
+        assert gw.metric("xiaozhi_udp_packets_out_total") == len(packets)
+
+
+async def test_new_hello_replaces_session_and_stale_messages_get_goodbye(broker: Broker) -> None:
+    async with running_gateway(broker) as gw:
+        mac = new_mac()
+        dev = mac.replace(":", "_")
+        sim = XiaozhiDeviceSim(mac=mac)
+        await sim.provision(gw.ota_url)
+        async with sim:
+            first = await sim.open_audio_channel()
+            second = await sim.open_audio_channel()  # firmware re-hellos after 120 s idle
+            assert first.session_id != second.session_id
+            assert first.key != second.key
+            assert gw.channel.session_id(dev) == second.session_id
+            await sim.publish(
+                f'{{"session_id":"{first.session_id}","type":"listen","state":"start","mode":"auto"}}'
+            )
+            reply = await sim.expect("goodbye")
+            assert reply == {"type": "goodbye", "session_id": first.session_id}
+            assert gw.channel.session_id(dev) == second.session_id  # current session untouched
+
+
+async def test_ota_refuses_bad_requests(broker: Broker) -> None:
+    async with running_gateway(broker) as gw, aiohttp.ClientSession() as http:
+        good = {"Client-Id": "3f2504e0-4f89-41d3-9a0c-0305e82c3301", "User-Agent": "b/1"}
+        cases = [
+            ({**good}, b"", "missing Device-Id"),
+            ({**good, "Device-Id": "zz:zz"}, b"", "malformed Device-Id"),
+            ({**good, "Device-Id": "ff:ff:ff:ff:ff:ff"}, b"", "unknown Device-Id"),
+            ({"Device-Id": new_mac()}, b"", "Client-Id"),
+            ({**good, "Device-Id": new_mac()}, b'{"mac_address":"02:00:00:00:00:01"}', "does not match"),
+        ]
+        for headers, body, message in cases:
+            async with http.post(gw.ota_url, headers=headers, data=body) as resp:
+                assert resp.status == 400
+                assert message in (await resp.json())["error"]
+        mac = new_mac()
+        async with http.get(gw.ota_url, headers={**good, "Device-Id": mac}) as resp:
+            assert resp.status == 200  # firmware sends GET when its body is empty
+            assert "activation" not in await resp.json()
+        assert gw.metric("xiaozhi_ota_requests_total", status="400") == len(cases)

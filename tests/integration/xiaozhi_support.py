@@ -1,0 +1,147 @@
+"""A real gateway (service + Xiaozhi channel) on the harness broker, for the Xiaozhi tests.
+
+Everything is real: the service's MQTT connection, the aiohttp server on a free port, the UDP
+endpoint on a free port, credentials written by ``gateway.credentials`` with a broker reload.
+The recorders turn the channel's callbacks into awaitable conditions (bounded waits only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.service import Service
+from gateway.settings import Settings
+from gateway.xiaozhi.channel import XiaozhiChannel
+from gateway.xiaozhi.provisioning import broker_provisioner
+from tests.support.broker import Broker
+
+
+@dataclass(frozen=True)
+class Utterance:
+    dev: str
+    session_id: str
+    start_ms: float
+    end_ms: float
+    pcm_bytes: int
+
+
+class Recorder:
+    """VoiceSink + SessionEvents that tests can await."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, float]] = []
+        self.utterances: list[Utterance] = []
+        self.events: list[tuple[Any, ...]] = []
+        self._changed = asyncio.Event()
+
+    # VoiceSink
+    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
+        self.started.append((dev, at_ms))
+        self._bump()
+
+    def speech_stopped(
+        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+    ) -> None:
+        self.utterances.append(Utterance(dev, session_id, start_ms, end_ms, len(pcm)))
+        self._bump()
+
+    # SessionEvents
+    def session_opened(self, dev: str, session_id: str) -> None:
+        self.events.append(("opened", dev, session_id))
+        self._bump()
+
+    def session_closed(self, dev: str, session_id: str, reason: str) -> None:
+        self.events.append(("closed", dev, session_id, reason))
+        self._bump()
+
+    def listen(
+        self, dev: str, session_id: str, state: str, mode: str | None, text: str | None
+    ) -> None:
+        self.events.append(("listen", dev, state, mode))
+        self._bump()
+
+    def abort(self, dev: str, session_id: str, reason: str | None) -> None:
+        self.events.append(("abort", dev, reason))
+        self._bump()
+
+    def mcp_message(self, dev: str, payload: Mapping[str, Any]) -> None:
+        self.events.append(("mcp", dev, dict(payload)))
+        self._bump()
+
+    def utterances_of(self, dev: str) -> list[Utterance]:
+        return [u for u in self.utterances if u.dev == dev]
+
+    async def wait_for(self, condition: Callable[[], bool], *, timeout_s: float = 20.0) -> None:
+        async with asyncio.timeout(timeout_s):
+            while not condition():
+                self._changed.clear()
+                await self._changed.wait()
+
+    def _bump(self) -> None:
+        self._changed.set()
+
+
+@dataclass
+class Gateway:
+    service: Service
+    channel: XiaozhiChannel
+    recorder: Recorder
+    settings: Settings
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ota_url(self) -> str:
+        return f"http://127.0.0.1:{self.service.http.port}/xiaozhi/ota/"
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.service.metrics.registry.get_sample_value(f"snlpgw_{name}", labels)
+        return 0.0 if value is None else value
+
+
+def gateway_settings(broker: Broker, **xiaozhi: Any) -> Settings:
+    creds = broker.gateway_credentials()
+    return Settings(
+        gateway_id=f"gw-{secrets.token_hex(3)}",
+        data_dir=broker.data_dir,
+        mqtt={"url": broker.url, "username": creds.username, "password": creds.password},
+        http={"host": "127.0.0.1", "port": 0},
+        udp={"host": "127.0.0.1", "port": 0},
+        xiaozhi=xiaozhi,
+    )
+
+
+@asynccontextmanager
+async def running_gateway(broker: Broker, **xiaozhi: Any) -> AsyncIterator[Gateway]:
+    settings = gateway_settings(broker, **xiaozhi)
+    recorder = Recorder()
+    channel = XiaozhiChannel(
+        settings=settings,
+        voice=recorder,
+        events=recorder,
+        provision=broker_provisioner(
+            data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload
+        ),
+    )
+    service = Service(settings, [channel])
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(service.run(), name="test.gateway")
+        async with asyncio.timeout(15):
+            await service.mqtt.wait_connected()
+            await service.http.wait_started()
+            await channel.wait_ready()
+        try:
+            yield Gateway(service, channel, recorder, settings)
+        finally:
+            task.cancel()
+
+
+def new_mac() -> str:
+    """A random locally administered unicast MAC, colon form (the OTA ``Device-Id``)."""
+    octets = bytearray(secrets.token_bytes(6))
+    octets[0] = (octets[0] | 0x02) & 0xFE
+    return ":".join(f"{b:02x}" for b in octets)
