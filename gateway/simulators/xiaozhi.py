@@ -301,22 +301,21 @@ class XiaozhiDeviceSim:
             raise RuntimeError("audio channel not open")
         self._udp.sendto(datagram)
 
-    async def stream_pcm(self, pcm: bytes, *, realtime: bool = True) -> int:
-        return await self.stream_opus(encode_pcm(pcm), realtime=realtime)
+    async def stream_pcm(self, pcm: bytes, *, speed: float = 1.0) -> int:
+        return await self.stream_opus(encode_pcm(pcm), speed=speed)
 
-    async def stream_opus(self, packets: Sequence[bytes], *, realtime: bool = True) -> int:
-        """Send packets as uplink audio; real-time pacing or as fast as the socket takes them."""
+    async def stream_opus(self, packets: Sequence[bytes], *, speed: float = 1.0) -> int:
+        """Send packets as uplink audio, one per 60 ms / ``speed`` (1.0 = real time)."""
         if self.crypto is None:
             raise RuntimeError("audio channel not open")
+        if speed <= 0:
+            raise ValueError("speed must be positive")
         loop = asyncio.get_running_loop()
         start = loop.time()
         for index, packet in enumerate(packets):
-            if realtime:
-                delay = start + index * FRAME_MS / 1000 - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            elif index % 32 == 31:
-                await asyncio.sleep(0.002)  # let the receiver drain its socket buffer
+            delay = start + index * FRAME_MS / 1000 / speed - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
             self.send_datagram(self.crypto.seal(packet))
         return len(packets)
 
@@ -407,7 +406,7 @@ async def simulate(args: argparse.Namespace) -> dict[str, Any]:
     async with sim:
         hello = await sim.open_audio_channel()
         await sim.listen_start(args.mode)
-        sent = await sim.stream_pcm(read_wav(args.wav), realtime=not args.fast)
+        sent = await sim.stream_pcm(read_wav(args.wav), speed=args.speed)
         await asyncio.sleep(args.linger_s)
         await sim.goodbye()
     return {
@@ -429,7 +428,7 @@ def add_xiaozhi_simulator_command(subparsers: Any) -> None:
     p.add_argument("--mac", default="24:0a:c4:5e:00:01", help="device MAC (Device-Id)")
     p.add_argument("--board", default="sim-board", help="board name for User-Agent")
     p.add_argument("--mode", default="auto", choices=["auto", "manual", "realtime"])
-    p.add_argument("--fast", action="store_true", help="stream faster than real time")
+    p.add_argument("--speed", type=float, default=1.0, help="pacing: 1 = real time, 4 = 4x")
     p.add_argument("--linger-s", type=float, default=2.0, help="wait for replies after audio")
     p.set_defaults(func=_run_cli)
 

@@ -56,6 +56,7 @@ class XiaozhiChannel:
         listening_by_default: bool = True,
         audio_queue_frames: int = 50,
         address_wait_s: float = 3.0,
+        tts_lead_s: float = 0.2,
     ) -> None:
         self._settings = settings
         self._voice = voice
@@ -66,6 +67,9 @@ class XiaozhiChannel:
         self._listening_default = listening_by_default
         self._queue_frames = audio_queue_frames
         self._address_wait_s = address_wait_s
+        # `tts start` travels through the broker, audio straight over UDP, and devices discard
+        # audio that arrives before `tts start` (reference §6.2): give the control a head start.
+        self._tts_lead_s = tts_lead_s
         self.table = SessionTable(idle_s=settings.xiaozhi.session_idle_s)
         self._live: dict[str, LiveSession] = {}  # by dev
         self._by_ssrc: dict[int, LiveSession] = {}
@@ -199,6 +203,8 @@ class XiaozhiChannel:
         if udp is None:
             raise NoSession(dev, "UDP endpoint not running")
         self._publish(dev, messages.tts(live.session_id, "start"))
+        if self._tts_lead_s > 0:
+            await asyncio.sleep(self._tts_lead_s)
         start = self._clock()
         sent = dropped = 0
         for index, packet in enumerate(opus_packets):

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from codec.packet import DropReason, peek_ssrc
 from codec.udp import DownlinkSender, Dropped, UplinkReceiver
@@ -66,8 +67,8 @@ class UdpEndpoint(asyncio.DatagramProtocol):
     # -- asyncio.DatagramProtocol ----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if isinstance(transport, asyncio.DatagramTransport):
-            self._transport = transport
+        # CPython's selector datagram transport does not subclass DatagramTransport; it is one.
+        self._transport = cast(asyncio.DatagramTransport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
