@@ -175,3 +175,16 @@ async def test_ota_refuses_bad_requests(broker: Broker) -> None:
             assert resp.status == 200  # firmware sends GET when its body is empty
             assert "activation" not in await resp.json()
         assert gw.metric("xiaozhi_ota_requests_total", status="400") == len(cases)
+
+
+async def test_idle_session_is_closed_with_goodbye(broker: Broker) -> None:
+    async with running_gateway(broker, session_idle_s=0.3) as gw:
+        mac = new_mac()
+        sim = XiaozhiDeviceSim(mac=mac)
+        await sim.provision(gw.ota_url)
+        async with sim:
+            hello = await sim.open_audio_channel()
+            goodbye = await sim.expect("goodbye", timeout_s=10)
+            assert goodbye == {"type": "goodbye", "session_id": hello.session_id}
+            assert gw.channel.session_id(mac.replace(":", "_")) is None
+        assert gw.metric("xiaozhi_goodbyes_total", side="gateway", reason="idle") == 1
