@@ -1,0 +1,1 @@
+"""Device simulators: real MQTT/UDP clients that behave like boards."""
