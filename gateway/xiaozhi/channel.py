@@ -4,7 +4,7 @@ Thin shell around the pure cores (:mod:`sessions`, :mod:`binding`, :mod:`downlin
 handlers parse and act synchronously; the UDP endpoint routes datagrams; one named task per
 open session runs its audio pipeline; one task sweeps idle sessions. All of them live in the
 channel's TaskGroup, owned by the service. The runtime uses :meth:`set_listening`,
-:meth:`speak`, :meth:`mcp_request`, :meth:`send_text` and :meth:`close_session`.
+:meth:`speak`, :meth:`mcp_request`, :meth:`send_stt` and :meth:`close_session`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from codec.opus import OpusStreamDecoder
 from codec.udp import DownlinkSender, UplinkReceiver
@@ -23,7 +23,7 @@ from gateway.service import Context
 from gateway.settings import Settings
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.binding import AddressBinding
-from gateway.xiaozhi.control import ControlHandler, SessionEvents, topic_for
+from gateway.xiaozhi.control import ControlHandler, SessionEvents
 from gateway.xiaozhi.downlink import Pacing, SpeakResult
 from gateway.xiaozhi.mcp import McpClient
 from gateway.xiaozhi.ota import OtaEndpoint, Provisioner
@@ -31,6 +31,7 @@ from gateway.xiaozhi.pipeline import AudioPipeline, Segmenter, VoiceSink
 from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
 from gateway.xiaozhi.stats import ChannelStats
 from gateway.xiaozhi.udp import LiveSession, UdpEndpoint
+from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +165,10 @@ class XiaozhiChannel:
         if live is not None:
             live.pipeline.set_listening(listening)
 
-    def send_text(self, dev: str, kind: Literal["stt", "llm"], text: str) -> None:
+    def send_stt(self, dev: str, text: str) -> None:
+        """Show the user's recognised words on the device (``stt``)."""
         live = self._require(dev)
-        self._publish(dev, messages.text_message(kind, live.session_id, text))
+        self._publish(dev, messages.stt(live.session_id, text))
 
     async def mcp_request(
         self,
@@ -330,7 +332,12 @@ class XiaozhiChannel:
     def _publish(self, dev: str, payload: bytes) -> None:
         if self._mqtt is None:
             raise RuntimeError("channel not attached")
-        self._mqtt.publish(topic_for(self._settings.xiaozhi.downlink_topic, dev), payload, qos=0)
+        self._mqtt.publish(
+            build_xiaozhi_topic(self._settings.xiaozhi.downlink_topic, dev),
+            payload,
+            qos=XIAOZHI_DELIVERY.qos,
+            retain=XIAOZHI_DELIVERY.retain,
+        )
 
     def _session_id_of(self, dev: str) -> str:
         live = self._live.get(dev)

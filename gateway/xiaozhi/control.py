@@ -13,23 +13,31 @@ with a goodbye carrying the message's own ``session_id`` (so a stale device retu
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.mqtt import Inbound
 from gateway.settings import XiaozhiSettings
 from gateway.xiaozhi import messages
-from gateway.xiaozhi.messages import Abort, ControlError, Goodbye, Hello, Listen, Mcp
+from gateway.xiaozhi.messages import (
+    Abort,
+    ControlError,
+    DeviceGoodbye,
+    DeviceHello,
+    DeviceMcp,
+    Iot,
+    Listen,
+    Ping,
+    UdpTimeout,
+)
 from gateway.xiaozhi.stats import ChannelStats
+from topics.errors import TopicError
+from topics.tree import parse_xiaozhi_topic, validate_template, xiaozhi_filter
 
 if TYPE_CHECKING:
     from gateway.xiaozhi.channel import XiaozhiChannel
 
 log = logging.getLogger(__name__)
-
-DEVICE_ID_RE = re.compile(r"[0-9a-f]{2}(_[0-9a-f]{2}){5}")
-_DEV = "{dev}"
 
 
 class SessionEvents(Protocol):
@@ -48,43 +56,22 @@ class SessionEvents(Protocol):
     def mcp_message(self, dev: str, payload: Mapping[str, Any]) -> None: ...
 
 
-def topic_for(template: str, dev: str) -> str:
-    return template.replace(_DEV, dev)
-
-
-def dev_from_topic(template: str, topic: str) -> str | None:
-    """The device id in ``topic`` if it matches ``template`` (one ``{dev}`` level), else None."""
-    want = template.split("/")
-    got = topic.split("/")
-    if len(want) != len(got):
-        return None
-    dev: str | None = None
-    for pattern, level in zip(want, got, strict=True):
-        if pattern == _DEV:
-            dev = level
-        elif pattern != level:
-            return None
-    return dev if dev is not None and DEVICE_ID_RE.fullmatch(dev) else None
-
-
 class ControlHandler:
     def __init__(
         self, *, channel: XiaozhiChannel, settings: XiaozhiSettings, stats: ChannelStats
     ) -> None:
-        if settings.uplink_topic.split("/").count(_DEV) != 1:
-            raise ValueError(
-                f"uplink template needs one whole {{dev}} level: {settings.uplink_topic}"
-            )
         self._channel = channel
-        self._uplink = settings.uplink_topic
+        self._uplink = validate_template(settings.uplink_topic)
+        validate_template(settings.downlink_topic)
         self._stats = stats
-        self.topic_filter = settings.uplink_topic.replace(_DEV, "+")
+        self.topic_filter = xiaozhi_filter(settings.uplink_topic)
 
     def handle(self, inbound: Inbound) -> None:
         """MQTT route handler (runs on the loop; never raises for bad input)."""
         stats = self._stats
-        dev = dev_from_topic(self._uplink, inbound.topic)
-        if dev is None:
+        try:
+            dev = parse_xiaozhi_topic(self._uplink, inbound.topic)
+        except TopicError:
             stats.control_dropped.labels("bad_topic").inc()
             return
         try:
@@ -95,15 +82,18 @@ class ControlHandler:
             return
         stats.control_in.labels(msg.type).inc()
         match msg:
-            case Hello():
+            case DeviceHello():
                 self._hello(dev, inbound)
-            case Goodbye(session_id=sid):
+            case DeviceGoodbye(session_id=sid) | UdpTimeout(session_id=sid):
+                # udp_timeout (firmware forks): the device gave up on UDP; end like a goodbye.
                 if not self._channel.device_goodbye(dev, sid):
                     stats.control_dropped.labels("stale_goodbye").inc()
             case Listen() | Abort():
                 self._in_session(dev, msg)
-            case Mcp():
+            case DeviceMcp():
                 self._mcp(dev, msg)
+            case Ping() | Iot():
+                stats.control_dropped.labels(f"ignored_{msg.type}").inc()
 
     def _hello(self, dev: str, inbound: Inbound) -> None:
         channel = self._channel
@@ -145,16 +135,17 @@ class ControlHandler:
         else:
             _guard(dev, "abort", lambda: events.abort(dev, sid, msg.reason))
 
-    def _mcp(self, dev: str, msg: Mcp) -> None:
+    def _mcp(self, dev: str, msg: DeviceMcp) -> None:
         channel = self._channel
         live = channel.live_session(dev, msg.session_id)
         if live is not None:
             channel.touch(live)
-        if channel.mcp is not None and channel.mcp.offer(dev, msg.payload):
+        payload = messages.mcp_payload(msg)
+        if channel.mcp is not None and channel.mcp.offer(dev, payload):
             return
         events = channel.events
         if events is not None:
-            _guard(dev, "mcp_message", lambda: events.mcp_message(dev, msg.payload))
+            _guard(dev, "mcp_message", lambda: events.mcp_message(dev, payload))
 
 
 def _guard(dev: str, what: str, call: Any) -> None:

@@ -24,8 +24,8 @@ from aiohttp import web
 
 from gateway.http import HttpServer
 from gateway.settings import Settings
-from gateway.xiaozhi.control import topic_for
 from gateway.xiaozhi.stats import ChannelStats
+from topics.tree import build_xiaozhi_topic
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,8 @@ def ota_response(
             "client_id": f"GID_{board}@@@{dev}@@@{uuid_text}",
             "username": dev,
             "password": password,
-            "publish_topic": topic_for(x.uplink_topic, dev),
-            "subscribe_topic": topic_for(x.downlink_topic, dev),
+            "publish_topic": build_xiaozhi_topic(x.uplink_topic, dev),
+            "subscribe_topic": build_xiaozhi_topic(x.downlink_topic, dev),
             "keepalive": x.ota_keepalive_s,
         },
         "server_time": {

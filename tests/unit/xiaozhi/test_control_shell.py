@@ -146,7 +146,12 @@ def test_gateway_goodbye_carries_exact_session_id() -> None:
         ("elsewhere/24_0a_c4_00_00_01", b"{}", "bad_topic"),
         (None, b"\x00\x01garbage", "malformed_json"),
         (None, b'"just a string"', "not_object"),
-        (None, b'{"type":"hello","version":1,"transport":"udp"}', "unsupported_version"),
+        (
+            None,
+            b'{"type":"hello","version":1,"transport":"udp","audio_params":{"format":"opus"}}',
+            "unsupported_version",
+        ),
+        (None, b'{"type":"ping"}', "ignored_ping"),
         (None, b'{"type":"listen"}', "invalid"),
         (None, b'{"type":"mcp","payload":[]}', "invalid"),
         (None, b"x" * 100_000, "oversize"),
@@ -227,3 +232,15 @@ async def test_mcp_error_and_timeout() -> None:
     assert channel.mcp is not None
     assert channel.mcp.pending == 0
     assert json.loads(pub.sent[-1][1])["payload"]["method"] == "tools/list"
+
+
+def test_udp_timeout_ends_the_named_session_like_goodbye() -> None:
+    channel, pub, metrics = make_channel()
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, HELLO))
+    sid = pub.last(DEV)["session_id"]
+    channel.control.handle(inbound(DEV, {"type": "udp_timeout", "session_id": "other"}))
+    assert channel.session_id(DEV) == sid
+    channel.control.handle(inbound(DEV, {"type": "udp_timeout", "session_id": sid}))
+    assert channel.session_id(DEV) is None
+    assert sample(metrics, "xiaozhi_goodbyes_total", side="device", reason="device_goodbye") == 1

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.settings import Settings
 from gateway.xiaozhi import messages
-from gateway.xiaozhi.messages import ControlError, Goodbye, Hello, Listen, Mcp
+from gateway.xiaozhi.messages import ControlError, DeviceGoodbye, DeviceHello, DeviceMcp, Listen
 from gateway.xiaozhi.ota import (
     OtaRefused,
     board_name,
@@ -28,9 +28,9 @@ FIRMWARE_HELLO = (
 
 def test_firmware_hello_parses() -> None:
     msg = messages.parse_device_message(FIRMWARE_HELLO)
-    assert isinstance(msg, Hello)
+    assert isinstance(msg, DeviceHello)
     assert msg.audio_params.frame_duration == 60
-    assert msg.features["mcp"] is True
+    assert msg.features.mcp is True
 
 
 @pytest.mark.parametrize(
@@ -41,8 +41,11 @@ def test_firmware_hello_parses() -> None:
             b'{"session_id":"s","type":"listen","state":"detect","text":"\xe4\xbd\xa0\xe5\xa5\xbd"}',
             Listen,
         ),
-        (b'{"session_id":"","type":"mcp","payload":{"jsonrpc":"2.0","id":1,"result":{}}}', Mcp),
-        (b'{"session_id":"s","type":"goodbye"}', Goodbye),
+        (
+            b'{"session_id":"","type":"mcp","payload":{"jsonrpc":"2.0","id":1,"result":{}}}',
+            DeviceMcp,
+        ),
+        (b'{"session_id":"s","type":"goodbye"}', DeviceGoodbye),
     ],
 )
 def test_device_messages_parse(payload: bytes, expected: type) -> None:
@@ -55,11 +58,18 @@ def test_device_messages_parse(payload: bytes, expected: type) -> None:
         (b"{nope", "malformed_json"),
         (b"\xff\xfe", "malformed_json"),
         (b"[1,2]", "not_object"),
-        (b'{"state":"start"}', "missing_type"),
-        (b'{"type":7}', "missing_type"),
+        (b'{"state":"start"}', "invalid"),
+        (b'{"type":7}', "unknown_type"),
         (b'{"type":"dance"}', "unknown_type"),
-        (b'{"type":"hello","version":2,"transport":"udp"}', "unsupported_version"),
-        (b'{"type":"hello","version":3,"transport":"websocket"}', "unsupported_transport"),
+        (
+            b'{"type":"hello","version":2,"transport":"udp","audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}',
+            "unsupported_version",
+        ),
+        (
+            b'{"type":"hello","version":3,"transport":"websocket","audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}',
+            "unsupported_transport",
+        ),
+        (b'{"type":"hello","version":3,"transport":"udp"}', "invalid"),  # no audio_params
         (b'{"type":"listen","state":"sing"}', "invalid"),
         (b'{"type":"listen","state":"start","session_id":5}', "invalid"),
         (b'{"type":"mcp","payload":"x"}', "invalid"),
@@ -76,13 +86,6 @@ def test_bad_payloads_raise_control_error(payload: bytes, reason: str) -> None:
     with pytest.raises(ControlError) as info:
         messages.parse_device_message(payload)
     assert info.value.reason == reason
-
-
-def test_message_session_id_best_effort() -> None:
-    assert messages.message_session_id(b'{"session_id":"abc","type":"x"}') == "abc"
-    assert messages.message_session_id(b'{"session_id":1}') is None
-    assert messages.message_session_id(b"nope") is None
-    assert messages.message_session_id(b"[]") is None
 
 
 def test_outbound_shapes() -> None:
@@ -106,10 +109,14 @@ def test_outbound_shapes() -> None:
         "frame_duration": 60,
     }
     assert json.loads(messages.goodbye("sid")) == {"type": "goodbye", "session_id": "sid"}
-    assert json.loads(messages.goodbye(None)) == {"type": "goodbye"}
+    assert json.loads(messages.goodbye(None)) == {"type": "goodbye", "session_id": ""}
     assert json.loads(messages.tts("s", "sentence_start", "hi"))["text"] == "hi"
     assert "text" not in json.loads(messages.tts("s", "start"))
-    assert json.loads(messages.text_message("stt", "s", "你好"))["text"] == "你好"
+    assert json.loads(messages.stt("s", "你好")) == {
+        "type": "stt",
+        "text": "你好",
+        "session_id": "s",
+    }
 
 
 @pytest.mark.parametrize(

@@ -123,4 +123,4 @@ def test_simulator_hello_is_the_firmware_shape() -> None:
     assert list(body) == ["type", "version", "transport", "features", "audio_params"]
     assert body["features"] == {"mcp": True, "glyph_push": False}
     assert next(iter(json.loads(hello_json(aec=True))["features"])) == "aec"
-    assert isinstance(messages.parse_device_message(hello_json()), messages.Hello)
+    assert isinstance(messages.parse_device_message(hello_json()), messages.DeviceHello)
