@@ -24,7 +24,7 @@ from gateway.settings import Settings
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.binding import AddressBinding
 from gateway.xiaozhi.control import ControlHandler, SessionEvents
-from gateway.xiaozhi.downlink import Pacing, SpeakResult
+from gateway.xiaozhi.downlink import Pacing, SpeakInterrupted, SpeakResult, send_paced
 from gateway.xiaozhi.mcp import McpClient
 from gateway.xiaozhi.ota import OtaEndpoint, Provisioner
 from gateway.xiaozhi.pipeline import AudioPipeline, Segmenter, VoiceSink
@@ -204,27 +204,23 @@ class XiaozhiChannel:
         udp = self._udp
         if udp is None:
             raise NoSession(dev, "UDP endpoint not running")
-        self._publish(dev, messages.tts(live.session_id, "start"))
-        if self._tts_lead_s > 0:
-            await asyncio.sleep(self._tts_lead_s)
-        start = self._clock()
-        sent = dropped = 0
-        for index, packet in enumerate(opus_packets):
-            delay = self._pacing.due(index, start) - self._clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            if self._live.get(dev) is not live:
-                raise NoSession(dev, "session closed while speaking")
-            if udp.send(live, packet, self._pacing.timestamp(index)):
-                sent += 1
-            else:
-                dropped += 1
-        delay = self._pacing.stop_due(sent + dropped, start) - self._clock()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if self._live.get(dev) is live:
-            self._publish(dev, messages.tts(live.session_id, "stop"))
-        return SpeakResult(sent=sent, dropped=dropped)
+        async with live.speaking:  # one utterance at a time per session
+            self._publish(dev, messages.tts(live.session_id, "start"))
+            if self._tts_lead_s > 0:
+                await asyncio.sleep(self._tts_lead_s)
+            try:
+                result = await send_paced(
+                    opus_packets,
+                    pacing=self._pacing,
+                    clock=self._clock,
+                    send=lambda packet, ts: udp.send(live, packet, ts),
+                    still_open=lambda: self._live.get(dev) is live,
+                )
+            except SpeakInterrupted:
+                raise NoSession(dev, "session closed while speaking") from None
+            if self._live.get(dev) is live:
+                self._publish(dev, messages.tts(live.session_id, "stop"))
+            return result
 
     # -- used by the control handler --------------------------------------------------------
 

@@ -9,6 +9,8 @@ goes once the device has had time to play what it holds: the last deadline plus
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 
@@ -38,3 +40,38 @@ class Pacing:
 class SpeakResult:
     sent: int  # packets that went out
     dropped: int  # packets refused (too large)
+
+
+class SpeakInterrupted(Exception):
+    """The session ended while its audio was being sent."""
+
+
+async def send_paced(
+    packets: Iterable[bytes],
+    *,
+    pacing: Pacing,
+    clock: Callable[[], float],
+    send: Callable[[bytes, int], bool],
+    still_open: Callable[[], bool],
+) -> SpeakResult:
+    """Send ``packets`` on the pacing deadlines, then wait until ``tts stop`` may follow.
+
+    ``send(packet, timestamp)`` returns False for a refused packet (counted by the caller);
+    ``still_open()`` is checked before every packet (raises :class:`SpeakInterrupted`).
+    """
+    start = clock()
+    sent = dropped = 0
+    for index, packet in enumerate(packets):
+        delay = pacing.due(index, start) - clock()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if not still_open():
+            raise SpeakInterrupted
+        if send(packet, pacing.timestamp(index)):
+            sent += 1
+        else:
+            dropped += 1
+    delay = pacing.stop_due(sent + dropped, start) - clock()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    return SpeakResult(sent=sent, dropped=dropped)

@@ -20,9 +20,10 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
+from codec.opus import DecoderCounters
 from codec.vad import SpeechStarted, VadEvent
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,11 @@ class Segmenter(Protocol):
 
 
 class Decoder(Protocol):
+    """codec's ``OpusStreamDecoder``: PCM for the lost frames then the packet; its running
+    ``counters`` (decoded, concealed incl. rejected packets, decode errors) feed the metrics."""
+
+    counters: DecoderCounters
+
     def decode(self, packet: bytes, lost_before: int = 0) -> bytes: ...
 
 
@@ -65,6 +71,7 @@ class PipelineCounters:
     frames_concealed: Callable[[int], None]
     frames_skipped: Callable[[int], None]
     queue_dropped: Callable[[int], None]
+    decode_errors: Callable[[int], None]
     segments: Callable[[int], None]
 
 
@@ -146,10 +153,16 @@ class AudioPipeline:
         if self._segmenter is None:
             self._segmenter = self._new_segmenter()
             self._base_ms = float((frame.seq - 1 - lost) * FRAME_MS)
+        before = replace(self._decoder.counters)
         pcm = self._decoder.decode(frame.opus, lost)
-        self._counters.frames_decoded(1)
-        if lost:
-            self._counters.frames_concealed(lost)
+        after = self._decoder.counters
+        for count, delta in (
+            (self._counters.frames_decoded, after.frames_decoded - before.frames_decoded),
+            (self._counters.frames_concealed, after.concealed - before.concealed),
+            (self._counters.decode_errors, after.decode_errors - before.decode_errors),
+        ):
+            if delta:
+                count(delta)
         for event in self._segmenter.push(pcm):
             self._deliver(event)
 

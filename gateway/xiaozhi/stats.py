@@ -27,6 +27,7 @@ class ChannelStats:
     frames_decoded: Counter = field(init=False)
     frames_concealed: Counter = field(init=False)
     frames_skipped: Counter = field(init=False)
+    decode_errors: Counter = field(init=False)
     audio_queue_dropped: Counter = field(init=False)
     speech_segments: Counter = field(init=False)
     ota_requests: Counter = field(init=False)
@@ -60,6 +61,9 @@ class ChannelStats:
         self.frames_concealed = m.counter(
             "xiaozhi_opus_frames_concealed", "Lost Opus frames concealed (PLC/FEC/zeros)"
         )
+        self.decode_errors = m.counter(
+            "xiaozhi_opus_decode_errors", "Packets libopus rejected (concealed instead)"
+        )
         self.frames_skipped = m.counter(
             "xiaozhi_opus_frames_skipped", "Frames not decoded because nobody was listening"
         )
@@ -83,5 +87,6 @@ class ChannelStats:
             frames_concealed=self.frames_concealed.inc,
             frames_skipped=self.frames_skipped.inc,
             queue_dropped=self.audio_queue_dropped.inc,
+            decode_errors=self.decode_errors.inc,
             segments=self.speech_segments.inc,
         )

@@ -38,6 +38,7 @@ class LiveSession:
     binding: AddressBinding
     pipeline: AudioPipeline
     address_known: asyncio.Event = field(default_factory=asyncio.Event)
+    speaking: asyncio.Lock = field(default_factory=asyncio.Lock)
     task: asyncio.Task[None] | None = None
 
     @property

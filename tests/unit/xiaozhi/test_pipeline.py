@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from codec.opus import OpusStreamDecoder
+from codec.opus import DecoderCounters, OpusStreamDecoder
 from codec.vad import SpeechStarted, SpeechStopped, VadEvent, VadSegmenter
 from gateway.xiaozhi.pipeline import AudioPipeline, Frame, PipelineCounters
 from tests.support import speech
@@ -31,15 +31,25 @@ class Tally:
             frames_skipped=bump("skipped"),  # type: ignore[arg-type]
             queue_dropped=bump("dropped"),  # type: ignore[arg-type]
             segments=bump("segments"),  # type: ignore[arg-type]
+            decode_errors=bump("errors"),  # type: ignore[arg-type]
         )
 
 
 class FakeDecoder:
+    """Counts like codec's decoder: a packet ``b"bad"`` is rejected (concealed instead)."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[bytes, int]] = []
+        self.counters = DecoderCounters()
 
     def decode(self, packet: bytes, lost_before: int = 0) -> bytes:
         self.calls.append((packet, lost_before))
+        self.counters.concealed += lost_before
+        if packet == b"bad":
+            self.counters.decode_errors += 1
+            self.counters.concealed += 1
+        else:
+            self.counters.frames_decoded += 1
         return bytes(FRAME_BYTES * (lost_before + 1))
 
 
@@ -107,6 +117,15 @@ def test_overflow_drops_oldest_and_conceals_the_gap() -> None:
     p.drain()
     assert decoder.calls == [(b"\x04", 3), (b"\x05", 0), (b"\x06", 0)]
     assert tally.values["concealed"] == 3
+
+
+def test_rejected_packets_count_as_errors_and_concealment() -> None:
+    p, _, _, tally = pipeline()
+    p.offer(Frame(b"ok", 1, 0))
+    p.offer(Frame(b"bad", 2, 0))
+    p.offer(Frame(b"ok", 5, 2))
+    p.drain()
+    assert tally.values == {"decoded": 2, "concealed": 3, "errors": 1}
 
 
 def test_not_listening_skips_decoding_and_restarts_segmenter() -> None:
