@@ -4,13 +4,24 @@ right boundaries → goodbye from either side; downlink audio paced to the devic
 
 from __future__ import annotations
 
+import argparse
+import wave
+from pathlib import Path
+
 import aiohttp
 import pytest
 
-from gateway.simulators.xiaozhi import XiaozhiDeviceSim, encode_pcm, parse_server_hello
+from gateway.simulators.xiaozhi import (
+    XiaozhiDeviceSim,
+    add_xiaozhi_simulator_command,
+    encode_pcm,
+    parse_server_hello,
+    simulate,
+)
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
 from tests.support import speech
 from tests.support.broker import Broker
+from topics.xiaozhi import firmware_accepts_hello
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +72,8 @@ async def test_ota_hello_speech_goodbye(broker: Broker) -> None:
         async with sim:  # the returned credentials work at once
             hello = await sim.open_audio_channel()
             raw_reply = next(m for m in sim.inbox if m["type"] == "hello")
-            assert parse_server_hello(raw_reply) == hello
+            assert parse_server_hello(raw_reply) == hello  # the simulator's firmware mirror
+            assert firmware_accepts_hello(raw_reply)  # the wire contract's mirror (topics)
             assert hello.nonce == b"\x01\x00\x00\x00" + hello.nonce[4:8] + bytes(8)
             assert (hello.sample_rate, hello.frame_duration) == (16000, 60)
             assert (hello.server, hello.port) == ("127.0.0.1", gw.channel.udp_port)
@@ -188,3 +200,27 @@ async def test_idle_session_is_closed_with_goodbye(broker: Broker) -> None:
             assert goodbye == {"type": "goodbye", "session_id": hello.session_id}
             assert gw.channel.session_id(mac.replace(":", "_")) is None
         assert gw.metric("xiaozhi_goodbyes_total", side="gateway", reason="idle") == 1
+
+
+async def test_simulate_command_streams_a_wav(broker: Broker, tmp_path: Path) -> None:
+    timeline = speech.compose([300, "Hello from the command line.", 700])
+    wav_path = tmp_path / "speech.wav"
+    with wave.open(str(wav_path), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(16000)
+        wav.writeframes(timeline.pcm)
+    parser = argparse.ArgumentParser()
+    add_xiaozhi_simulator_command(parser.add_subparsers(dest="what", required=True))
+    async with running_gateway(broker) as gw:
+        args = parser.parse_args(
+            ["xiaozhi", "--ota-url", gw.ota_url, "--wav", str(wav_path), "--mac", new_mac(),
+             "--speed", "10", "--linger-s", "0"]
+        )  # fmt: skip
+        result = await simulate(args)
+        dev = result["device"].replace(":", "_")
+        await gw.recorder.wait_for(lambda: len(gw.recorder.utterances_of(dev)) >= 1)
+        await gw.recorder.wait_for(lambda: gw.channel.session_id(dev) is None)
+    assert result["frames_sent"] == len(encode_pcm(timeline.pcm))
+    assert result["messages_received"][0] == "hello"
+    assert_boundaries(gw, dev, timeline)
