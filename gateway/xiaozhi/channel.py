@@ -293,13 +293,13 @@ class XiaozhiChannel:
         )
 
     def _teardown(self, session: Session, side: str, *, announce: bool) -> None:
-        live = self._live.get(session.dev)
-        if live is not None and live.session is session:
-            del self._live[session.dev]
-        live_by_ssrc = self._by_ssrc.pop(session.ssrc, None)
-        target = live_by_ssrc or live
-        if target is not None and target.task is not None:
-            target.task.cancel()
+        live = self._by_ssrc.pop(session.ssrc, None)
+        if self._live.get(session.dev) is live:
+            self._live.pop(session.dev, None)
+        if live is not None:
+            live.pipeline.finish()  # what the device already said still reaches the runtime
+            if live.task is not None:
+                live.task.cancel()
         reason = session.closed.value if session.closed else "unknown"
         self.stats.goodbyes.labels(side, reason).inc()
         self.stats.sessions_open.set(len(self.table))

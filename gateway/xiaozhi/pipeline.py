@@ -43,6 +43,8 @@ class Segmenter(Protocol):
 
     def push(self, pcm: bytes) -> list[VadEvent]: ...
 
+    def flush(self) -> list[VadEvent]: ...
+
 
 class Decoder(Protocol):
     """codec's ``OpusStreamDecoder``: PCM for the lost frames then the packet; its running
@@ -145,6 +147,15 @@ class AudioPipeline:
             self._process(frame, lost)
             done += 1
         return done
+
+    def finish(self) -> None:
+        """Session over: process what is queued (≤ capacity frames) and close an utterance in
+        progress, so speech the device sent before its goodbye is not lost."""
+        self.drain()
+        if self._segmenter is not None:
+            for event in self._segmenter.flush():
+                self._deliver(event)
+            self._segmenter = None
 
     def _process(self, frame: Frame, lost: int) -> None:
         if not self.listening:

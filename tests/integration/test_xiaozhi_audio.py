@@ -224,3 +224,19 @@ async def test_simulate_command_streams_a_wav(broker: Broker, tmp_path: Path) ->
     assert result["frames_sent"] == len(encode_pcm(timeline.pcm))
     assert result["messages_received"][0] == "hello"
     assert_boundaries(gw, dev, timeline)
+
+
+async def test_goodbye_right_after_speech_keeps_the_last_utterance(broker: Broker) -> None:
+    timeline = speech.compose([300, "See you later."])  # no trailing silence at all
+    async with running_gateway(broker) as gw:
+        mac = new_mac()
+        dev = mac.replace(":", "_")
+        sim = XiaozhiDeviceSim(mac=mac)
+        await sim.provision(gw.ota_url)
+        async with sim:
+            await sim.open_audio_channel()
+            await sim.listen_start("manual")
+            await sim.stream_pcm(timeline.pcm, speed=10)
+            await sim.goodbye()
+            await gw.recorder.wait_for(lambda: gw.channel.session_id(dev) is None)
+        assert_boundaries(gw, dev, timeline)

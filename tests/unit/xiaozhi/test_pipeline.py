@@ -71,6 +71,9 @@ class ScriptedSegmenter:
             ]
         return []
 
+    def flush(self) -> list[VadEvent]:
+        return [SpeechStopped(at_ms=99, pcm=b"f", duration_ms=99, truncated=False, started_ms=0)]
+
 
 class Sink:
     def __init__(self) -> None:
@@ -140,6 +143,18 @@ def test_not_listening_skips_decoding_and_restarts_segmenter() -> None:
     assert decoder.calls == [(b"b", 2)]
     # 3 frames of PCM (2 concealed + 1) in one push; the stretch's time base is seq 3 → 120 ms.
     assert sink.events == [("stop", "d", "s", 120.0, 300.0, 10)]
+
+
+def test_finish_processes_the_queue_and_closes_the_open_utterance() -> None:
+    p, decoder, sink, _ = pipeline()
+    p.offer(Frame(b"x", 1, 0))
+    p.offer(Frame(b"y", 2, 0))
+    p.finish()
+    assert len(decoder.calls) == 2
+    assert p.queued == 0
+    assert sink.events[-1] == ("stop", "d", "s", 0.0, 99.0, 1)
+    p.finish()  # idempotent: nothing queued, no segmenter
+    assert len(sink.events) == 2
 
 
 def test_sink_failure_is_contained() -> None:
