@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -28,12 +29,15 @@ from gateway.xiaozhi.downlink import Pacing, SpeakInterrupted, SpeakResult, send
 from gateway.xiaozhi.mcp import McpClient
 from gateway.xiaozhi.ota import OtaEndpoint, Provisioner
 from gateway.xiaozhi.pipeline import AudioPipeline, Segmenter, VoiceSink
+from gateway.xiaozhi.ratelimit import TokenBucket
 from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
 from gateway.xiaozhi.stats import ChannelStats
 from gateway.xiaozhi.udp import LiveSession, UdpEndpoint
 from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
 
 log = logging.getLogger(__name__)
+
+_RECEIVE_BUFFER = 4 * 1024 * 1024
 
 
 class NoSession(LookupError):
@@ -58,6 +62,8 @@ class XiaozhiChannel:
         audio_queue_frames: int = 50,
         address_wait_s: float = 3.0,
         tts_lead_s: float = 0.2,
+        udp_rate_pps: float = 40.0,
+        udp_burst: int = 80,
     ) -> None:
         self._settings = settings
         self._voice = voice
@@ -71,6 +77,9 @@ class XiaozhiChannel:
         # `tts start` travels through the broker, audio straight over UDP, and devices discard
         # audio that arrives before `tts start` (reference §6.2): give the control a head start.
         self._tts_lead_s = tts_lead_s
+        # Per-session datagram budget: 60 ms frames are ~17/s; 40/s with a burst of 80 leaves
+        # room for buffered wake-word audio and jitter, and caps what a flood can cost.
+        self._udp_rate = (udp_rate_pps, udp_burst)
         self.table = SessionTable(idle_s=settings.xiaozhi.session_idle_s)
         self._live: dict[str, LiveSession] = {}  # by dev
         self._by_ssrc: dict[int, LiveSession] = {}
@@ -115,9 +124,10 @@ class XiaozhiChannel:
             stats=self.stats,
             clock=self._clock,
         )
-        await loop.create_datagram_endpoint(
+        transport, _ = await loop.create_datagram_endpoint(
             lambda: udp, local_addr=(self._settings.udp.host, self._settings.udp.port)
         )
+        _grow_receive_buffer(transport)
         self._udp = udp
         try:
             async with asyncio.TaskGroup() as tg:
@@ -283,6 +293,7 @@ class XiaozhiChannel:
             sender=DownlinkSender(key=session.key, ssrc=session.ssrc),
             binding=AddressBinding(self._settings.xiaozhi.rebind_after_s),
             pipeline=pipeline,
+            bucket=TokenBucket(rate=self._udp_rate[0], burst=self._udp_rate[1]),
         )
 
     def _start_audio(self, live: LiveSession) -> None:
@@ -347,6 +358,18 @@ class XiaozhiChannel:
 
     def _health(self) -> dict[str, object]:
         return {"ok": self._udp is not None, "sessions": len(self.table)}
+
+
+def _grow_receive_buffer(transport: asyncio.BaseTransport) -> None:
+    """Ask for a 4 MiB socket receive buffer (best effort, capped by net.core.rmem_max): one
+    shared UDP socket must absorb bursts from many devices while the loop is busy."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECEIVE_BUFFER)
+    except OSError as exc:
+        log.warning("could not enlarge the UDP receive buffer: %s", exc)
 
 
 class _NullVoice:

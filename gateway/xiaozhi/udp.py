@@ -1,8 +1,8 @@
 """The UDP audio endpoint: one datagram socket for every session, routed by ssrc.
 
 Per datagram, cheapest check first, each refusal counted by reason and never raised:
-framing (``peek_ssrc``, no crypto) → ssrc lookup → source address (:mod:`binding`) → sequence /
-replay (codec's ``UplinkReceiver``, before decryption) → decrypt → bind/refresh the source →
+framing (``peek_ssrc``, no crypto) → ssrc lookup → source address (:mod:`binding`) → rate
+(:mod:`ratelimit`) → sequence / replay (codec's ``UplinkReceiver``, before decryption) → decrypt → bind/refresh the source →
 the session's bounded pipeline. A datagram from a foreign address never touches the session's
 sequence state, so it can neither lock the session out nor learn anything from it.
 """
@@ -19,6 +19,7 @@ from codec.packet import DropReason, peek_ssrc
 from codec.udp import DownlinkSender, Dropped, UplinkReceiver
 from gateway.xiaozhi.binding import Address, AddressBinding, Admission
 from gateway.xiaozhi.pipeline import AudioPipeline, Frame
+from gateway.xiaozhi.ratelimit import TokenBucket
 from gateway.xiaozhi.sessions import Session
 from gateway.xiaozhi.stats import ChannelStats
 
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 FOREIGN_SOURCE = "foreign_source"  # drop label beside codec's DropReason values
 NO_ADDRESS = "no_address"  # a send before the device's address is known
+RATE_LIMITED = "rate_limited"  # over the session's datagram rate (ratelimit.py)
 
 
 @dataclass(eq=False)
@@ -37,6 +39,7 @@ class LiveSession:
     sender: DownlinkSender
     binding: AddressBinding
     pipeline: AudioPipeline
+    bucket: TokenBucket
     address_known: asyncio.Event = field(default_factory=asyncio.Event)
     speaking: asyncio.Lock = field(default_factory=asyncio.Lock)
     task: asyncio.Task[None] | None = None
@@ -96,6 +99,9 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         admission = live.binding.check(source, now)
         if admission is Admission.FOREIGN:
             stats.udp_dropped.labels(FOREIGN_SOURCE).inc()
+            return
+        if not live.bucket.allow(now):
+            stats.udp_dropped.labels(RATE_LIMITED).inc()
             return
         result = live.receiver.accept(data)
         if isinstance(result, Dropped):

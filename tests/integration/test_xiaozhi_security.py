@@ -25,6 +25,7 @@ from tests.support.mqtt_client import mqtt_client, publish_reason_code
 pytestmark = pytest.mark.integration
 
 NOT_AUTHORIZED = 135
+FLOOD = 20_000
 
 
 async def connected_sim(gw: Gateway) -> XiaozhiDeviceSim:
@@ -234,3 +235,40 @@ async def broker_cuts_off(broker: Broker, sim: XiaozhiDeviceSim, payload: bytes)
             except aiomqtt.MqttError:
                 cut = True
     return cut
+
+
+async def test_one_devices_udp_flood_does_not_starve_another(broker: Broker) -> None:
+    timeline = speech.compose([400, "I am still heard.", 900, "Every single word.", 900])
+    async with running_gateway(broker, udp_rate_pps=40.0) as gw:  # the production budget
+        flooder, speaker = await connected_sim(gw), await connected_sim(gw)
+        async with flooder, speaker:
+            await flooder.open_audio_channel()
+            await speaker.open_audio_channel()
+            await flooder.listen_start()
+            await speaker.listen_start()
+            noise = encode_pcm(secrets.token_bytes(2 * 16000))  # 1 s of loud noise, 17 packets
+
+            assert flooder.crypto is not None
+            assert flooder.hello is not None
+            # Sealed up front, sent from a thread as fast as the kernel takes them; the first
+            # datagram binds the flooder's session to this socket.
+            datagrams = [flooder.crypto.seal(noise[i % len(noise)]) for i in range(FLOOD)]
+            target = (flooder.hello.server, flooder.hello.port)
+            flooder_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+            def flood() -> None:
+                for datagram in datagrams:
+                    flooder_sock.sendto(datagram, target)
+
+            with flooder_sock:
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(asyncio.to_thread(flood), name="test.flood")
+                    tg.create_task(speaker.stream_pcm(timeline.pcm, speed=2), name="test.speak")
+            await gw.recorder.wait_for(
+                lambda: len(gw.recorder.utterances_of(dev_of(speaker))) >= len(timeline.utterances)
+            )
+            assert_boundaries(gw, dev_of(speaker), timeline)
+        # The flood cost a token-bucket check per excess datagram, not decryption and decoding
+        # (20,000 sent; the flooder's budget is 80 + 40/s).
+        assert gw.metric("xiaozhi_udp_dropped_total", reason="rate_limited") > 1000
+        assert gw.metric("xiaozhi_opus_frames_decoded_total") < 1000

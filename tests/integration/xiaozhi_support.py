@@ -115,8 +115,15 @@ def gateway_settings(broker: Broker, **xiaozhi: Any) -> Settings:
     )
 
 
+# Tests stream up to 10x real time (the pipeline takes stream time from sequence numbers, not
+# arrival); the production per-session datagram budget (40/s) is for real-time devices.
+FAST_STREAM_PPS = 1000.0
+
+
 @asynccontextmanager
-async def running_gateway(broker: Broker, **xiaozhi: Any) -> AsyncIterator[Gateway]:
+async def running_gateway(
+    broker: Broker, *, udp_rate_pps: float = FAST_STREAM_PPS, **xiaozhi: Any
+) -> AsyncIterator[Gateway]:
     settings = gateway_settings(broker, **xiaozhi)
     recorder = Recorder()
     channel = XiaozhiChannel(
@@ -126,6 +133,7 @@ async def running_gateway(broker: Broker, **xiaozhi: Any) -> AsyncIterator[Gatew
         provision=broker_provisioner(
             data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload
         ),
+        udp_rate_pps=udp_rate_pps,
     )
     service = Service(settings, [channel])
     async with asyncio.TaskGroup() as tg:

@@ -6,6 +6,7 @@ import pytest
 
 from gateway.xiaozhi.binding import Address, AddressBinding, Admission
 from gateway.xiaozhi.downlink import Pacing
+from gateway.xiaozhi.ratelimit import TokenBucket
 
 HOME: Address = ("10.0.0.5", 40000)
 NAT: Address = ("10.0.0.5", 40001)
@@ -65,3 +66,18 @@ def test_pacing_stop_and_timestamps() -> None:
     assert [pacing.timestamp(i) for i in (0, 1, 2)] == [0, 60, 120]
     with pytest.raises(ValueError, match="index"):
         pacing.due(-1, 0.0)
+
+
+def test_token_bucket_allows_burst_then_rate() -> None:
+    bucket = TokenBucket(rate=10.0, burst=3)
+    assert [bucket.allow(0.0) for _ in range(4)] == [True, True, True, False]
+    assert bucket.allow(0.05) is False  # half a token
+    assert bucket.allow(0.1) is True
+    assert bucket.allow(0.09) is False  # time going backwards refills nothing
+    assert [bucket.allow(100.0) for _ in range(4)] == [True, True, True, False]  # capped at burst
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(0.0, 3), (-1.0, 3), (1.0, 0)])
+def test_token_bucket_rejects_nonsense(rate: float, burst: int) -> None:
+    with pytest.raises(ValueError, match="rate"):
+        TokenBucket(rate=rate, burst=burst)

@@ -9,6 +9,7 @@ import pytest
 
 from codec.packet import DropReason
 from codec.udp import DownlinkSender, UplinkReceiver
+from gateway.xiaozhi.ratelimit import TokenBucket
 from gateway.xiaozhi.udp import LiveSession, UdpEndpoint
 from tests.unit.xiaozhi.fakes import (
     DEV,
@@ -173,3 +174,21 @@ def test_closed_session_stops_routing() -> None:
     rig.feed(seal(device), HOME)
     assert rig.dropped("unknown_ssrc") == 1
     assert live.pipeline.queued == 0
+
+
+def test_rate_limit_applies_before_crypto_and_after_the_address_check() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    live.bucket = TokenBucket(rate=1.0, burst=2)
+    rig.feed(seal(device), HOME)
+    # A foreign sender cannot spend the session's budget.
+    for _ in range(5):
+        rig.feed(seal(device), EVIL)
+    rig.feed(seal(device), HOME)
+    rig.feed(seal(device), HOME)  # over budget: dropped before the receiver sees it
+    assert rig.dropped("rate_limited") == 1
+    assert rig.dropped("foreign_source") == 5
+    assert live.pipeline.queued == 2
+    rig.clock.now = 1.0
+    rig.feed(seal(device), HOME)  # one token back; the sequence gap is just loss
+    assert live.pipeline.queued == 3
