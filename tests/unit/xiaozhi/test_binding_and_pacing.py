@@ -77,6 +77,12 @@ def test_token_bucket_allows_burst_then_rate() -> None:
     assert [bucket.allow(100.0) for _ in range(4)] == [True, True, True, False]  # capped at burst
 
 
+def test_token_bucket_can_start_empty() -> None:
+    bucket = TokenBucket(rate=1.0, burst=5, tokens=0.0)
+    assert bucket.allow(0.0) is False
+    assert bucket.allow(1.0) is True
+
+
 @pytest.mark.parametrize(("rate", "burst"), [(0.0, 3), (-1.0, 3), (1.0, 0)])
 def test_token_bucket_rejects_nonsense(rate: float, burst: int) -> None:
     with pytest.raises(ValueError, match="rate"):
