@@ -116,23 +116,31 @@ class XiaozhiChannel:
         self.control = ControlHandler(channel=self, settings=self._settings.xiaozhi, stats=stats)
         return self.control
 
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        udp = UdpEndpoint(
+    def endpoint(self) -> UdpEndpoint:
+        """The channel's datagram protocol (``run`` binds it to a socket)."""
+        return UdpEndpoint(
             lookup=self.route,
             on_activity=lambda live, now: self.table.touch(live.session, now),
             stats=self.stats,
             clock=self._clock,
         )
+
+    def use_udp(self, udp: UdpEndpoint) -> None:
+        """Serve audio through ``udp`` (connected to a transport); hellos are answered from now."""
+        self._udp = udp
+        self._udp_ready.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        udp = self.endpoint()
         transport, _ = await loop.create_datagram_endpoint(
             lambda: udp, local_addr=(self._settings.udp.host, self._settings.udp.port)
         )
         _grow_receive_buffer(transport)
-        self._udp = udp
+        self.use_udp(udp)
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
-                self._udp_ready.set()
                 for live in self._live.values():  # hellos handled before run() started
                     self._start_audio(live)
                 tg.create_task(self._sweep_idle(), name="xiaozhi.idle-sweeper")
@@ -144,6 +152,11 @@ class XiaozhiChannel:
 
     async def wait_ready(self) -> None:
         await self._udp_ready.wait()
+
+    @property
+    def ready(self) -> bool:
+        """The UDP endpoint is bound, so hello replies can name its port."""
+        return self._udp_ready.is_set()
 
     @property
     def stats(self) -> ChannelStats:

@@ -97,6 +97,11 @@ class ControlHandler:
 
     def _hello(self, dev: str, inbound: Inbound) -> None:
         channel = self._channel
+        if not channel.ready:
+            # The UDP port is not bound yet (start-up race): a reply would name no usable port.
+            # No reply: the device times out after 10 s and says hello again.
+            self._stats.control_dropped.labels("not_ready").inc()
+            return
         live = channel.open_session(dev, channel.now())
         session = live.session
         channel.publish(

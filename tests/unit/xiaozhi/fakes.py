@@ -89,7 +89,7 @@ def inbound(dev: str, body: dict[str, Any] | bytes, topic: str | None = None) ->
 
 
 def make_channel(
-    clock: FakeClock | None = None, **kwargs: Any
+    clock: FakeClock | None = None, *, ready: bool = True, **kwargs: Any
 ) -> tuple[XiaozhiChannel, FakePublisher, Metrics]:
     metrics = Metrics()
     pub = FakePublisher()
@@ -99,6 +99,10 @@ def make_channel(
         **kwargs,
     )
     channel.bind(pub, ChannelStats(metrics))
+    if ready:
+        endpoint = channel.endpoint()
+        endpoint.connection_made(FakeDatagramTransport())
+        channel.use_udp(endpoint)
     return channel, pub, metrics
 
 

@@ -244,3 +244,12 @@ def test_udp_timeout_ends_the_named_session_like_goodbye() -> None:
     channel.control.handle(inbound(DEV, {"type": "udp_timeout", "session_id": sid}))
     assert channel.session_id(DEV) is None
     assert sample(metrics, "xiaozhi_goodbyes_total", side="device", reason="device_goodbye") == 1
+
+
+def test_hello_before_the_udp_port_is_bound_gets_no_reply() -> None:
+    channel, pub, metrics = make_channel(ready=False)
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, HELLO))
+    assert pub.sent == []
+    assert channel.session_id(DEV) is None
+    assert sample(metrics, "xiaozhi_control_dropped_total", reason="not_ready") == 1
