@@ -6,7 +6,7 @@ from gateway.xiaozhi.control import SessionEvents
 from gateway.xiaozhi.downlink import SpeakResult
 from gateway.xiaozhi.mcp import McpError, McpTimeout
 from gateway.xiaozhi.ota import Provisioner
-from gateway.xiaozhi.pipeline import VoiceSink
+from gateway.xiaozhi.pipeline import VoiceSink, utterance_id
 
 __all__ = [
     "McpError",
@@ -17,4 +17,5 @@ __all__ = [
     "SpeakResult",
     "VoiceSink",
     "XiaozhiChannel",
+    "utterance_id",
 ]

@@ -182,7 +182,10 @@ class XiaozhiChannel:
         return live.session_id if live else None
 
     def set_listening(self, dev: str, listening: bool) -> None:
-        """Whether ``dev``'s microphone audio is needed (decode + VAD) or only accounted."""
+        """Whether ``dev``'s microphone audio is needed (decode + VAD) or only accounted.
+
+        Remembered per device (also before its session exists; default: listening). Turning it
+        off flushes an utterance still open, so it reaches the :class:`VoiceSink`."""
         self._listening[dev] = listening
         live = self._live.get(dev)
         if live is not None:

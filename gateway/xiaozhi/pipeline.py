@@ -10,8 +10,9 @@ only its own queue and gets only its own turns. The queue is bounded; overflow d
 oldest frame, counts it, and turns it into a concealed gap so stream time stays exact.
 
 Stream time comes from sequence numbers: frame ``seq`` covers ``[(seq-1)·60, seq·60)`` ms of the
-session, so utterance boundaries do not depend on arrival pacing. While the runtime is not
-listening, frames are counted but not decoded; the segmenter restarts at the next frame.
+session, so utterance boundaries do not depend on arrival pacing. Frames that arrive while the
+runtime is not listening are counted and never queued or decoded; the segmenter restarts at
+the next frame that arrives while listening.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class Segmenter(Protocol):
     def push(self, pcm: bytes) -> list[VadEvent]: ...
 
     def flush(self) -> list[VadEvent]: ...
+
+
+def utterance_id(session_id: str, start_ms: float) -> str:
+    """A stable id for one utterance: the same for its start and stop callbacks."""
+    return f"{session_id}:{int(start_ms)}"
 
 
 class Decoder(Protocol):
@@ -109,7 +115,11 @@ class AudioPipeline:
         self.listening = listening
 
     def offer(self, frame: Frame) -> None:
-        """Called from ``datagram_received``: O(1), never blocks."""
+        """Called from ``datagram_received``: O(1), never blocks. A frame that arrives while
+        nobody listens is only counted (its sequence was already accounted by the receiver)."""
+        if not self.listening:
+            self._counters.frames_skipped(1)
+            return
         self._queue.append(frame)
         if len(self._queue) > self._capacity:
             dropped = self._queue.popleft()
@@ -118,9 +128,15 @@ class AudioPipeline:
         self._ready.set()
 
     def set_listening(self, listening: bool) -> None:
-        if listening != self.listening:
-            self.listening = listening
-            self._segmenter = None  # restart at the next frame
+        """Turning listening off first processes the frames that arrived while it was on and
+        closes an utterance still open (it reaches the sink); turning it on starts a fresh
+        segmenter at the next frame."""
+        if listening == self.listening:
+            return
+        if not listening:
+            self.finish()
+        self.listening = listening
+        self._segmenter = None
 
     @property
     def queued(self) -> int:
@@ -158,9 +174,6 @@ class AudioPipeline:
             self._segmenter = None
 
     def _process(self, frame: Frame, lost: int) -> None:
-        if not self.listening:
-            self._counters.frames_skipped(1)
-            return
         if self._segmenter is None:
             self._segmenter = self._new_segmenter()
             self._base_ms = float((frame.seq - 1 - lost) * FRAME_MS)

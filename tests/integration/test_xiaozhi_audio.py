@@ -240,3 +240,38 @@ async def test_goodbye_right_after_speech_keeps_the_last_utterance(broker: Broke
             await sim.goodbye()
             await gw.recorder.wait_for(lambda: gw.channel.session_id(dev) is None)
         assert_boundaries(gw, dev, timeline)
+
+
+async def test_not_listening_skips_decoding_but_keeps_stream_time(broker: Broker) -> None:
+    ignored = speech.compose([300, "Nobody needs this part.", 600])
+    heard = speech.compose([400, "But this part counts.", 900])
+    async with running_gateway(broker) as gw:
+        mac = new_mac()
+        dev = mac.replace(":", "_")
+        gw.channel.set_listening(dev, False)  # before the session exists: remembered
+        sim = XiaozhiDeviceSim(mac=mac)
+        await sim.provision(gw.ota_url)
+        async with sim:
+            await sim.open_audio_channel()
+            await sim.listen_start()
+            skipped = await sim.stream_pcm(ignored.pcm, speed=10)
+            # Barrier: this control message goes through the broker, so it reaches the gateway
+            # after the datagrams sent before it (the loop keeps up with 10x real time).
+            await sim.listen_start()
+            await gw.recorder.wait_for(
+                lambda: gw.recorder.events.count(("listen", dev, "start", "auto")) == 2
+            )
+            gw.channel.set_listening(dev, True)
+            await sim.stream_pcm(heard.pcm, speed=10)
+            await gw.recorder.wait_for(lambda: len(gw.recorder.utterances_of(dev)) >= 1)
+        offset_ms = skipped * 60  # frame k covers [(k-1)*60, k*60) ms of the session
+        shifted = speech.Timeline(
+            heard.pcm,
+            tuple(
+                speech.Utterance(u.text, u.start_ms + offset_ms, u.end_ms + offset_ms)
+                for u in heard.utterances
+            ),
+        )
+        assert_boundaries(gw, dev, shifted)
+        assert gw.metric("xiaozhi_opus_frames_skipped_total") == skipped
+        assert gw.metric("xiaozhi_udp_dropped_total", reason="replay") == 0

@@ -10,7 +10,7 @@ import pytest
 
 from codec.opus import DecoderCounters, OpusStreamDecoder
 from codec.vad import SpeechStarted, SpeechStopped, VadEvent, VadSegmenter
-from gateway.xiaozhi.pipeline import AudioPipeline, Frame, PipelineCounters
+from gateway.xiaozhi.pipeline import AudioPipeline, Frame, PipelineCounters, utterance_id
 from tests.support import speech
 from tests.support.opus_stream import encode
 
@@ -155,6 +155,19 @@ def test_finish_processes_the_queue_and_closes_the_open_utterance() -> None:
     assert sink.events[-1] == ("stop", "d", "s", 0.0, 99.0, 1)
     p.finish()  # idempotent: nothing queued, no segmenter
     assert len(sink.events) == 2
+
+
+def test_listening_off_flushes_the_open_utterance_to_the_sink() -> None:
+    p, decoder, sink, _ = pipeline()
+    p.offer(Frame(b"x", 1, 0))
+    p.drain()
+    p.offer(Frame(b"y", 2, 0))  # queued, not yet processed
+    p.set_listening(False)
+    assert len(decoder.calls) == 2
+    assert sink.events == [("start", "d", "s", 0.0), ("stop", "d", "s", 0.0, 99.0, 1)]
+    p.set_listening(False)  # no change, nothing more
+    assert len(sink.events) == 2
+    assert utterance_id("s", 0.0) == utterance_id("s", 0.4) == "s:0"
 
 
 def test_sink_failure_is_contained() -> None:
