@@ -165,6 +165,41 @@ def hello_json(*, aec: bool = False) -> bytes:
     ).encode()
 
 
+SIM_TOOLS = [
+    {
+        "name": "self.get_device_status",
+        "description": "Current volume, battery and network of the device",
+        "inputSchema": {"type": "object", "properties": {}},
+    }
+]
+
+
+def mcp_reply(request: Any, *, board: str, firmware: str) -> dict[str, Any] | None:
+    """The device's MCP server (reference §6.3): numeric ids only, errors without ``code``,
+    notifications ignored."""
+    if not isinstance(request, dict) or not isinstance(request.get("method"), str):
+        return None
+    rid = request.get("id")
+    method = request["method"]
+    if method.startswith("notifications") or isinstance(rid, bool) or not isinstance(rid, int):
+        return None
+    result: dict[str, Any]
+    if method == "initialize":
+        result = {
+            "protocolVersion": "2024-11-05",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": board, "version": firmware},
+        }
+    elif method == "tools/list":
+        result = {"tools": SIM_TOOLS}
+    elif method == "tools/call" and request.get("params", {}).get("name") == SIM_TOOLS[0]["name"]:
+        status = {"audio_speaker": {"volume": 70}, "battery": {"level": 88}}
+        result = {"content": [{"type": "text", "text": json.dumps(status)}], "isError": False}
+    else:
+        return {"jsonrpc": "2.0", "id": rid, "error": {"message": f"Unknown method: {method}"}}
+    return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+
 def encode_pcm(pcm: bytes) -> list[bytes]:
     """16 kHz mono s16le → 60 ms Opus packets (application AUDIO like the firmware)."""
     encoder = opuslib.Encoder(RATE, 1, opuslib.APPLICATION_AUDIO)
@@ -371,6 +406,12 @@ class XiaozhiDeviceSim:
                 self._close_udp()
         elif kind == "tts" and msg.get("state") in ("start", "stop"):
             self.speaking = msg["state"] == "start"
+        elif kind == "mcp" and self._tg is not None:
+            reply = mcp_reply(msg.get("payload"), board=self.board, firmware=self.firmware)
+            if reply is not None:
+                self._tg.create_task(
+                    self.send_json(type="mcp", payload=reply), name=f"sim[{self.mac}].mcp"
+                )
         self._changed.set()
 
     def _on_datagram(self, datagram: bytes) -> None:

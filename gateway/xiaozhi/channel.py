@@ -208,6 +208,11 @@ class XiaozhiChannel:
             raise RuntimeError("channel not attached")
         return await self.mcp.request(dev, method, params, timeout_s=timeout_s)
 
+    def mcp_notify(self, dev: str, method: str, params: Mapping[str, Any] | None = None) -> None:
+        if self.mcp is None:
+            raise RuntimeError("channel not attached")
+        self.mcp.notify(dev, method, params)
+
     def close_session(self, dev: str) -> bool:
         """Gateway-initiated goodbye carrying the exact current ``session_id``."""
         live = self._live.get(dev)

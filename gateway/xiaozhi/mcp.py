@@ -79,6 +79,14 @@ class McpClient:
         result = reply.get("result")
         return result if isinstance(result, dict) else {"value": result}
 
+    def notify(self, dev: str, method: str, params: Mapping[str, Any] | None = None) -> None:
+        """A JSON-RPC notification (no ``id``, no reply; the device ignores ``notifications/*``
+        methods' results by design)."""
+        payload: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            payload["params"] = dict(params)
+        self._publish(dev, messages.mcp(self._session_id_of(dev), payload))
+
     def offer(self, dev: str, payload: Mapping[str, Any]) -> bool:
         """Consume ``payload`` if it answers one of our pending requests to ``dev``."""
         rid = payload.get("id")

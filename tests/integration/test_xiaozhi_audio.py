@@ -18,6 +18,7 @@ from gateway.simulators.xiaozhi import (
     parse_server_hello,
     simulate,
 )
+from gateway.xiaozhi.mcp import McpError
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
 from tests.support import speech
 from tests.support.broker import Broker
@@ -275,3 +276,27 @@ async def test_not_listening_skips_decoding_but_keeps_stream_time(broker: Broker
         assert_boundaries(gw, dev, shifted)
         assert gw.metric("xiaozhi_opus_frames_skipped_total") == skipped
         assert gw.metric("xiaozhi_udp_dropped_total", reason="replay") == 0
+
+
+async def test_mcp_requests_reach_the_device_and_come_back(broker: Broker) -> None:
+    async with running_gateway(broker) as gw:
+        mac = new_mac()
+        dev = mac.replace(":", "_")
+        sim = XiaozhiDeviceSim(mac=mac, board="bread")
+        await sim.provision(gw.ota_url)
+        async with sim:
+            # MCP flows without an audio session (session_id "").
+            init = await gw.channel.mcp_request(dev, "initialize", {"capabilities": {}})
+            assert init["serverInfo"]["name"] == "bread"
+            await sim.open_audio_channel()
+            tools = await gw.channel.mcp_request(dev, "tools/list", {"cursor": ""})
+            assert [t["name"] for t in tools["tools"]] == ["self.get_device_status"]
+            with pytest.raises(McpError, match="Unknown method"):
+                await gw.channel.mcp_request(dev, "resources/list", timeout_s=5)
+            gw.channel.mcp_notify(dev, "notifications/initialized")
+            called = await gw.channel.mcp_request(
+                dev, "tools/call", {"name": "self.get_device_status", "arguments": {}}
+            )
+            assert called["isError"] is False
+        assert gw.metric("xiaozhi_mcp_requests_total", outcome="ok") == 3
+        assert gw.metric("xiaozhi_mcp_requests_total", outcome="error") == 1

@@ -253,3 +253,13 @@ def test_hello_before_the_udp_port_is_bound_gets_no_reply() -> None:
     assert pub.sent == []
     assert channel.session_id(DEV) is None
     assert sample(metrics, "xiaozhi_control_dropped_total", reason="not_ready") == 1
+
+
+def test_mcp_notification_has_no_id() -> None:
+    channel, pub, _ = make_channel()
+    channel.mcp_notify(DEV, "notifications/initialized")
+    assert pub.last(DEV) == {
+        "type": "mcp",
+        "payload": {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        "session_id": "",
+    }
