@@ -29,6 +29,7 @@ from gateway.xiaozhi.downlink import Pacing, SpeakInterrupted, SpeakResult, send
 from gateway.xiaozhi.mcp import McpClient
 from gateway.xiaozhi.ota import OtaEndpoint, Provisioner
 from gateway.xiaozhi.pipeline import AudioPipeline, Segmenter, VoiceSink
+from gateway.xiaozhi.provisioning import broker_provisioner
 from gateway.xiaozhi.ratelimit import TokenBucket
 from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
 from gateway.xiaozhi.stats import ChannelStats
@@ -55,7 +56,7 @@ class XiaozhiChannel:
         settings: Settings,
         voice: VoiceSink | None = None,
         events: SessionEvents | None = None,
-        provision: Provisioner | None = None,
+        provision: Provisioner | None = None,  # default: broker_provisioner over data_dir
         new_segmenter: Callable[[], Segmenter] = VadSegmenter,
         clock: Callable[[], float] = time.monotonic,
         listening_by_default: bool = True,
@@ -99,9 +100,10 @@ class XiaozhiChannel:
     def attach(self, ctx: Context) -> None:
         control = self.bind(ctx.mqtt, ChannelStats(ctx.metrics))
         ctx.mqtt.route(control.topic_filter, control.handle, qos=0)
-        OtaEndpoint(settings=self._settings, provision=self._provision, stats=self.stats).attach(
-            ctx.http
+        provision = self._provision or broker_provisioner(
+            data_dir=self._settings.data_dir, mqtt=self._settings.mqtt
         )
+        OtaEndpoint(settings=self._settings, provision=provision, stats=self.stats).attach(ctx.http)
         ctx.http.add_health("xiaozhi", self._health)
 
     def bind(self, mqtt: Publisher, stats: ChannelStats) -> ControlHandler:

@@ -21,7 +21,7 @@ from gateway.simulators.xiaozhi import (
 from gateway.xiaozhi.mcp import McpError
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
 from tests.support import speech
-from tests.support.broker import Broker
+from tests.support.broker import Broker, connect_reason_code
 from topics.xiaozhi import firmware_accepts_hello
 
 pytestmark = pytest.mark.integration
@@ -166,7 +166,10 @@ async def test_new_hello_replaces_session_and_stale_messages_get_goodbye(broker:
 
 
 async def test_ota_refuses_bad_requests(broker: Broker) -> None:
-    async with running_gateway(broker) as gw, aiohttp.ClientSession() as http:
+    async with (
+        running_gateway(broker, production_provisioner=True) as gw,
+        aiohttp.ClientSession() as http,
+    ):
         good = {"Client-Id": "3f2504e0-4f89-41d3-9a0c-0305e82c3301", "User-Agent": "b/1"}
         cases = [
             ({**good}, b"", "missing Device-Id"),
@@ -186,7 +189,12 @@ async def test_ota_refuses_bad_requests(broker: Broker) -> None:
         mac = new_mac()
         async with http.get(gw.ota_url, headers={**good, "Device-Id": mac}) as resp:
             assert resp.status == 200  # firmware sends GET when its body is empty
-            assert "activation" not in await resp.json()
+            body = await resp.json()
+        assert "activation" not in body
+        # The production provisioner reloaded the broker itself: the password works at once.
+        mqtt = body["mqtt"]
+        code = connect_reason_code(broker.host, broker.port, mqtt["username"], mqtt["password"])
+        assert code == 0
         assert gw.metric("xiaozhi_ota_requests_total", status="400") == len(cases)
 
 

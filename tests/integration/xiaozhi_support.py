@@ -122,17 +122,23 @@ FAST_STREAM_PPS = 1000.0
 
 @asynccontextmanager
 async def running_gateway(
-    broker: Broker, *, udp_rate_pps: float = FAST_STREAM_PPS, **xiaozhi: Any
+    broker: Broker,
+    *,
+    udp_rate_pps: float = FAST_STREAM_PPS,
+    production_provisioner: bool = False,
+    **xiaozhi: Any,
 ) -> AsyncIterator[Gateway]:
+    """``production_provisioner``: the channel's own default (broker files under data_dir,
+    reload through the broker's pid file) instead of the harness's reload hook."""
     settings = gateway_settings(broker, **xiaozhi)
     recorder = Recorder()
     channel = XiaozhiChannel(
         settings=settings,
         voice=recorder,
         events=recorder,
-        provision=broker_provisioner(
-            data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload
-        ),
+        provision=None
+        if production_provisioner
+        else broker_provisioner(data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload),
         udp_rate_pps=udp_rate_pps,
     )
     service = Service(settings, [channel])
