@@ -13,7 +13,7 @@ with a goodbye carrying the message's own ``session_id`` (so a stale device retu
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.mqtt import Inbound
@@ -153,7 +153,7 @@ class ControlHandler:
             _guard(dev, "mcp_message", lambda: events.mcp_message(dev, payload))
 
 
-def _guard(dev: str, what: str, call: Any) -> None:
+def _guard(dev: str, what: str, call: Callable[[], None]) -> None:
     try:
         call()
     except Exception:
