@@ -11,29 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from codec.opus import OpusStreamDecoder
-from codec.udp import DownlinkSender, UplinkReceiver
 from codec.vad import VadSegmenter
 from gateway.mqtt import Publisher
 from gateway.service import Context
 from gateway.settings import Settings
 from gateway.xiaozhi import messages
-from gateway.xiaozhi.binding import AddressBinding
 from gateway.xiaozhi.control import ControlHandler, SessionEvents
 from gateway.xiaozhi.downlink import Pacing, SpeakInterrupted, SpeakResult, send_paced
+from gateway.xiaozhi.live import LiveFactory, LiveSession
 from gateway.xiaozhi.mcp import McpClient
 from gateway.xiaozhi.ota import OtaEndpoint, Provisioner
-from gateway.xiaozhi.pipeline import AudioPipeline, Segmenter, VoiceSink
+from gateway.xiaozhi.pipeline import Segmenter, VoiceSink
 from gateway.xiaozhi.provisioning import broker_provisioner
-from gateway.xiaozhi.ratelimit import TokenBucket
 from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
 from gateway.xiaozhi.stats import ChannelStats
-from gateway.xiaozhi.udp import LiveSession, UdpEndpoint
+from gateway.xiaozhi.udp import UdpEndpoint, grow_receive_buffer
 from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
 
 log = logging.getLogger(__name__)
@@ -92,6 +88,7 @@ class XiaozhiChannel:
         self._stats: ChannelStats | None = None
         self._udp: UdpEndpoint | None = None
         self._udp_ready = asyncio.Event()
+        self._new_live: LiveFactory | None = None
         self.control: ControlHandler | None = None
         self.mcp: McpClient | None = None
 
@@ -110,6 +107,15 @@ class XiaozhiChannel:
         """Wire the publisher and metrics (``attach`` does this; shell tests call it directly)."""
         self._mqtt = mqtt
         self._stats = stats
+        self._new_live = LiveFactory(
+            voice=self._voice,
+            new_segmenter=self._new_segmenter,
+            counters=stats.pipeline_counters(),
+            queue_frames=self._queue_frames,
+            rebind_after_s=self._settings.xiaozhi.rebind_after_s,
+            rate_pps=self._udp_rate[0],
+            burst=self._udp_rate[1],
+        )
         self.mcp = McpClient(
             publish=self._publish,
             session_id_of=self._session_id_of,
@@ -138,7 +144,7 @@ class XiaozhiChannel:
         transport, _ = await loop.create_datagram_endpoint(
             lambda: udp, local_addr=(self._settings.udp.host, self._settings.udp.port)
         )
-        _grow_receive_buffer(transport)
+        grow_receive_buffer(transport)
         self.use_udp(udp)
         try:
             async with asyncio.TaskGroup() as tg:
@@ -258,10 +264,13 @@ class XiaozhiChannel:
     # -- used by the control handler --------------------------------------------------------
 
     def open_session(self, dev: str, now: float) -> LiveSession:
+        if self._new_live is None:
+            raise RuntimeError("channel not attached")
         opened = self.table.hello(dev, now)
         if opened.replaced is not None:
             self._teardown(opened.replaced, "device", announce=False)
-        live = self._make_live(opened.session)
+        listening = self._listening.get(dev, self._listening_default)
+        live = self._new_live(opened.session, listening=listening)
         self._live[dev] = live
         self._by_ssrc[live.session.ssrc] = live
         self._start_audio(live)
@@ -298,26 +307,6 @@ class XiaozhiChannel:
         return self._events
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _make_live(self, session: Session) -> LiveSession:
-        pipeline = AudioPipeline(
-            dev=session.dev,
-            session_id=session.session_id,
-            sink=self._voice or _NullVoice(),
-            decoder=OpusStreamDecoder(),
-            new_segmenter=self._new_segmenter,
-            counters=self.stats.pipeline_counters(),
-            capacity=self._queue_frames,
-            listening=self._listening.get(session.dev, self._listening_default),
-        )
-        return LiveSession(
-            session=session,
-            receiver=UplinkReceiver(key=session.key, ssrc=session.ssrc),
-            sender=DownlinkSender(key=session.key, ssrc=session.ssrc),
-            binding=AddressBinding(self._settings.xiaozhi.rebind_after_s),
-            pipeline=pipeline,
-            bucket=TokenBucket(rate=self._udp_rate[0], burst=self._udp_rate[1]),
-        )
 
     def _start_audio(self, live: LiveSession) -> None:
         if self._tg is None or live.task is not None:
@@ -381,25 +370,3 @@ class XiaozhiChannel:
 
     def _health(self) -> dict[str, object]:
         return {"ok": self._udp is not None, "sessions": len(self.table)}
-
-
-def _grow_receive_buffer(transport: asyncio.BaseTransport) -> None:
-    """Ask for a 4 MiB socket receive buffer (best effort, capped by net.core.rmem_max): one
-    shared UDP socket must absorb bursts from many devices while the loop is busy."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECEIVE_BUFFER)
-    except OSError as exc:
-        log.warning("could not enlarge the UDP receive buffer: %s", exc)
-
-
-class _NullVoice:
-    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
-        return None
-
-    def speech_stopped(
-        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
-    ) -> None:
-        return None

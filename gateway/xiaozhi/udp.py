@@ -2,8 +2,8 @@
 
 Per datagram, cheapest check first, each refusal counted by reason and never raised:
 framing (``peek_ssrc``, no crypto) → ssrc lookup → source address (:mod:`binding`) → rate
-(:mod:`ratelimit`) → sequence / replay (codec's ``UplinkReceiver``, before decryption) → decrypt → bind/refresh the source →
-the session's bounded pipeline. A datagram from a foreign address never touches the session's
+(:mod:`ratelimit`) → sequence / replay (codec's ``UplinkReceiver``, before decryption) →
+decrypt → bind/refresh the source → the session's bounded pipeline. A datagram from a foreign address never touches the session's
 sequence state, so it can neither lock the session out nor learn anything from it.
 """
 
@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import cast
 
 from codec.packet import DropReason, peek_ssrc
-from codec.udp import DownlinkSender, Dropped, UplinkReceiver
-from gateway.xiaozhi.binding import Address, AddressBinding, Admission
-from gateway.xiaozhi.pipeline import AudioPipeline, Frame
-from gateway.xiaozhi.ratelimit import TokenBucket
-from gateway.xiaozhi.sessions import Session
+from codec.udp import Dropped
+from gateway.xiaozhi.binding import Address, Admission
+from gateway.xiaozhi.live import LiveSession
+from gateway.xiaozhi.pipeline import Frame
 from gateway.xiaozhi.stats import ChannelStats
 
 log = logging.getLogger(__name__)
@@ -28,29 +27,7 @@ log = logging.getLogger(__name__)
 FOREIGN_SOURCE = "foreign_source"  # drop label beside codec's DropReason values
 NO_ADDRESS = "no_address"  # a send before the device's address is known
 RATE_LIMITED = "rate_limited"  # over the session's datagram rate (ratelimit.py)
-
-
-@dataclass(eq=False)
-class LiveSession:
-    """Shell state of one open session: crypto, binding, pipeline, the device's address."""
-
-    session: Session
-    receiver: UplinkReceiver
-    sender: DownlinkSender
-    binding: AddressBinding
-    pipeline: AudioPipeline
-    bucket: TokenBucket
-    address_known: asyncio.Event = field(default_factory=asyncio.Event)
-    speaking: asyncio.Lock = field(default_factory=asyncio.Lock)
-    task: asyncio.Task[None] | None = None
-
-    @property
-    def dev(self) -> str:
-        return self.session.dev
-
-    @property
-    def session_id(self) -> str:
-        return self.session.session_id
+RECEIVE_BUFFER = 4 * 1024 * 1024
 
 
 class UdpEndpoint(asyncio.DatagramProtocol):
@@ -142,3 +119,15 @@ class UdpEndpoint(asyncio.DatagramProtocol):
             raise RuntimeError("UDP endpoint not started")
         port: int = self._transport.get_extra_info("sockname")[1]
         return port
+
+
+def grow_receive_buffer(transport: asyncio.BaseTransport) -> None:
+    """Ask for a 4 MiB socket receive buffer (best effort, capped by net.core.rmem_max): one
+    shared UDP socket must absorb bursts from many devices while the loop is busy."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+    except OSError as exc:
+        log.warning("could not enlarge the UDP receive buffer: %s", exc)

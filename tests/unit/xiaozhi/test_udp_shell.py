@@ -9,8 +9,9 @@ import pytest
 
 from codec.packet import DropReason
 from codec.udp import DownlinkSender, UplinkReceiver
+from gateway.xiaozhi.live import LiveSession
 from gateway.xiaozhi.ratelimit import TokenBucket
-from gateway.xiaozhi.udp import LiveSession, UdpEndpoint
+from gateway.xiaozhi.udp import UdpEndpoint
 from tests.unit.xiaozhi.fakes import (
     DEV,
     OTHER,

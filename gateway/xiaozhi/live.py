@@ -1,0 +1,82 @@
+"""One open session as the shell holds it: the core :class:`Session` plus its crypto state
+(codec's receiver/sender), source binding, datagram budget, audio pipeline and task, and the
+factory that assembles them on ``hello``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from codec.opus import OpusStreamDecoder
+from codec.udp import DownlinkSender, UplinkReceiver
+from gateway.xiaozhi.binding import AddressBinding
+from gateway.xiaozhi.pipeline import AudioPipeline, PipelineCounters, Segmenter, VoiceSink
+from gateway.xiaozhi.ratelimit import TokenBucket
+from gateway.xiaozhi.sessions import Session
+
+
+@dataclass(eq=False)
+class LiveSession:
+    """Shell state of one open session: crypto, binding, pipeline, the device's address."""
+
+    session: Session
+    receiver: UplinkReceiver
+    sender: DownlinkSender
+    binding: AddressBinding
+    pipeline: AudioPipeline
+    bucket: TokenBucket
+    address_known: asyncio.Event = field(default_factory=asyncio.Event)
+    speaking: asyncio.Lock = field(default_factory=asyncio.Lock)
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def dev(self) -> str:
+        return self.session.dev
+
+    @property
+    def session_id(self) -> str:
+        return self.session.session_id
+
+
+@dataclass(frozen=True)
+class LiveFactory:
+    """Builds the shell state of a fresh session (new decoder, segmenter factory, budget)."""
+
+    voice: VoiceSink | None
+    new_segmenter: Callable[[], Segmenter]
+    counters: PipelineCounters
+    queue_frames: int
+    rebind_after_s: float
+    rate_pps: float
+    burst: int
+
+    def __call__(self, session: Session, *, listening: bool) -> LiveSession:
+        pipeline = AudioPipeline(
+            dev=session.dev,
+            session_id=session.session_id,
+            sink=self.voice or _NullVoice(),
+            decoder=OpusStreamDecoder(),
+            new_segmenter=self.new_segmenter,
+            counters=self.counters,
+            capacity=self.queue_frames,
+            listening=listening,
+        )
+        return LiveSession(
+            session=session,
+            receiver=UplinkReceiver(key=session.key, ssrc=session.ssrc),
+            sender=DownlinkSender(key=session.key, ssrc=session.ssrc),
+            binding=AddressBinding(self.rebind_after_s),
+            pipeline=pipeline,
+            bucket=TokenBucket(rate=self.rate_pps, burst=self.burst),
+        )
+
+
+class _NullVoice:
+    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
+        return None
+
+    def speech_stopped(
+        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+    ) -> None:
+        return None
