@@ -469,7 +469,13 @@ def add_xiaozhi_simulator_command(subparsers: Any) -> None:
     p.add_argument("--mac", default="24:0a:c4:5e:00:01", help="device MAC (Device-Id)")
     p.add_argument("--board", default="sim-board", help="board name for User-Agent")
     p.add_argument("--mode", default="auto", choices=["auto", "manual", "realtime"])
-    p.add_argument("--speed", type=float, default=1.0, help="pacing: 1 = real time, 4 = 4x")
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="pacing: 1 = real time (the gateway's default budget, 40 datagrams/s per device, "
+        "drops frames above about 2x)",
+    )
     p.add_argument("--linger-s", type=float, default=2.0, help="wait for replies after audio")
     p.set_defaults(func=_run_cli)
 
