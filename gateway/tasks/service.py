@@ -138,16 +138,28 @@ class TaskService:
         self._post(device, Presence(online), create=False)
 
     def on_speech_started(self, device: str, utterance_id: str) -> None:
+        self._speech_event(device, "speech.started", {"utterance_id": utterance_id})
         self._post(device, SpeechStarted(utterance_id), create=False)
 
     def on_speech_stopped(
         self, device: str, utterance_id: str, pcm: bytes, duration_ms: int
     ) -> None:
+        self._speech_event(
+            device, "speech.stopped", {"utterance_id": utterance_id, "duration_ms": duration_ms}
+        )
         actor = self._actors.get(device)
         if actor is None:
             return
         actor.keep_utterance(utterance_id, pcm)
         actor.post(SpeechStopped(utterance_id, duration_ms))
+
+    def _speech_event(self, device: str, name: str, data: dict[str, object]) -> None:
+        """VAD speech events go on the task topic (with the running instance, if any)."""
+        runtime = self.runtime_of(device)
+        inst = runtime.instance if runtime else None
+        step = inst.step.step_index if inst and inst.step else None
+        instance_id = inst.id if inst else ""
+        self._publish_task_event(device, PublishTaskEvent(name, instance_id, step, data))
 
     def on_asr_text(self, device: str, instance_id: str, step_index: int, text: str) -> None:
         self._post(device, AsrText(instance_id, step_index, text), create=False)
@@ -316,7 +328,7 @@ class TaskService:
                     "ts": _now_ms(),
                     "device": device,
                     "event": effect.event,
-                    "instance_id": effect.instance_id,
+                    "instance_id": effect.instance_id or None,
                     "step_index": effect.step_index,
                     "data": dict(effect.data),
                 }
