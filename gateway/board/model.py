@@ -1,0 +1,196 @@
+"""The board channel's inside types: frozen dataclasses, no wire format, no I/O.
+
+Pydantic (``topics``) parses at the edge; what travels to the cores and to the runtime is
+these small values. Times are either ``mono`` (``time.monotonic()`` seconds, for deadlines)
+or ``ms`` (epoch milliseconds, as on the wire).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class CommandName(StrEnum):
+    """The frozen command set of SPEC §3 (seed device-capability-spec)."""
+
+    PLAY_MEDIA = "PLAY_MEDIA"
+    STOP_MEDIA = "STOP_MEDIA"
+    AUDIO_PAUSE = "AUDIO_PAUSE"
+    AUDIO_RESUME = "AUDIO_RESUME"
+    DOWNLOAD = "DOWNLOAD"
+    ENSURE_APP_DIRS = "ENSURE_APP_DIRS"
+    START_APP_TASK = "START_APP_TASK"
+    TASK_START = "TASK_START"
+    TASK_PAUSE = "TASK_PAUSE"
+    TASK_RESUME = "TASK_RESUME"
+    TASK_STOP = "TASK_STOP"
+    TASK_RESTART = "TASK_RESTART"
+    LISTEN_START = "LISTEN_START"
+    LISTEN_STOP = "LISTEN_STOP"
+    SOUND = "SOUND"
+    INDICATE = "INDICATE"
+    WAIT = "WAIT"
+
+
+def _no_params() -> Mapping[str, object]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One command as the runtime asks for it; the channel gives it an id and a send time."""
+
+    name: CommandName
+    params: Mapping[str, object] = field(default_factory=_no_params)
+    prio: int = 2  # 3 parent-instant, 2 scheduled, 1 voice
+    ttl_ms: int | None = None  # None: the channel's default_ttl_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A command with what the channel adds; resends reuse it byte for byte."""
+
+    id: str
+    command: Command
+    ts_ms: int  # gateway wall clock at submit; the board drops it after ts + ttl
+    ttl_ms: int
+
+
+class AckStatus(StrEnum):
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    DUPLICATE = "duplicate"
+    BUSY = "busy"
+
+
+class OutcomeKind(StrEnum):
+    """How a command ended for its caller."""
+
+    ACCEPTED = "accepted"  # acked accepted
+    DUPLICATE = "duplicate"  # acked duplicate: the board had it already (delivered)
+    REJECTED = "rejected"
+    BUSY = "busy"
+    EXPIRED = "expired"  # ttl_ms passed before any ack
+    FAILED = "failed"  # resends exhausted while online, no ack
+    OVERFLOW = "overflow"  # refused: the device's outbox was full
+    CANCELLED = "cancelled"  # the channel shut down
+
+
+DELIVERED = frozenset({OutcomeKind.ACCEPTED, OutcomeKind.DUPLICATE})
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    id: str
+    command: CommandName
+    kind: OutcomeKind
+    sends: int  # how many times it went on the wire (1 = no resend)
+    code: str | None = None  # the board's ack code, if any
+    ack_latency_s: float | None = None  # first send → ack, when acked
+
+    @property
+    def delivered(self) -> bool:
+        return self.kind in DELIVERED
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    ref: str
+    status: AckStatus
+    cmd: str | None = None
+    code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A DOWNLOAD (or other long command) progress or final report."""
+
+    ref: str
+    cmd: str | None
+    stage: str  # "progress" | "done" (others passed through)
+    ok: bool | None = None
+    code: str | None = None
+    bytes: int | None = None
+    total: int | None = None
+    sha256: str | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.stage == "done"
+
+
+class AudioEventKind(StrEnum):
+    STARTED = "audio.started"
+    COMPLETED = "audio.completed"
+    STOPPED = "audio.stopped"
+    PAUSED = "audio.paused"
+    RESUMED = "audio.resumed"
+    FAILED = "audio.failed"
+
+
+@dataclass(frozen=True, slots=True)
+class AudioEvent:
+    kind: AudioEventKind
+    name: str | None = None
+    duration_ms: int | None = None
+    reason: str | None = None  # eof | stopped | preempted | error
+
+
+class ButtonPress(StrEnum):
+    SHORT = "short"
+    LONG = "long"
+    DOUBLE = "double"
+
+
+@dataclass(frozen=True, slots=True)
+class ButtonEvent:
+    press: ButtonPress
+    button: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppTaskEvent:
+    evt: str  # "app_task.<something>"
+    app: str | None = None
+    task: str | None = None
+    state: str | None = None
+
+
+EventBody = AudioEvent | ButtonEvent | AppTaskEvent
+
+
+@dataclass(frozen=True, slots=True)
+class BoardEvent:
+    """One event from a board, structured or translated from the legacy text form."""
+
+    dev: str
+    body: EventBody
+    ref: str | None  # the command id it belongs to, or None
+    id: str | None
+    board_ts_ms: int | None  # the board's clock (may be time-zone shifted)
+    received_ms: int  # the gateway's clock
+    received_mono: float
+    legacy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    up_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    online: bool
+    by_gateway: bool
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PresenceChange:
+    dev: str
+    online: bool
+    reason: str  # heartbeat | status | activity | missed_heartbeats | lwt
+    at_mono: float

@@ -1,0 +1,193 @@
+"""Outbox core: driven by a fake clock (plain floats), every rule of the module docstring."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.board.model import (
+    Ack,
+    AckStatus,
+    Command,
+    CommandName,
+    Envelope,
+    OutcomeKind,
+)
+from gateway.board.outbox import Done, Outbox, Send
+
+
+def env(i: str, ttl_ms: int = 30_000, name: CommandName = CommandName.PLAY_MEDIA) -> Envelope:
+    return Envelope(i, Command(name), ts_ms=0, ttl_ms=ttl_ms)
+
+
+def box(*, online: bool = True, limit: int = 8, resends: int = 3) -> Outbox:
+    b = Outbox(ack_timeout_s=3.0, max_resends=resends, limit=limit)
+    assert b.set_online(online, 0.0) == []
+    return b
+
+
+def sent(effects: list[Send | Done]) -> list[tuple[str, int]]:
+    return [(e.envelope.id, e.sends) for e in effects if isinstance(e, Send)]
+
+
+def done(effects: list[Send | Done]) -> list[tuple[str, OutcomeKind]]:
+    return [(e.envelope.id, e.outcome.kind) for e in effects if isinstance(e, Done)]
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (AckStatus.ACCEPTED, OutcomeKind.ACCEPTED),
+        (AckStatus.DUPLICATE, OutcomeKind.DUPLICATE),
+        (AckStatus.REJECTED, OutcomeKind.REJECTED),
+        (AckStatus.BUSY, OutcomeKind.BUSY),
+    ],
+)
+def test_ack_status_maps_to_outcome(status: AckStatus, kind: OutcomeKind) -> None:
+    b = box()
+    assert sent(b.submit(env("c1"), 1.0)) == [("c1", 1)]
+    effects = b.on_ack(Ack("c1", status, code="E1"), 1.25)
+    assert effects is not None
+    (d,) = effects
+    assert isinstance(d, Done)
+    assert d.outcome.kind is kind
+    assert d.outcome.code == "E1"
+    assert d.outcome.ack_latency_s == pytest.approx(0.25)
+    assert d.outcome.sends == 1
+    assert d.outcome.delivered is (kind in {OutcomeKind.ACCEPTED, OutcomeKind.DUPLICATE})
+    assert len(b) == 0
+    assert b.next_deadline() is None
+
+
+def test_one_in_flight_and_order_preserved() -> None:
+    b = box()
+    assert sent(b.submit(env("c1"), 0.0)) == [("c1", 1)]
+    assert b.submit(env("c2"), 0.1) == []
+    assert b.submit(env("c3"), 0.2) == []
+    assert b.in_flight() == "c1"
+    effects = b.on_ack(Ack("c1", AckStatus.ACCEPTED), 0.5)
+    assert effects is not None
+    assert done(effects) == [("c1", OutcomeKind.ACCEPTED)]
+    assert sent(effects) == [("c2", 1)]
+    effects = b.on_ack(Ack("c2", AckStatus.ACCEPTED), 0.6)
+    assert effects is not None
+    assert sent(effects) == [("c3", 1)]
+
+
+def test_resend_same_id_until_exhausted_then_failed() -> None:
+    b = box(resends=2)
+    b.submit(env("c1"), 0.0)
+    b.submit(env("c2"), 0.0)
+    assert b.next_deadline() == 3.0
+    assert b.tick(2.99) == []
+    assert sent(b.tick(3.0)) == [("c1", 2)]
+    assert b.next_deadline() == 6.0
+    assert sent(b.tick(6.0)) == [("c1", 3)]
+    effects = b.tick(9.0)
+    assert done(effects) == [("c1", OutcomeKind.FAILED)]
+    assert sent(effects) == [("c2", 1)]
+    d = effects[0]
+    assert isinstance(d, Done)
+    assert d.outcome.sends == 3
+
+
+def test_resend_is_marked_and_latency_counts_from_first_send() -> None:
+    b = box()
+    b.submit(env("c1"), 0.0)
+    (s,) = b.tick(3.0)
+    assert isinstance(s, Send)
+    assert s.resend
+    effects = b.on_ack(Ack("c1", AckStatus.DUPLICATE), 3.5)
+    assert effects is not None
+    d = effects[0]
+    assert isinstance(d, Done)
+    assert d.outcome.ack_latency_s == pytest.approx(3.5)
+    assert d.outcome.sends == 2
+    assert d.outcome.delivered
+
+
+def test_offline_board_keeps_commands_until_ttl_then_expired() -> None:
+    b = box(online=False)
+    assert b.submit(env("c1", ttl_ms=5_000), 0.0) == []
+    assert b.submit(env("c2", ttl_ms=8_000), 1.0) == []
+    assert b.next_deadline() == 5.0
+    assert b.tick(4.0) == []
+    assert done(b.tick(5.0)) == [("c1", OutcomeKind.EXPIRED)]
+    assert b.next_deadline() == 9.0
+    assert sent(b.set_online(True, 6.0)) == [("c2", 1)]
+
+
+def test_in_flight_command_requeued_when_board_drops_and_resent_on_return() -> None:
+    b = box(resends=1)
+    b.submit(env("c1"), 0.0)
+    b.tick(3.0)  # resend 1 of 1
+    assert b.set_online(False, 4.0) == []
+    assert b.in_flight() is None
+    assert b.next_deadline() == 30.0  # only the ttl now
+    assert b.tick(10.0) == []
+    assert sent(b.set_online(True, 12.0)) == [("c1", 3)]  # same id, fresh resend budget
+    assert sent(b.tick(15.0)) == [("c1", 4)]
+    assert done(b.tick(18.0)) == [("c1", OutcomeKind.FAILED)]
+
+
+def test_late_ack_for_requeued_command_resolves_it() -> None:
+    b = box()
+    b.submit(env("c1"), 0.0)
+    b.set_online(False, 1.0)
+    effects = b.on_ack(Ack("c1", AckStatus.ACCEPTED), 1.5)
+    assert effects is not None
+    assert done(effects) == [("c1", OutcomeKind.ACCEPTED)]
+
+
+def test_ack_for_unknown_command_is_none() -> None:
+    b = box()
+    b.submit(env("c1"), 0.0)
+    assert b.on_ack(Ack("zz", AckStatus.ACCEPTED), 0.5) is None
+    assert b.in_flight() == "c1"
+
+
+def test_ack_for_never_sent_command_has_no_latency() -> None:
+    b = box(online=False)
+    b.submit(env("c1"), 0.0)
+    effects = b.on_ack(Ack("c1", AckStatus.ACCEPTED), 0.5)
+    assert effects is not None
+    d = effects[0]
+    assert isinstance(d, Done)
+    assert d.outcome.ack_latency_s is None
+    assert d.outcome.sends == 0
+
+
+def test_in_flight_command_expires_at_ttl() -> None:
+    b = box(resends=10)
+    b.submit(env("c1", ttl_ms=4_000), 0.0)
+    b.submit(env("c2"), 0.0)
+    b.tick(3.0)
+    effects = b.tick(4.0)
+    assert done(effects) == [("c1", OutcomeKind.EXPIRED)]
+    assert sent(effects) == [("c2", 1)]
+
+
+def test_overflow_refuses_newest() -> None:
+    b = box(online=False, limit=2)
+    b.submit(env("c1"), 0.0)
+    b.submit(env("c2"), 0.0)
+    effects = b.submit(env("c3"), 0.0)
+    assert done(effects) == [("c3", OutcomeKind.OVERFLOW)]
+    assert len(b) == 2
+
+
+def test_set_online_twice_is_noop_and_cancel_all() -> None:
+    b = box()
+    b.submit(env("c1"), 0.0)
+    b.submit(env("c2"), 0.0)
+    assert b.set_online(True, 1.0) == []
+    assert b.online
+    assert done(b.cancel_all()) == [("c1", OutcomeKind.CANCELLED), ("c2", OutcomeKind.CANCELLED)]
+    assert b.tick(100.0) == []
+
+
+def test_going_offline_with_nothing_in_flight() -> None:
+    b = box()
+    assert b.set_online(False, 0.0) == []
+    b.submit(env("c1"), 0.0)
+    assert b.set_online(False, 0.0) == []
+    assert not b.online
