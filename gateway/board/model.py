@@ -13,49 +13,17 @@ from enum import StrEnum
 from types import MappingProxyType
 
 
-class CommandName(StrEnum):
-    """The frozen command set of SPEC §3 (seed device-capability-spec)."""
-
-    PLAY_MEDIA = "PLAY_MEDIA"
-    STOP_MEDIA = "STOP_MEDIA"
-    AUDIO_PAUSE = "AUDIO_PAUSE"
-    AUDIO_RESUME = "AUDIO_RESUME"
-    DOWNLOAD = "DOWNLOAD"
-    ENSURE_APP_DIRS = "ENSURE_APP_DIRS"
-    START_APP_TASK = "START_APP_TASK"
-    TASK_START = "TASK_START"
-    TASK_PAUSE = "TASK_PAUSE"
-    TASK_RESUME = "TASK_RESUME"
-    TASK_STOP = "TASK_STOP"
-    TASK_RESTART = "TASK_RESTART"
-    LISTEN_START = "LISTEN_START"
-    LISTEN_STOP = "LISTEN_STOP"
-    SOUND = "SOUND"
-    INDICATE = "INDICATE"
-    WAIT = "WAIT"
-
-
-def _no_params() -> Mapping[str, object]:
+def _empty() -> Mapping[str, object]:
     return MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
-class Command:
-    """One command as the runtime asks for it; the channel gives it an id and a send time."""
-
-    name: CommandName
-    params: Mapping[str, object] = field(default_factory=_no_params)
-    prio: int = 2  # 3 parent-instant, 2 scheduled, 1 voice
-    ttl_ms: int | None = None  # None: the channel's default_ttl_ms
-
-
-@dataclass(frozen=True, slots=True)
 class Envelope:
-    """A command with what the channel adds; resends reuse it byte for byte."""
+    """A command ready for the wire; resends reuse ``payload`` byte for byte (same id)."""
 
     id: str
-    command: Command
-    ts_ms: int  # gateway wall clock at submit; the board drops it after ts + ttl
+    name: str  # the command name, e.g. "PLAY_MEDIA"
+    payload: bytes  # encoded command envelope (its ts is the submit time)
     ttl_ms: int
 
 
@@ -85,7 +53,7 @@ DELIVERED = frozenset({OutcomeKind.ACCEPTED, OutcomeKind.DUPLICATE})
 @dataclass(frozen=True, slots=True)
 class Outcome:
     id: str
-    command: CommandName
+    command: str
     kind: OutcomeKind
     sends: int  # how many times it went on the wire (1 = no resend)
     code: str | None = None  # the board's ack code, if any
@@ -137,6 +105,8 @@ class AudioEvent:
     name: str | None = None
     duration_ms: int | None = None
     reason: str | None = None  # eof | stopped | preempted | error
+    by: str | None = None  # id of the command that preempted this playback
+    code: str | None = None  # failure code (audio.failed)
 
 
 class ButtonPress(StrEnum):
@@ -148,15 +118,14 @@ class ButtonPress(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ButtonEvent:
     press: ButtonPress
-    button: str | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AppTaskEvent:
     evt: str  # "app_task.<something>"
-    app: str | None = None
-    task: str | None = None
-    state: str | None = None
+    state: str
+    detail: Mapping[str, object] = field(default_factory=_empty)
 
 
 EventBody = AudioEvent | ButtonEvent | AppTaskEvent

@@ -174,4 +174,4 @@ def _outcome(
     code: str | None = None,
     latency: float | None = None,
 ) -> Outcome:
-    return Outcome(envelope.id, envelope.command.name, kind, sends, code, latency)
+    return Outcome(envelope.id, envelope.name, kind, sends, code, latency)

@@ -7,16 +7,14 @@ import pytest
 from gateway.board.model import (
     Ack,
     AckStatus,
-    Command,
-    CommandName,
     Envelope,
     OutcomeKind,
 )
 from gateway.board.outbox import Done, Outbox, Send
 
 
-def env(i: str, ttl_ms: int = 30_000, name: CommandName = CommandName.PLAY_MEDIA) -> Envelope:
-    return Envelope(i, Command(name), ts_ms=0, ttl_ms=ttl_ms)
+def env(i: str, ttl_ms: int = 30_000) -> Envelope:
+    return Envelope(i, "PLAY_MEDIA", b"{}", ttl_ms=ttl_ms)
 
 
 def box(*, online: bool = True, limit: int = 8, resends: int = 3) -> Outbox:

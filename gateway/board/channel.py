@@ -1,0 +1,450 @@
+"""``BoardChannel``: the asyncio shell of the snlp/v1 board channel.
+
+It routes ``snlp/v1/+/ack|rpt|evt|hb|status``, keeps one :class:`Device` (outbox + presence)
+per board first seen with a valid id (at most ``max_devices``; beyond that, messages are
+counted drops and commands end ``overflow``), publishes commands QoS 1 on ``snlp/v1/{dev}/cmd``
+and runs ONE timer task for the whole channel that sleeps until the earliest deadline of the
+cores. Handlers only parse and update state; nothing here awaits the network.
+
+The runtime receives typed events and presence changes through a :class:`BoardEventSink`
+(called on the loop; it must only record or enqueue) and awaits command outcomes through
+futures (:meth:`send`, :meth:`ensure_app_dirs`, :meth:`download`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from gateway.board import wire
+from gateway.board.device import Device, Download, ProgressCallback
+from gateway.board.metrics import BoardMetrics
+from gateway.board.model import (
+    Ack,
+    AckStatus,
+    BoardEvent,
+    Envelope,
+    Heartbeat,
+    Outcome,
+    OutcomeKind,
+    PresenceChange,
+    Report,
+    Status,
+)
+from gateway.board.outbox import Done, Effect, Send
+from gateway.board.presence import Flapping, PresenceEffect
+from gateway.metrics import Metrics
+from gateway.mqtt import Handler, Inbound, Publisher
+from gateway.settings import BoardSettings
+from topics.errors import PayloadError, TopicError, excerpt
+from topics.snlp_commands import CommandParams, EnsureAppDirs, Priority, TaskVerb
+from topics.snlp_commands import Download as DownloadParams
+from topics.tree import TopicKind, build_topic, parse_topic, validate_device_id
+
+if TYPE_CHECKING:
+    from gateway.service import Context
+
+log = logging.getLogger(__name__)
+
+UPLINK_KINDS = (TopicKind.ACK, TopicKind.RPT, TopicKind.EVT, TopicKind.HB, TopicKind.STATUS)
+
+
+class BoardEventSink(Protocol):
+    """What the runtime implements to hear from boards; called on the loop, must not block."""
+
+    def board_event(self, event: BoardEvent) -> None: ...
+
+    def presence_changed(self, change: PresenceChange) -> None: ...
+
+
+class Router(Protocol):
+    def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None: ...
+
+
+class Alarms(Protocol):
+    def alarm(self, alarm: str, *, device: str | None = None, **detail: object) -> None: ...
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class BoardChannel:
+    name = "board"
+
+    def __init__(
+        self,
+        *,
+        settings: BoardSettings,
+        sink: BoardEventSink | None = None,
+        max_devices: int = 10_000,
+        max_payload_bytes: int = 8192,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self.settings = settings
+        self.sink = sink
+        self._max_devices = max_devices
+        self._max_payload = max_payload_bytes
+        self._clock = clock
+        self._wall_ms = wall_ms
+        self._devices: dict[str, Device] = {}  # bounded by max_devices
+        self._deadlines: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._publisher: Publisher | None = None
+        self._alarms: Alarms | None = None
+        self._m: BoardMetrics | None = None
+
+    # -- wiring ----------------------------------------------------------------------------
+
+    def attach(self, ctx: Context) -> None:
+        self.bind(router=ctx.mqtt, publisher=ctx.mqtt, metrics=ctx.metrics, alarms=ctx.ops)
+
+    def bind(
+        self, *, router: Router, publisher: Publisher, metrics: Metrics, alarms: Alarms
+    ) -> None:
+        """What ``attach`` does, with the edges given one by one (shell tests pass fakes)."""
+        self._publisher = publisher
+        self._alarms = alarms
+        self._m = BoardMetrics.create(metrics)
+        for kind in UPLINK_KINDS:
+            router.route(f"snlp/v1/+/{kind.value}", self.handle, qos=1)
+
+    @property
+    def m(self) -> BoardMetrics:
+        if self._m is None:
+            raise RuntimeError("BoardChannel used before attach()/bind()")
+        return self._m
+
+    async def run(self) -> None:
+        """The channel's one timer: sleep until the earliest deadline of any board."""
+        try:
+            while True:
+                self._wake.clear()
+                self.tick()
+                earliest = min(self._deadlines.values(), default=None)
+                delay = None if earliest is None else max(0.0, earliest - self._clock())
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
+        finally:
+            for device in self._devices.values():
+                self._apply(device, device.outbox.cancel_all())
+
+    # -- API for the runtime ---------------------------------------------------------------
+
+    def is_online(self, dev: str) -> bool:
+        device = self._devices.get(dev)
+        return device is not None and device.presence.online
+
+    def send(
+        self,
+        dev: str,
+        params: CommandParams,
+        *,
+        prio: Priority = 2,
+        ttl_ms: int | None = None,
+        task_verb: TaskVerb | None = None,
+    ) -> asyncio.Future[Outcome]:
+        """Queue a command for ``dev``; the future resolves with its :class:`Outcome`.
+
+        Raises ``TopicError`` for an invalid device id and pydantic's ``ValidationError`` for
+        params the contract refuses (caller bugs, not board input).
+        """
+        return self._submit(dev, self._envelope(dev, params, prio, ttl_ms, task_verb))
+
+    def _envelope(
+        self,
+        dev: str,
+        params: CommandParams,
+        prio: Priority,
+        ttl_ms: int | None,
+        task_verb: TaskVerb | None = None,
+    ) -> Envelope:
+        validate_device_id(dev)
+        return wire.build_command(
+            params,
+            id=uuid.uuid4().hex,
+            ts_ms=self._wall_ms(),
+            prio=prio,
+            ttl_ms=ttl_ms if ttl_ms is not None else self.settings.default_ttl_ms,
+            task_verb=task_verb,
+        )
+
+    def _submit(self, dev: str, envelope: Envelope) -> asyncio.Future[Outcome]:
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        device = self._device(dev)
+        if device is None:
+            self.m.failed.labels(envelope.name, OutcomeKind.OVERFLOW.value).inc()
+            future.set_result(Outcome(envelope.id, envelope.name, OutcomeKind.OVERFLOW, 0))
+            return future
+        device.futures[envelope.id] = future
+        self._apply(device, device.outbox.submit(envelope, self._clock()))
+        return future
+
+    async def ensure_app_dirs(
+        self, dev: str, app: str, dirs: Sequence[str] = (), *, prio: Priority = 2
+    ) -> Outcome:
+        """Send ENSURE_APP_DIRS once per (board session, app); later callers share the outcome.
+
+        Remembered only when delivered; forgotten when the board reboots or reconnects.
+        """
+        validate_device_id(dev)
+        device = self._device(dev)
+        future = None if device is None else device.ensured.get(app)
+        if future is None or (future.done() and not future.result().delivered):
+            future = self.send(dev, EnsureAppDirs(app=app, dirs=list(dirs)), prio=prio)
+            if device is not None:
+                device.ensured[app] = future
+        return await asyncio.shield(future)
+
+    def download(
+        self,
+        dev: str,
+        params: DownloadParams,
+        *,
+        on_progress: ProgressCallback | None = None,
+        prio: Priority = 2,
+        ttl_ms: int | None = None,
+    ) -> Download:
+        """Send DOWNLOAD; ``result`` resolves with the final report (``ok``, ``code``, bytes,
+        sha256), or a synthesised failed one (code ``not_delivered:<outcome>`` or
+        ``board_offline``) when the board never took it or dropped off mid-way."""
+        envelope = self._envelope(dev, params, prio, ttl_ms)
+        result: asyncio.Future[Report] = asyncio.get_running_loop().create_future()
+        acked = self._submit(dev, envelope)
+        download = Download(envelope.id, acked, result, on_progress)
+        device = self._devices.get(dev)
+        if device is not None and not acked.done():
+            device.downloads[envelope.id] = download
+        acked.add_done_callback(lambda f: self._download_acked(dev, download, f.result()))
+        return download
+
+    def _download_acked(self, dev: str, download: Download, outcome: Outcome) -> None:
+        if outcome.delivered or download.result.done():
+            return
+        device = self._devices.get(dev)
+        if device is not None:
+            device.downloads.pop(download.id, None)
+        code = f"not_delivered:{outcome.kind.value}"
+        download.result.set_result(Report(outcome.id, "DOWNLOAD", "done", ok=False, code=code))
+
+    # -- inbound ---------------------------------------------------------------------------
+
+    def handle(self, msg: Inbound) -> None:
+        """Route handler for every board uplink topic; never raises for bad input."""
+        try:
+            topic = parse_topic(msg.topic)
+        except TopicError as exc:
+            self._drop("unknown", "bad_topic", msg, exc)
+            return
+        if topic.kind not in UPLINK_KINDS or topic.dev is None:
+            self._drop(topic.kind.value, "not_uplink", msg, None)
+            return
+        try:
+            parsed = wire.parse(topic.kind, msg.payload, max_bytes=self._max_payload)
+        except PayloadError as exc:
+            self._drop(topic.kind.value, exc.reason.value, msg, exc)
+            return
+        device = self._device(topic.dev)
+        if device is None:
+            self._drop(topic.kind.value, "too_many_devices", msg, None)
+            return
+        now = self._clock()
+        match parsed:
+            case Status():
+                self._on_status(device, parsed, now)
+            case Heartbeat():
+                if device.note_uptime(parsed.up_ms):
+                    device.new_session()
+                self._presence(device, device.presence.on_heartbeat(now))
+            case Ack():
+                self._presence(device, device.presence.on_activity(now))
+                self._on_ack(device, parsed, now)
+            case Report():
+                self._presence(device, device.presence.on_activity(now))
+                self._on_report(device, parsed)
+            case wire.ParsedEvent():
+                self._presence(device, device.presence.on_activity(now))
+                self._on_event(device, parsed, msg)
+        self._reschedule(device)
+
+    def _on_status(self, device: Device, status: Status, now: float) -> None:
+        if not status.by_gateway and device.note_session(status.session):
+            device.new_session()
+        self._presence(device, device.presence.on_status(status, now))
+
+    def _on_ack(self, device: Device, ack: Ack, now: float) -> None:
+        effects = device.outbox.on_ack(ack, now)
+        if effects is None:
+            self.m.unmatched.labels("ack").inc()
+            log.info("board %s: ack for no pending command %s", device.dev, excerpt(ack.ref, 40))
+            return
+        self._apply(device, effects)
+
+    def _on_report(self, device: Device, report: Report) -> None:
+        self.m.reports.labels(report.cmd or "?", report.stage).inc()
+        download = device.downloads.get(report.ref)
+        if download is None:
+            self.m.unmatched.labels("rpt").inc()
+            return
+        if not report.final:
+            if download.on_progress is not None:
+                download.on_progress(report)
+            return
+        del device.downloads[report.ref]
+        if not download.result.done():
+            download.result.set_result(report)
+
+    def _on_event(self, device: Device, parsed: wire.ParsedEvent, msg: Inbound) -> None:
+        evt = getattr(parsed.body, "kind", None) or getattr(parsed.body, "evt", "button")
+        self.m.events.labels(str(evt), "legacy" if parsed.legacy else "structured").inc()
+        event = BoardEvent(
+            dev=device.dev,
+            body=parsed.body,
+            ref=parsed.ref,
+            id=parsed.id,
+            board_ts_ms=parsed.ts_ms,
+            received_ms=msg.received_ms,
+            received_mono=msg.received_mono,
+            legacy=parsed.legacy,
+        )
+        if self.sink is not None:
+            self.sink.board_event(event)
+
+    def _drop(self, kind: str, reason: str, msg: Inbound, exc: Exception | None) -> None:
+        self.m.dropped.labels(kind, reason).inc()
+        log.warning(
+            "dropped board message on %s (%s): %s payload=%s",
+            excerpt(msg.topic, 80),
+            reason,
+            exc,
+            excerpt(msg.payload, 80),
+        )
+
+    # -- cores → effects -------------------------------------------------------------------
+
+    def _device(self, dev: str) -> Device | None:
+        device = self._devices.get(dev)
+        if device is None:
+            if len(self._devices) >= self._max_devices:
+                return None
+            device = self._devices[dev] = Device.create(dev, self.settings)
+            self.m.tracked.set(len(self._devices))
+        return device
+
+    def tick(self) -> None:
+        """Run every core whose deadline has come (the timer task calls this)."""
+        now = self._clock()
+        for dev in [d for d, at in self._deadlines.items() if at <= now]:
+            device = self._devices[dev]
+            self._presence(device, device.presence.tick(now))
+            self._apply(device, device.outbox.tick(now))
+            self._reschedule(device)
+
+    def _reschedule(self, device: Device) -> None:
+        deadline = device.next_deadline()
+        if deadline is None:
+            self._deadlines.pop(device.dev, None)
+        else:
+            if deadline < self._deadlines.get(device.dev, float("inf")):
+                self._wake.set()
+            self._deadlines[device.dev] = deadline
+
+    def _apply(self, device: Device, effects: list[Effect]) -> None:
+        for effect in effects:
+            match effect:
+                case Send(envelope=envelope):
+                    self._publish_command(device.dev, envelope, resend=effect.resend)
+                case Done(envelope=envelope, outcome=outcome):
+                    self._done(device, envelope, outcome)
+        self._reschedule(device)
+
+    def _publish_command(self, dev: str, envelope: Envelope, *, resend: bool) -> None:
+        (self.m.resent if resend else self.m.sent).labels(envelope.name).inc()
+        self._pub(build_topic(TopicKind.CMD, dev=dev), envelope.payload, qos=1)
+
+    def _done(self, device: Device, envelope: Envelope, outcome: Outcome) -> None:
+        name, kind = envelope.name, outcome.kind
+        if outcome.ack_latency_s is not None:
+            self.m.ack_latency.labels(name).observe(outcome.ack_latency_s)
+        if kind in (
+            OutcomeKind.ACCEPTED,
+            OutcomeKind.DUPLICATE,
+            OutcomeKind.REJECTED,
+            OutcomeKind.BUSY,
+        ):
+            self.m.acked.labels(name, AckStatus(kind.value).value).inc()
+        elif kind is OutcomeKind.EXPIRED:
+            self.m.expired.labels(name).inc()
+            self._alarm(
+                "command_expired", device.dev, cmd=name, id=envelope.id, sends=outcome.sends
+            )
+        else:
+            reason = "no_ack" if kind is OutcomeKind.FAILED else kind.value
+            self.m.failed.labels(name, reason).inc()
+            if kind is not OutcomeKind.CANCELLED:
+                alarm = "ack_timeout" if kind is OutcomeKind.FAILED else "queue_overflow"
+                self._alarm(alarm, device.dev, cmd=name, id=envelope.id, sends=outcome.sends)
+        future = device.futures.pop(envelope.id, None)
+        if future is not None and not future.done():
+            future.set_result(outcome)
+
+    def _presence(self, device: Device, effects: list[PresenceEffect]) -> None:
+        for effect in effects:
+            match effect:
+                case Flapping():
+                    self._alarm(
+                        "device_flapping",
+                        device.dev,
+                        changes=effect.changes,
+                        window_s=effect.window_s,
+                    )
+                case PresenceChange(online=online, reason=reason):
+                    self._on_presence_change(device, effect, online=online, reason=reason)
+
+    def _on_presence_change(
+        self, device: Device, change: PresenceChange, *, online: bool, reason: str
+    ) -> None:
+        self.m.presence_changes.labels(str(online).lower(), reason).inc()
+        self.m.online.set(sum(d.presence.online for d in self._devices.values()))
+        ts = self._wall_ms()
+        if online:
+            device.new_session()
+        else:
+            device.up_ms = None
+            self._fail_downloads(device, "board_offline")
+        if reason not in ("status", "lwt"):  # a board-written status is already retained
+            self.m.status_writes.inc()
+            topic = build_topic(TopicKind.STATUS, dev=device.dev)
+            self._pub(topic, wire.status_payload(online, ts_ms=ts), qos=1, retain=True)
+        self._pub(
+            build_topic(TopicKind.TASK, dev=device.dev),
+            wire.presence_task_event(device.dev, online, ts_ms=ts),
+            qos=1,
+        )
+        self._apply(device, device.outbox.set_online(online, change.at_mono))
+        if self.sink is not None:
+            self.sink.presence_changed(change)
+
+    def _fail_downloads(self, device: Device, code: str) -> None:
+        for download in device.downloads.values():
+            if not download.result.done():
+                download.result.set_result(
+                    Report(download.id, "DOWNLOAD", "done", ok=False, code=code)
+                )
+        device.downloads.clear()
+
+    def _pub(self, topic: str, payload: bytes, *, qos: int, retain: bool = False) -> None:
+        if self._publisher is None:
+            raise RuntimeError("BoardChannel used before attach()/bind()")
+        self._publisher.publish(topic, payload, qos=qos, retain=retain)
+
+    def _alarm(self, alarm: str, dev: str, **detail: object) -> None:
+        if self._alarms is not None:
+            self._alarms.alarm(alarm, device=dev, **detail)

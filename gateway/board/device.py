@@ -1,0 +1,73 @@
+"""One board as the channel tracks it: its outbox, its presence and its per-session memory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway.board.model import Outcome, Report
+from gateway.board.outbox import Outbox
+from gateway.board.presence import Presence
+from gateway.settings import BoardSettings
+
+ProgressCallback = Callable[[Report], None]
+
+
+@dataclass(slots=True)
+class Download:
+    """A DOWNLOAD in progress: ``acked`` when the board takes it, ``result`` the final report."""
+
+    id: str
+    acked: asyncio.Future[Outcome]
+    result: asyncio.Future[Report]
+    on_progress: ProgressCallback | None = None
+
+
+@dataclass(slots=True)
+class Device:
+    dev: str
+    outbox: Outbox
+    presence: Presence
+    futures: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
+    # ENSURE_APP_DIRS per app for the board's current session (cleared when it reconnects).
+    ensured: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
+    downloads: dict[str, Download] = field(default_factory=dict)
+    up_ms: int | None = None
+    session: str | None = None
+
+    @classmethod
+    def create(cls, dev: str, s: BoardSettings) -> Device:
+        return cls(
+            dev,
+            Outbox(ack_timeout_s=s.ack_timeout_s, max_resends=s.max_resends, limit=s.outbox_limit),
+            Presence(
+                dev,
+                heartbeat_s=s.heartbeat_s,
+                missed_heartbeats=s.missed_heartbeats,
+                flap_window_s=s.flap_window_s,
+                flap_threshold=s.flap_threshold,
+            ),
+        )
+
+    def next_deadline(self) -> float | None:
+        pair = (self.outbox.next_deadline(), self.presence.next_deadline())
+        found = [d for d in pair if d is not None]
+        return min(found, default=None)
+
+    def new_session(self) -> None:
+        """The board rebooted or reconnected: forget what it was told in its last session."""
+        self.ensured = {app: f for app, f in self.ensured.items() if not f.done()}
+
+    def note_uptime(self, up_ms: int | None) -> bool:
+        """Record the heartbeat's uptime; True if it went backwards (the board rebooted)."""
+        rebooted = up_ms is not None and self.up_ms is not None and up_ms < self.up_ms
+        if up_ms is not None:
+            self.up_ms = up_ms
+        return rebooted
+
+    def note_session(self, session: str | None) -> bool:
+        changed = session is not None and self.session is not None and session != self.session
+        if session is not None:
+            self.session = session
+        return changed

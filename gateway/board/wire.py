@@ -1,0 +1,130 @@
+"""The board channel's edge: ``topics`` models in, frozen dataclasses out (and back).
+
+Everything that knows the JSON shape of snlp/v1 is in ``topics``; this module only maps the
+parsed models to the channel's inside types and builds what the channel publishes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from gateway.board.model import (
+    Ack,
+    AckStatus,
+    AppTaskEvent,
+    AudioEvent,
+    AudioEventKind,
+    ButtonEvent,
+    ButtonPress,
+    Envelope,
+    EventBody,
+    Heartbeat,
+    Report,
+    Status,
+)
+from topics import snlp, snlp_events
+from topics.backend import PresenceChanged, PresenceData
+from topics.errors import PayloadError, PayloadReason
+from topics.snlp_commands import CommandParams, Priority, TaskVerb, command
+from topics.tree import TopicKind
+from topics.wire import encode
+
+__all__ = [
+    "Inbound",
+    "ParsedEvent",
+    "build_command",
+    "parse",
+    "presence_task_event",
+    "status_payload",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedEvent:
+    """An event body plus its envelope fields (the shell adds the device and receive times)."""
+
+    body: EventBody
+    id: str | None
+    ref: str | None
+    ts_ms: int | None
+    legacy: bool
+
+
+Inbound = Ack | Report | ParsedEvent | Heartbeat | Status
+
+
+def _code(value: int | str | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def parse(kind: TopicKind, payload: bytes, *, max_bytes: int) -> Inbound:
+    """Parse a payload from ``snlp/v1/{dev}/<kind>``; every bad one raises ``PayloadError``."""
+    message = snlp.parse_board_message(kind, payload, max_bytes=max_bytes)
+    match message:
+        case snlp.Ack():
+            return Ack(message.ref, AckStatus(message.status), message.cmd, _code(message.code))
+        case snlp.Report():
+            return Report(
+                ref=message.ref,
+                cmd=message.cmd,
+                stage=message.stage,
+                ok=message.ok,
+                code=_code(message.code),
+                bytes=message.bytes,
+                total=message.total,
+                sha256=message.sha256,
+            )
+        case snlp.Heartbeat():
+            return Heartbeat(up_ms=message.up_ms)
+        case snlp.BoardStatus():
+            return Status(message.online, message.by == "gateway", message.session)
+        case snlp_events.Event():
+            body = _event_body(message)
+            legacy = kind is TopicKind.EVT and snlp_events.is_legacy_text(payload)
+            return ParsedEvent(body, message.id, message.ref, message.ts, legacy)
+        case _:  # a command echoed on a board topic
+            raise PayloadError(PayloadReason.UNKNOWN_TYPE, f"{type(message).__name__} on {kind}")
+
+
+def _event_body(message: snlp_events.Event) -> EventBody:
+    match message:
+        case snlp_events.AudioEvent(data=data):
+            return AudioEvent(
+                AudioEventKind(message.evt),
+                name=data.name,
+                duration_ms=data.duration_ms,
+                reason=data.reason,
+                by=data.by,
+                code=_code(data.code),
+            )
+        case snlp_events.ButtonEvent(data=data):
+            return ButtonEvent(ButtonPress(data.press), data.key)
+        case snlp_events.AppTaskEvent(data=data):
+            return AppTaskEvent(message.evt, data.state, MappingProxyType(dict(data.detail)))
+        case _:
+            raise PayloadError(PayloadReason.UNKNOWN_TYPE, f"event {message.evt!r}")
+
+
+def build_command(
+    params: CommandParams,
+    *,
+    id: str,
+    ts_ms: int,
+    prio: Priority,
+    ttl_ms: int,
+    task_verb: TaskVerb | None = None,
+) -> Envelope:
+    """Validate and encode a command once; resends publish the same bytes."""
+    model = command(params, id=id, ts=ts_ms, prio=prio, ttl_ms=ttl_ms, task_verb=task_verb)
+    return Envelope(id, model.cmd, snlp.encode_command(model), ttl_ms)
+
+
+def status_payload(online: bool, *, ts_ms: int) -> bytes:
+    """The retained ``status`` the gateway writes for a board without an LWT."""
+    return encode(snlp.BoardStatus(online=online, ts=ts_ms, by="gateway"))
+
+
+def presence_task_event(dev: str, online: bool, *, ts_ms: int) -> bytes:
+    """``presence.changed`` on ``snlpgw/v1/task/{dev}``."""
+    return encode(PresenceChanged(ts=ts_ms, device=dev, data=PresenceData(online=online)))

@@ -1,0 +1,329 @@
+"""BoardChannel shell with fake publisher/router/alarms and a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.board.channel import BoardChannel
+from gateway.board.model import AudioEvent, AudioEventKind, OutcomeKind, Report
+from gateway.board.presence import Liveness
+from gateway.metrics import Metrics
+from gateway.mqtt import Inbound
+from gateway.settings import BoardSettings
+from tests.unit.board.fakes import DEV, DEV2, FakeAlarms, FakePublisher, FakeRouter, make_rig
+from topics.errors import TopicError
+from topics.snlp_commands import Download, PlayMedia, StopMedia
+
+
+async def test_routes_every_uplink_topic() -> None:
+    rig = make_rig()
+    assert sorted(rig.router.routes) == [
+        f"snlp/v1/+/{k}" for k in ("ack", "evt", "hb", "rpt", "status")
+    ]
+
+
+async def test_command_waits_for_board_then_is_acked() -> None:
+    rig = make_rig()
+    future = rig.channel.send(DEV, PlayMedia(name="a.mp3"))
+    assert rig.commands() == []  # never seen: queued
+    rig.hb()
+    (cmd,) = rig.commands()
+    assert cmd["cmd"] == "PLAY_MEDIA"
+    assert cmd["params"]["name"] == "a.mp3"
+    assert rig.pub.on(f"{DEV}/cmd")[0].qos == 1
+    rig.clock.now += 0.2
+    rig.ack(cmd["id"])
+    outcome = future.result()
+    assert outcome.kind is OutcomeKind.ACCEPTED
+    assert outcome.delivered
+    assert outcome.ack_latency_s == pytest.approx(0.2)
+    assert rig.metric('board_commands_sent_total{cmd="PLAY_MEDIA"}') == 1
+    assert rig.metric('board_commands_acked_total{cmd="PLAY_MEDIA",status="accepted"}') == 1
+    assert rig.metric('board_ack_latency_seconds_count{cmd="PLAY_MEDIA"}') == 1
+
+
+async def test_presence_online_writes_retained_status_and_task_event() -> None:
+    rig = make_rig()
+    rig.hb()
+    (status,) = rig.pub.on(f"{DEV}/status")
+    assert status.retain
+    assert status.qos == 1
+    assert status.json()["online"] is True
+    assert status.json()["by"] == "gateway"
+    (task,) = rig.pub.on(f"snlpgw/v1/task/{DEV}")
+    assert task.json()["event"] == "presence.changed"
+    assert task.json()["data"] == {"online": True}
+    assert [c.online for c in rig.sink.changes] == [True]
+    assert rig.channel.is_online(DEV)
+    assert rig.metric("board_devices_online") == 1
+
+
+async def test_own_retained_status_is_not_evidence() -> None:
+    rig = make_rig()
+    rig.deliver(DEV, "status", {"v": 1, "online": True, "by": "gateway"})
+    assert not rig.channel.is_online(DEV)
+    assert rig.sink.changes == []
+
+
+async def test_missed_heartbeats_then_offline_then_back() -> None:
+    rig = make_rig(heartbeat_s=1.0, missed_heartbeats=3)
+    rig.hb()
+    rig.advance(2.9)
+    assert rig.channel.is_online(DEV)
+    rig.advance(0.1)
+    assert not rig.channel.is_online(DEV)
+    statuses = [p.json()["online"] for p in rig.pub.on(f"{DEV}/status")]
+    assert statuses == [True, False]
+    rig.hb()
+    assert rig.channel.is_online(DEV)
+    assert [c.reason for c in rig.sink.changes] == ["heartbeat", "missed_heartbeats", "heartbeat"]
+
+
+async def test_board_lwt_is_honoured_without_a_gateway_write() -> None:
+    rig = make_rig()
+    rig.deliver(DEV, "status", {"v": 1, "online": True, "session": "s1"})
+    rig.deliver(DEV, "status", {"v": 1, "online": False, "session": "s1"})
+    assert not rig.channel.is_online(DEV)
+    assert rig.pub.on(f"{DEV}/status") == []
+    assert [p.json()["data"]["online"] for p in rig.pub.on(f"task/{DEV}")] == [True, False]
+
+
+async def test_resend_same_id_then_duplicate_ack_counts_as_delivered() -> None:
+    rig = make_rig()
+    rig.hb()
+    future = rig.channel.send(DEV, StopMedia())
+    rig.advance(3.0)
+    first, second = rig.pub.on(f"{DEV}/cmd")
+    assert first.payload == second.payload
+    rig.ack(first.json()["id"], "duplicate")
+    assert future.result().kind is OutcomeKind.DUPLICATE
+    assert future.result().sends == 2
+    assert rig.metric('board_commands_resent_total{cmd="STOP_MEDIA"}') == 1
+
+
+async def test_resends_exhausted_fail_with_alarm() -> None:
+    rig = make_rig(max_resends=1)
+    rig.hb()
+    future = rig.channel.send(DEV, StopMedia())
+    rig.advance(3.0)
+    rig.hb()  # keep the board online
+    rig.advance(3.0)
+    assert future.result().kind is OutcomeKind.FAILED
+    assert rig.alarms.names() == ["ack_timeout"]
+    assert rig.metric('board_commands_failed_total{cmd="STOP_MEDIA",reason="no_ack"}') == 1
+
+
+async def test_offline_command_expires_with_alarm() -> None:
+    rig = make_rig()
+    future = rig.channel.send(DEV, PlayMedia(name="a.mp3"), ttl_ms=2000)
+    rig.advance(1.0)
+    assert not future.done()
+    rig.advance(1.0)
+    assert future.result().kind is OutcomeKind.EXPIRED
+    assert rig.alarms.names() == ["command_expired"]
+    assert rig.metric('board_commands_expired_total{cmd="PLAY_MEDIA"}') == 1
+    rig.hb()
+    assert rig.commands() == []
+
+
+async def test_unmatched_ack_is_counted() -> None:
+    rig = make_rig()
+    rig.ack("nope")
+    assert rig.metric('board_inbound_unmatched_total{kind="ack"}') == 1
+
+
+@pytest.mark.parametrize(
+    ("topic_dev", "kind", "payload", "label"),
+    [
+        (DEV, "ack", b"{not json", 'kind="ack",reason="malformed_json"'),
+        (DEV, "ack", b"[1]", 'kind="ack",reason="not_object"'),
+        (DEV, "ack", b'{"v":1,"ref":"x","status":"maybe"}', 'kind="ack",reason="invalid"'),
+        (DEV, "rpt", b'{"v":1,"ref":"x","stage":"done"}', 'kind="rpt",reason="invalid"'),
+        (DEV, "evt", b'{"v":1,"evt":"sd.mounted","data":{}}', 'kind="evt",reason="unknown_type"'),
+        (DEV, "evt", b"[skill_event]exploded|1", 'kind="evt",reason="unknown_type"'),
+        (DEV, "hb", b'{"v":2}', 'kind="hb",reason="unsupported_version"'),
+        (DEV, "status", b"\xff\xfe", 'kind="status",reason="malformed_json"'),
+        ("AA_BB", "evt", b"{}", 'kind="unknown",reason="bad_topic"'),
+        (DEV, "cmd", b"{}", 'kind="cmd",reason="not_uplink"'),
+    ],
+)
+async def test_bad_input_is_a_counted_drop(
+    topic_dev: str, kind: str, payload: bytes, label: str
+) -> None:
+    rig = make_rig()
+    rig.deliver(topic_dev, kind, payload)
+    assert rig.metric(f"board_inbound_dropped_total{{{label}}}") == 1
+    assert rig.sink.events == []
+
+
+async def test_too_many_devices_is_a_counted_drop_and_overflow() -> None:
+    rig = make_rig()
+    rig.hb(DEV)
+    rig.hb(DEV2)
+    rig.hb("aa_bb_cc_dd_ee_03")
+    assert rig.metric('board_inbound_dropped_total{kind="hb",reason="too_many_devices"}') == 1
+    future = rig.channel.send("aa_bb_cc_dd_ee_03", StopMedia())
+    assert future.result().kind is OutcomeKind.OVERFLOW
+    with pytest.raises(TopicError):
+        rig.channel.send("not-a-device", StopMedia())
+
+
+async def test_legacy_and_structured_events_are_the_same_typed_event() -> None:
+    rig = make_rig()
+    rig.deliver(
+        DEV,
+        "evt",
+        {
+            "v": 1,
+            "evt": "audio.completed",
+            "ref": None,
+            "data": {"duration_ms": 2140, "reason": "eof"},
+        },
+    )
+    rig.deliver(DEV, "evt", "[skill_event]completed|2140")
+    structured, legacy = rig.sink.events
+    assert (
+        structured.body
+        == legacy.body
+        == AudioEvent(AudioEventKind.COMPLETED, duration_ms=2140, reason="eof")
+    )
+    assert (structured.legacy, legacy.legacy) == (False, True)
+    assert legacy.received_ms == 1_764_460_800_000
+    assert rig.channel.is_online(DEV)  # an event is a sign of life
+    assert rig.metric('board_events_total{evt="audio.completed",form="legacy"}') == 1
+
+
+async def test_button_and_app_task_events() -> None:
+    rig = make_rig()
+    rig.deliver(DEV, "evt", {"evt": "button", "data": {"press": "double", "key": "play"}})
+    rig.deliver(
+        DEV,
+        "evt",
+        {"evt": "app_task.state", "ref": "c9", "data": {"state": "running", "detail": {"n": 1}}},
+    )
+    button, task = (e.body for e in rig.sink.events)
+    assert button.press.value == "double"  # type: ignore[union-attr]
+    assert task.state == "running"  # type: ignore[union-attr]
+    assert dict(task.detail) == {"n": 1}  # type: ignore[union-attr]
+    assert rig.sink.events[1].ref == "c9"
+
+
+async def test_ensure_app_dirs_once_per_session() -> None:
+    rig = make_rig(heartbeat_s=1.0)
+    rig.hb()
+    first = asyncio.ensure_future(rig.channel.ensure_app_dirs(DEV, "shadowing"))
+    second = asyncio.ensure_future(rig.channel.ensure_app_dirs(DEV, "shadowing"))
+    await asyncio.sleep(0)
+    (cmd,) = rig.commands()
+    assert cmd["cmd"] == "ENSURE_APP_DIRS"
+    rig.ack(cmd["id"])
+    assert (await first).delivered
+    assert (await second).id == cmd["id"]
+    assert (await rig.channel.ensure_app_dirs(DEV, "shadowing")).id == cmd["id"]
+    assert len(rig.commands()) == 1
+    rig.advance(3.0)  # missed heartbeats: offline
+    rig.hb()  # back: a new session
+    again = asyncio.ensure_future(rig.channel.ensure_app_dirs(DEV, "shadowing"))
+    await asyncio.sleep(0)
+    assert len(rig.commands()) == 2
+    rig.ack(rig.commands()[-1]["id"], "rejected")
+    assert (await again).kind is OutcomeKind.REJECTED
+    retry = asyncio.ensure_future(rig.channel.ensure_app_dirs(DEV, "shadowing"))
+    await asyncio.sleep(0)
+    assert len(rig.commands()) == 3  # a failure is not remembered
+    rig.hb(up_ms=5)
+    rig.ack(rig.commands()[-1]["id"])
+    await retry
+    rig.hb(up_ms=1)  # uptime went backwards: the board rebooted
+    after_reboot = asyncio.ensure_future(rig.channel.ensure_app_dirs(DEV, "shadowing"))
+    await asyncio.sleep(0)
+    assert len(rig.commands()) == 4
+    rig.ack(rig.commands()[-1]["id"])
+    assert (await after_reboot).delivered
+
+
+SHA = "0" * 64
+
+
+async def test_download_progress_and_final_report() -> None:
+    rig = make_rig()
+    rig.hb()
+    progress: list[Report] = []
+    params = Download(url="http://h/a.mp3", path="/x/a.mp3", size=10, sha256=SHA)
+    download = rig.channel.download(DEV, params, on_progress=progress.append)
+    (cmd,) = rig.commands()
+    assert download.id == cmd["id"]
+    rig.ack(cmd["id"])
+    assert (await download.acked).delivered
+    rig.deliver(
+        DEV,
+        "rpt",
+        {"ref": cmd["id"], "cmd": "DOWNLOAD", "stage": "progress", "bytes": 5, "total": 10},
+    )
+    rig.deliver(
+        DEV,
+        "rpt",
+        {
+            "ref": cmd["id"],
+            "cmd": "DOWNLOAD",
+            "stage": "done",
+            "ok": True,
+            "bytes": 10,
+            "sha256": SHA,
+        },
+    )
+    assert [p.bytes for p in progress] == [5]
+    final = await download.result
+    assert (final.ok, final.bytes, final.sha256) == (True, 10, SHA)
+    rig.deliver(DEV, "rpt", {"ref": cmd["id"], "cmd": "DOWNLOAD", "stage": "done", "ok": True})
+    assert rig.metric('board_inbound_unmatched_total{kind="rpt"}') == 1
+
+
+async def test_download_fails_when_not_delivered_or_board_drops() -> None:
+    rig = make_rig(heartbeat_s=1.0)
+    params = Download(url="http://h/a.mp3", path="/x/a.mp3", size=10, sha256=SHA)
+    never = rig.channel.download(DEV, params, ttl_ms=500)
+    rig.advance(0.5)
+    final = await never.result
+    assert (final.ok, final.code) == (False, "not_delivered:expired")
+    rig.hb()
+    dropped = rig.channel.download(DEV, params)
+    rig.ack(rig.commands()[-1]["id"])
+    rig.deliver(DEV, "status", {"online": False})
+    final = await dropped.result
+    assert (final.ok, final.code) == (False, "board_offline")
+    rig.hb(DEV2)  # fills the device table (max_devices=2)
+    refused = rig.channel.download("aa_bb_cc_dd_ee_09", params)
+    final = await refused.result
+    assert (final.ok, final.code) == (False, "not_delivered:overflow")
+
+
+async def test_flapping_raises_alarm() -> None:
+    rig = make_rig(flap_threshold=3, flap_window_s=60.0)
+    for online in (True, False, True):
+        rig.deliver(DEV, "status", {"online": online})
+    assert rig.alarms.names() == ["device_flapping"]
+
+
+async def test_timer_task_resends_and_cancels_on_shutdown() -> None:
+    s = BoardSettings(ack_timeout_s=0.01, max_resends=50)
+    channel = BoardChannel(settings=s)
+    pub = FakePublisher()
+    channel.bind(router=FakeRouter(), publisher=pub, metrics=Metrics(), alarms=FakeAlarms())
+    async with asyncio.TaskGroup() as tg:
+        timer = tg.create_task(channel.run(), name="board.timer")
+        channel.handle(Inbound(f"snlp/v1/{DEV}/hb", b"{}", 0, False, 0.0, 0))
+        future = channel.send(DEV, StopMedia())
+        async with asyncio.timeout(5):
+            while len(pub.on(f"{DEV}/cmd")) < 3:
+                pub.event.clear()
+                await pub.event.wait()
+        timer.cancel()
+    assert future.result().kind is OutcomeKind.CANCELLED
+    assert len({p.payload for p in pub.on(f"{DEV}/cmd")}) == 1
+
+
+async def test_presence_state_enum_exposed() -> None:
+    assert Liveness.UNKNOWN.value == "unknown"
