@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.board import wire
@@ -150,31 +150,51 @@ class BoardChannel:
         prio: Priority = 2,
         ttl_ms: int | None = None,
         task_verb: TaskVerb | None = None,
+        command_id: str | None = None,
     ) -> asyncio.Future[Outcome]:
         """Queue a command for ``dev``; the future resolves with its :class:`Outcome`.
 
-        Raises ``TopicError`` for an invalid device id and pydantic's ``ValidationError`` for
-        params the contract refuses (caller bugs, not board input).
+        ``command_id`` (default: a fresh uuid) is the envelope id that acks and events ref.
+        Raises ``TopicError`` for an invalid device id, pydantic's ``ValidationError`` for
+        params the contract refuses and ``ValueError`` for an id already pending (caller
+        bugs, not board input).
         """
-        return self._submit(dev, self._envelope(dev, params, prio, ttl_ms, task_verb))
-
-    def _envelope(
-        self,
-        dev: str,
-        params: CommandParams,
-        prio: Priority,
-        ttl_ms: int | None,
-        task_verb: TaskVerb | None = None,
-    ) -> Envelope:
         validate_device_id(dev)
-        return wire.build_command(
+        envelope = wire.build_command(
             params,
-            id=uuid.uuid4().hex,
+            id=command_id or uuid.uuid4().hex,
             ts_ms=self._wall_ms(),
             prio=prio,
-            ttl_ms=ttl_ms if ttl_ms is not None else self.settings.default_ttl_ms,
+            ttl_ms=self._ttl(ttl_ms),
             task_verb=task_verb,
         )
+        return self._submit(dev, envelope)
+
+    def submit(
+        self,
+        dev: str,
+        cmd: str,
+        params: Mapping[str, object],
+        *,
+        command_id: str | None = None,
+        prio: int = 2,
+        ttl_ms: int | None = None,
+    ) -> asyncio.Future[Outcome]:
+        """:meth:`send` for a command given as name + plain params (the runtime's effects);
+        params the contract refuses raise ``topics.errors.PayloadError``."""
+        validate_device_id(dev)
+        envelope = wire.build_command_from_mapping(
+            cmd,
+            params,
+            id=command_id or uuid.uuid4().hex,
+            ts_ms=self._wall_ms(),
+            prio=prio,
+            ttl_ms=self._ttl(ttl_ms),
+        )
+        return self._submit(dev, envelope)
+
+    def _ttl(self, ttl_ms: int | None) -> int:
+        return ttl_ms if ttl_ms is not None else self.settings.default_ttl_ms
 
     def _submit(self, dev: str, envelope: Envelope) -> asyncio.Future[Outcome]:
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
@@ -183,6 +203,8 @@ class BoardChannel:
             self.m.failed.labels(envelope.name, OutcomeKind.OVERFLOW.value).inc()
             future.set_result(Outcome(envelope.id, envelope.name, OutcomeKind.OVERFLOW, 0))
             return future
+        if envelope.id in device.futures:
+            raise ValueError(f"command id {envelope.id!r} is already pending for {dev}")
         device.futures[envelope.id] = future
         self._apply(device, device.outbox.submit(envelope, self._clock()))
         return future
@@ -215,7 +237,10 @@ class BoardChannel:
         """Send DOWNLOAD; ``result`` resolves with the final report (``ok``, ``code``, bytes,
         sha256), or a synthesised failed one (code ``not_delivered:<outcome>`` or
         ``board_offline``) when the board never took it or dropped off mid-way."""
-        envelope = self._envelope(dev, params, prio, ttl_ms)
+        validate_device_id(dev)
+        envelope = wire.build_command(
+            params, id=uuid.uuid4().hex, ts_ms=self._wall_ms(), prio=prio, ttl_ms=self._ttl(ttl_ms)
+        )
         result: asyncio.Future[Report] = asyncio.get_running_loop().create_future()
         acked = self._submit(dev, envelope)
         download = Download(envelope.id, acked, result, on_progress)

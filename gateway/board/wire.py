@@ -6,6 +6,7 @@ parsed models to the channel's inside types and builds what the channel publishe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -26,14 +27,15 @@ from gateway.board.model import (
 from topics import snlp, snlp_events
 from topics.backend import PresenceChanged, PresenceData
 from topics.errors import PayloadError, PayloadReason
-from topics.snlp_commands import CommandParams, Priority, TaskVerb, command
+from topics.snlp_commands import COMMAND_ADAPTER, CommandParams, Priority, TaskVerb, command
 from topics.tree import TopicKind
-from topics.wire import encode
+from topics.wire import encode, validate
 
 __all__ = [
     "Inbound",
     "ParsedEvent",
     "build_command",
+    "build_command_from_mapping",
     "parse",
     "presence_task_event",
     "status_payload",
@@ -117,6 +119,29 @@ def build_command(
 ) -> Envelope:
     """Validate and encode a command once; resends publish the same bytes."""
     model = command(params, id=id, ts=ts_ms, prio=prio, ttl_ms=ttl_ms, task_verb=task_verb)
+    return Envelope(id, model.cmd, snlp.encode_command(model), ttl_ms)
+
+
+def build_command_from_mapping(
+    cmd: str,
+    params: Mapping[str, object],
+    *,
+    id: str,
+    ts_ms: int,
+    prio: int,
+    ttl_ms: int,
+) -> Envelope:
+    """The same from a command name and plain params (the runtime's ``SendCommand``);
+    params the contract refuses raise ``PayloadError``."""
+    obj = {
+        "id": id,
+        "ts": ts_ms,
+        "cmd": cmd,
+        "params": dict(params),
+        "prio": prio,
+        "ttl_ms": ttl_ms,
+    }
+    model = validate(COMMAND_ADAPTER, obj)
     return Envelope(id, model.cmd, snlp.encode_command(model), ttl_ms)
 
 

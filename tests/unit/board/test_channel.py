@@ -13,7 +13,7 @@ from gateway.metrics import Metrics
 from gateway.mqtt import Inbound
 from gateway.settings import BoardSettings
 from tests.unit.board.fakes import DEV, DEV2, FakeAlarms, FakePublisher, FakeRouter, make_rig
-from topics.errors import TopicError
+from topics.errors import PayloadError, TopicError
 from topics.snlp_commands import Download, PlayMedia, StopMedia
 
 
@@ -327,3 +327,21 @@ async def test_timer_task_resends_and_cancels_on_shutdown() -> None:
 
 async def test_presence_state_enum_exposed() -> None:
     assert Liveness.UNKNOWN.value == "unknown"
+
+
+async def test_submit_from_runtime_effect_uses_its_command_id() -> None:
+    rig = make_rig()
+    rig.hb()
+    future = rig.channel.submit(
+        DEV, "PLAY_MEDIA", {"name": "u/01.mp3", "repeat": 3}, command_id="rt-1", prio=3
+    )
+    (cmd,) = rig.commands()
+    assert (cmd["id"], cmd["prio"], cmd["params"]["repeat"]) == ("rt-1", 3, 3)
+    with pytest.raises(ValueError, match="already pending"):
+        rig.channel.submit(DEV, "STOP_MEDIA", {}, command_id="rt-1")
+    with pytest.raises(PayloadError):
+        rig.channel.submit(DEV, "PLAY_MEDIA", {"name": ""})
+    with pytest.raises(PayloadError):
+        rig.channel.submit(DEV, "SELF_DESTRUCT", {})
+    rig.ack("rt-1")
+    assert future.result().id == "rt-1"
