@@ -1,0 +1,325 @@
+"""Board channel end to end: real Mosquitto (project config, auth + ACL), the gateway's real
+service and MQTT connection, and board simulators as real MQTT 3.1.1 clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gateway.board.channel import BoardChannel
+from gateway.board.model import (
+    AudioEvent,
+    AudioEventKind,
+    BoardEvent,
+    OutcomeKind,
+    PresenceChange,
+)
+from gateway.service import Service
+from gateway.settings import BoardSettings, HttpSettings, MqttSettings, Settings
+from gateway.simulators.board import BoardSimulator, SimOptions
+from tests.support.broker import Broker, new_device_id
+from tests.support.mqtt_client import mqtt_client
+from topics.snlp_commands import PlayMedia, StopMedia
+
+pytestmark = pytest.mark.integration
+WAIT_S = 15.0
+
+
+@dataclass
+class RecordingSink:
+    """The runtime's side of the channel, recording; waits are bounded and event-driven."""
+
+    events: list[BoardEvent] = field(default_factory=list)
+    changes: list[PresenceChange] = field(default_factory=list)
+    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    def board_event(self, event: BoardEvent) -> None:
+        self.events.append(event)
+        asyncio.get_running_loop().create_task(self._notify(), name="sink.notify")
+
+    def presence_changed(self, change: PresenceChange) -> None:
+        self.changes.append(change)
+        asyncio.get_running_loop().create_task(self._notify(), name="sink.notify")
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        async with asyncio.timeout(WAIT_S), self._changed:
+            await self._changed.wait_for(predicate)
+
+    def audio(self, dev: str, kind: AudioEventKind, ref: str | None = None) -> list[BoardEvent]:
+        return [
+            e
+            for e in self.events
+            if e.dev == dev
+            and isinstance(e.body, AudioEvent)
+            and e.body.kind is kind
+            and (ref is None or e.ref == ref)
+        ]
+
+    def online(self, dev: str) -> bool | None:
+        mine = [c.online for c in self.changes if c.dev == dev]
+        return mine[-1] if mine else None
+
+
+@dataclass
+class Rig:
+    broker: Broker
+    channel: BoardChannel
+    sink: RecordingSink
+    service: Service
+    tg: asyncio.TaskGroup
+    tmp: Path
+
+    def simulator(self, dev: str, **options: object) -> BoardSimulator:
+        creds = self.broker.provision(dev)
+        sim = BoardSimulator(
+            dev,
+            host=self.broker.host,
+            port=self.broker.port,
+            username=creds.username,
+            password=creds.password,
+            options=SimOptions(**options),  # type: ignore[arg-type]
+        )
+        self.tg.create_task(sim.run(), name=f"device[{dev}].sim")
+        return sim
+
+    def metric(self, key: str) -> float:
+        return self.service.metrics.snapshot().get(f"snlpgw_{key}", 0.0)
+
+
+@contextlib.asynccontextmanager
+async def gateway(broker: Broker, tmp: Path, **board: object) -> AsyncIterator[Rig]:
+    gw = broker.gateway_credentials()
+    settings = Settings(
+        gateway_id=f"gw-{uuid.uuid4().hex[:6]}",
+        data_dir=tmp,
+        mqtt=MqttSettings(url=broker.url, username=gw.username, password=gw.password),
+        http=HttpSettings(port=0),
+        board=BoardSettings(**board),  # type: ignore[arg-type]
+    )
+    sink = RecordingSink()
+    channel = BoardChannel(settings=settings.board, sink=sink)
+    service = Service(settings, [channel])
+    async with asyncio.TaskGroup() as tg:
+        runner = tg.create_task(service.run(), name="gateway")
+        async with asyncio.timeout(WAIT_S):
+            await service.mqtt.wait_connected()
+        try:
+            yield Rig(broker, channel, sink, service, tg, tmp)
+        finally:
+            for task in asyncio.all_tasks():
+                if task.get_name().startswith("device[") and not task.done():
+                    task.cancel()
+            runner.cancel()
+
+
+async def connected(sim: BoardSimulator, rig: Rig) -> None:
+    async with asyncio.timeout(WAIT_S):
+        await sim.connected.wait()
+    await rig.sink.wait_for(lambda: rig.sink.online(sim.dev) is True)
+
+
+def make_wav(path: Path, seconds: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["sox", "-n", "-r", "16000", "-c", "1", str(path), "synth", str(seconds), "sine", "440"],
+        check=True,
+    )
+
+
+async def test_play_media_acked_then_completed_with_real_duration(
+    broker: Broker, tmp_path: Path
+) -> None:
+    media = tmp_path / "media"
+    make_wav(media / "lessons/u1/01.wav", 0.4)
+    async with gateway(broker, tmp_path) as rig:
+        dev = new_device_id()
+        sim = rig.simulator(dev, media_dir=media, heartbeat_s=5.0)
+        await connected(sim, rig)
+        outcome = await asyncio.wait_for(
+            rig.channel.send(dev, PlayMedia(name="/lessons/u1/01.wav")), WAIT_S
+        )
+        assert outcome.kind is OutcomeKind.ACCEPTED
+        await rig.sink.wait_for(lambda: bool(rig.sink.audio(dev, AudioEventKind.COMPLETED)))
+        (done,) = rig.sink.audio(dev, AudioEventKind.COMPLETED)
+        assert done.ref == outcome.id
+        assert done.body == AudioEvent(
+            AudioEventKind.COMPLETED, name="/lessons/u1/01.wav", duration_ms=400, reason="eof"
+        )
+        assert rig.sink.audio(dev, AudioEventKind.STARTED, outcome.id)
+
+        # repeat 3: one command, one completion after three loops, duration = total
+        outcome = await asyncio.wait_for(
+            rig.channel.send(dev, PlayMedia(name="/lessons/u1/01.wav", repeat=3)), WAIT_S
+        )
+        await rig.sink.wait_for(
+            lambda: bool(rig.sink.audio(dev, AudioEventKind.COMPLETED, outcome.id))
+        )
+        (done,) = rig.sink.audio(dev, AudioEventKind.COMPLETED, outcome.id)
+        assert isinstance(done.body, AudioEvent)
+        assert done.body.duration_ms == 1200
+        assert [c["id"] for c in sim.received].count(outcome.id) == 1
+        # a later command's ack proves no other completion of that play was on its way first
+        await asyncio.wait_for(rig.channel.send(dev, StopMedia()), WAIT_S)
+        assert len(rig.sink.audio(dev, AudioEventKind.COMPLETED, outcome.id)) == 1
+        assert rig.metric('board_commands_acked_total{cmd="PLAY_MEDIA",status="accepted"}') == 2
+
+
+async def test_dropped_acks_resend_same_id_executed_once(broker: Broker, tmp_path: Path) -> None:
+    async with gateway(broker, tmp_path, ack_timeout_s=0.3, max_resends=3) as rig:
+        dev = new_device_id()
+        sim = rig.simulator(dev, drop_acks=2, durations={"a.mp3": 300}, heartbeat_s=5.0)
+        await connected(sim, rig)
+        outcome = await asyncio.wait_for(rig.channel.send(dev, PlayMedia(name="a.mp3")), WAIT_S)
+        assert outcome.kind is OutcomeKind.DUPLICATE
+        assert outcome.delivered
+        assert outcome.sends == 3
+        assert [c["id"] for c in sim.received] == [outcome.id] * 3
+        assert sim.executed == {outcome.id: 1}
+        await rig.sink.wait_for(lambda: bool(rig.sink.audio(dev, AudioEventKind.COMPLETED)))
+        assert len(rig.sink.audio(dev, AudioEventKind.STARTED)) == 1
+        assert rig.metric('board_commands_resent_total{cmd="PLAY_MEDIA"}') == 2
+
+
+async def test_offline_board_gets_queued_command_on_return_or_it_expires(
+    broker: Broker, tmp_path: Path
+) -> None:
+    async with gateway(broker, tmp_path) as rig:
+        dev = new_device_id()
+        sim = rig.simulator(dev, heartbeat_s=5.0, durations={"a.mp3": 300})
+        await connected(sim, rig)
+        sim.go_offline()  # LWT: retained {"online": false} from the broker
+        await rig.sink.wait_for(lambda: rig.sink.online(dev) is False)
+        future = rig.channel.send(dev, PlayMedia(name="a.mp3"), ttl_ms=20_000)
+        assert not future.done()
+        assert sim.received == []
+        sim.come_back()
+        outcome = await asyncio.wait_for(future, WAIT_S)
+        assert outcome.kind is OutcomeKind.ACCEPTED
+        assert outcome.sends == 1
+        assert sim.executed == {outcome.id: 1}
+
+        sim.go_offline()
+        await rig.sink.wait_for(lambda: rig.sink.online(dev) is False)
+        outcome = await asyncio.wait_for(
+            rig.channel.send(dev, PlayMedia(name="a.mp3"), ttl_ms=300), WAIT_S
+        )
+        assert outcome.kind is OutcomeKind.EXPIRED
+        assert outcome.sends == 0
+        assert rig.metric('board_commands_expired_total{cmd="PLAY_MEDIA"}') == 1
+        assert rig.metric('ops_alarms_total{alarm="command_expired"}') == 1
+
+
+async def test_legacy_text_event_is_the_same_typed_event(broker: Broker, tmp_path: Path) -> None:
+    async with gateway(broker, tmp_path) as rig:
+        dev = new_device_id()
+        creds = broker.provision(dev)
+        structured = {
+            "v": 1,
+            "id": "e1",
+            "ts": 1,
+            "ref": None,
+            "evt": "audio.completed",
+            "data": {"duration_ms": 2140, "reason": "eof"},
+        }
+        async with mqtt_client(broker, creds) as board:
+            await board.publish(f"snlp/v1/{dev}/evt", json.dumps(structured))
+            await board.publish(f"snlp/v1/{dev}/evt", b"[skill_event]completed|2140")
+            await rig.sink.wait_for(lambda: len(rig.sink.audio(dev, AudioEventKind.COMPLETED)) == 2)
+        first, second = rig.sink.audio(dev, AudioEventKind.COMPLETED)
+        assert (first.legacy, second.legacy) == (False, True)
+        assert (
+            first.body
+            == second.body
+            == AudioEvent(AudioEventKind.COMPLETED, duration_ms=2140, reason="eof")
+        )
+
+        # and a board simulator in legacy mode drives the same completion
+        dev2 = new_device_id()
+        sim = rig.simulator(dev2, legacy=True, durations={"b.mp3": 300}, heartbeat_s=5.0)
+        await connected(sim, rig)
+        await asyncio.wait_for(rig.channel.send(dev2, PlayMedia(name="b.mp3")), WAIT_S)
+        await rig.sink.wait_for(lambda: bool(rig.sink.audio(dev2, AudioEventKind.COMPLETED)))
+        (done,) = rig.sink.audio(dev2, AudioEventKind.COMPLETED)
+        assert done.legacy
+        assert done.body == AudioEvent(AudioEventKind.COMPLETED, duration_ms=300, reason="eof")
+
+
+async def test_presence_follows_heartbeats_and_retained_status(
+    broker: Broker, tmp_path: Path
+) -> None:
+    async with gateway(broker, tmp_path, heartbeat_s=0.3, missed_heartbeats=3) as rig:
+        dev = new_device_id()
+        sim = rig.simulator(dev, lwt=False, heartbeat_s=0.3)  # no LWT: the gateway writes status
+        await connected(sim, rig)
+        sim.go_offline()
+        await rig.sink.wait_for(lambda: rig.sink.online(dev) is False)
+        assert [c.reason for c in rig.sink.changes if c.dev == dev][-1] == "missed_heartbeats"
+        assert await retained_status(rig, dev) == {"online": False, "by": "gateway"}
+        sim.come_back()
+        await rig.sink.wait_for(lambda: rig.sink.online(dev) is True)
+        assert await retained_status(rig, dev) == {"online": True, "by": "gateway"}
+        assert rig.metric("board_devices_online") == 1
+
+
+async def retained_status(rig: Rig, dev: str) -> dict[str, object]:
+    """Read the retained status as a new subscriber would (the gateway's user may read it)."""
+    async with mqtt_client(rig.broker, rig.broker.gateway_credentials()) as reader:
+        await reader.subscribe(f"snlp/v1/{dev}/status")
+        message = await reader.expect(f"snlp/v1/{dev}/status", wait_s=WAIT_S)
+    assert message.retain
+    body = json.loads(message.payload)
+    return {"online": body["online"], "by": body.get("by")}
+
+
+MALFORMED = [
+    ("ack", b"{not json"),
+    ("ack", b'{"v":1,"ref":"x","status":"maybe"}'),
+    ("rpt", b'{"v":1,"ref":"x","stage":"done"}'),
+    ("rpt", b"[1,2,3]"),
+    ("evt", b'{"v":1,"evt":"sd.mounted","data":{}}'),
+    ("evt", b"[skill_event]exploded|12"),
+    ("evt", b"\xff\xfe\x00garbage"),
+    ("hb", b'{"v":9}'),
+    ("hb", b'"just a string"'),
+    ("evt", b'{"v":1,"evt":"audio.completed","data":{"duration_ms":-5}}'),
+]
+
+
+async def test_malformed_flood_is_counted_and_harms_no_other_board(
+    broker: Broker, tmp_path: Path
+) -> None:
+    async with gateway(broker, tmp_path) as rig:
+        flooder, healthy = new_device_id(), new_device_id()
+        sim = rig.simulator(healthy, durations={"a.mp3": 300}, heartbeat_s=5.0)
+        await connected(sim, rig)
+        async with mqtt_client(broker, broker.provision(flooder)) as board:
+            for i in range(1000):
+                kind, payload = MALFORMED[i % len(MALFORMED)]
+                await board.publish(f"snlp/v1/{flooder}/{kind}", payload)
+            # a valid event after the flood: same client, same order, so all 1000 came first
+            await board.publish(f"snlp/v1/{flooder}/evt", b"[skill_event]completed|1")
+            await rig.sink.wait_for(lambda: bool(rig.sink.audio(flooder, AudioEventKind.COMPLETED)))
+        dropped = {
+            k: v
+            for k, v in rig.service.metrics.snapshot().items()
+            if k.startswith("snlpgw_board_inbound_dropped_total")
+        }
+        assert sum(dropped.values()) == 1000
+        assert (
+            dropped['snlpgw_board_inbound_dropped_total{kind="ack",reason="malformed_json"}'] == 100
+        )
+        outcome = await asyncio.wait_for(rig.channel.send(healthy, PlayMedia(name="a.mp3")), WAIT_S)
+        assert outcome.kind is OutcomeKind.ACCEPTED
+        await rig.sink.wait_for(lambda: bool(rig.sink.audio(healthy, AudioEventKind.COMPLETED)))
