@@ -26,7 +26,7 @@ from gateway.service import Service
 from gateway.settings import BoardSettings, HttpSettings, MqttSettings, Settings
 from gateway.simulators.board import BoardSimulator, SimOptions
 from tests.support.broker import Broker, new_device_id
-from tests.support.mqtt_client import mqtt_client
+from tests.support.mqtt_client import ClientSession, mqtt_client
 from topics.snlp_commands import PlayMedia, StopMedia
 
 pytestmark = pytest.mark.integration
@@ -259,25 +259,39 @@ async def test_legacy_text_event_is_the_same_typed_event(broker: Broker, tmp_pat
 async def test_presence_follows_heartbeats_and_retained_status(
     broker: Broker, tmp_path: Path
 ) -> None:
-    async with gateway(broker, tmp_path, heartbeat_s=0.3, missed_heartbeats=3) as rig:
+    async with (
+        gateway(broker, tmp_path, heartbeat_s=0.3, missed_heartbeats=3) as rig,
+        mqtt_client(broker, broker.gateway_credentials()) as watcher,
+    ):
         dev = new_device_id()
+        topic = f"snlp/v1/{dev}/status"
+        await watcher.subscribe(topic)
         sim = rig.simulator(dev, lwt=False, heartbeat_s=0.3)  # no LWT: the gateway writes status
         await connected(sim, rig)
+        await status_seen(watcher, topic, online=True)
         sim.go_offline()
         await rig.sink.wait_for(lambda: rig.sink.online(dev) is False)
         assert [c.reason for c in rig.sink.changes if c.dev == dev][-1] == "missed_heartbeats"
-        assert await retained_status(rig, dev) == {"online": False, "by": "gateway"}
+        await status_seen(watcher, topic, online=False)
+        assert await retained_status(rig, topic) == {"online": False, "by": "gateway"}
         sim.come_back()
         await rig.sink.wait_for(lambda: rig.sink.online(dev) is True)
-        assert await retained_status(rig, dev) == {"online": True, "by": "gateway"}
+        await status_seen(watcher, topic, online=True)
+        assert await retained_status(rig, topic) == {"online": True, "by": "gateway"}
         assert rig.metric("board_devices_online") == 1
 
 
-async def retained_status(rig: Rig, dev: str) -> dict[str, object]:
-    """Read the retained status as a new subscriber would (the gateway's user may read it)."""
+async def status_seen(watcher: ClientSession, topic: str, *, online: bool) -> None:
+    """The gateway's status write reached the broker (so it is retained from now on)."""
+    while json.loads((await watcher.expect(topic, wait_s=WAIT_S)).payload)["online"] is not online:
+        pass
+
+
+async def retained_status(rig: Rig, topic: str) -> dict[str, object]:
+    """Read the retained status as a new subscriber would."""
     async with mqtt_client(rig.broker, rig.broker.gateway_credentials()) as reader:
-        await reader.subscribe(f"snlp/v1/{dev}/status")
-        message = await reader.expect(f"snlp/v1/{dev}/status", wait_s=WAIT_S)
+        await reader.subscribe(topic)
+        message = await reader.expect(topic, wait_s=WAIT_S)
     assert message.retain
     body = json.loads(message.payload)
     return {"online": body["online"], "by": body.get("by")}
