@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.board import wire
@@ -36,7 +37,7 @@ from gateway.board.model import (
     Report,
     Status,
 )
-from gateway.board.outbox import Done, Effect, Send
+from gateway.board.outbox import Effect, Send
 from gateway.board.presence import Flapping, PresenceEffect
 from gateway.metrics import Metrics
 from gateway.mqtt import Handler, Inbound, Publisher
@@ -70,6 +71,13 @@ class Alarms(Protocol):
     def alarm(self, alarm: str, *, device: str | None = None, **detail: object) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class _Edges:
+    publisher: Publisher
+    alarms: Alarms
+    metrics: BoardMetrics
+
+
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -96,9 +104,7 @@ class BoardChannel:
         self._devices: dict[str, Device] = {}  # bounded by max_devices
         self._deadlines: dict[str, float] = {}
         self._wake = asyncio.Event()
-        self._publisher: Publisher | None = None
-        self._alarms: Alarms | None = None
-        self._m: BoardMetrics | None = None
+        self._edges: _Edges | None = None
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -109,17 +115,19 @@ class BoardChannel:
         self, *, router: Router, publisher: Publisher, metrics: Metrics, alarms: Alarms
     ) -> None:
         """What ``attach`` does, with the edges given one by one (shell tests pass fakes)."""
-        self._publisher = publisher
-        self._alarms = alarms
-        self._m = BoardMetrics.create(metrics)
+        self._edges = _Edges(publisher, alarms, BoardMetrics.create(metrics))
         for kind in UPLINK_KINDS:
             router.route(f"snlp/v1/+/{kind.value}", self.handle, qos=1)
 
     @property
-    def m(self) -> BoardMetrics:
-        if self._m is None:
+    def edges(self) -> _Edges:
+        if self._edges is None:
             raise RuntimeError("BoardChannel used before attach()/bind()")
-        return self._m
+        return self._edges
+
+    @property
+    def m(self) -> BoardMetrics:
+        return self.edges.metrics
 
     async def run(self) -> None:
         """The channel's one timer: sleep until the earliest deadline of any board."""
@@ -294,7 +302,7 @@ class BoardChannel:
             case Report():
                 self._presence(device, device.presence.on_activity(now))
                 self._on_report(device, parsed)
-            case wire.ParsedEvent():
+            case _:
                 self._presence(device, device.presence.on_activity(now))
                 self._on_event(device, parsed, msg)
         self._reschedule(device)
@@ -383,11 +391,10 @@ class BoardChannel:
 
     def _apply(self, device: Device, effects: list[Effect]) -> None:
         for effect in effects:
-            match effect:
-                case Send(envelope=envelope):
-                    self._publish_command(device.dev, envelope, resend=effect.resend)
-                case Done(envelope=envelope, outcome=outcome):
-                    self._done(device, envelope, outcome)
+            if isinstance(effect, Send):
+                self._publish_command(device.dev, effect.envelope, resend=effect.resend)
+            else:
+                self._done(device, effect.envelope, effect.outcome)
         self._reschedule(device)
 
     def _publish_command(self, dev: str, envelope: Envelope, *, resend: bool) -> None:
@@ -422,16 +429,12 @@ class BoardChannel:
 
     def _presence(self, device: Device, effects: list[PresenceEffect]) -> None:
         for effect in effects:
-            match effect:
-                case Flapping():
-                    self._alarm(
-                        "device_flapping",
-                        device.dev,
-                        changes=effect.changes,
-                        window_s=effect.window_s,
-                    )
-                case PresenceChange(online=online, reason=reason):
-                    self._on_presence_change(device, effect, online=online, reason=reason)
+            if isinstance(effect, Flapping):
+                self._alarm(
+                    "device_flapping", device.dev, changes=effect.changes, window_s=effect.window_s
+                )
+            else:
+                self._on_presence_change(device, effect, online=effect.online, reason=effect.reason)
 
     def _on_presence_change(
         self, device: Device, change: PresenceChange, *, online: bool, reason: str
@@ -466,10 +469,7 @@ class BoardChannel:
         device.downloads.clear()
 
     def _pub(self, topic: str, payload: bytes, *, qos: int, retain: bool = False) -> None:
-        if self._publisher is None:
-            raise RuntimeError("BoardChannel used before attach()/bind()")
-        self._publisher.publish(topic, payload, qos=qos, retain=retain)
+        self.edges.publisher.publish(topic, payload, qos=qos, retain=retain)
 
     def _alarm(self, alarm: str, dev: str, **detail: object) -> None:
-        if self._alarms is not None:
-            self._alarms.alarm(alarm, device=dev, **detail)
+        self.edges.alarms.alarm(alarm, device=dev, **detail)

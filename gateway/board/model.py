@@ -8,13 +8,8 @@ or ``ms`` (epoch milliseconds, as on the wire).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from types import MappingProxyType
-
-
-def _empty() -> Mapping[str, object]:
-    return MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +120,7 @@ class ButtonEvent:
 class AppTaskEvent:
     evt: str  # "app_task.<something>"
     state: str
-    detail: Mapping[str, object] = field(default_factory=_empty)
+    detail: Mapping[str, object]  # read-only view
 
 
 EventBody = AudioEvent | ButtonEvent | AppTaskEvent

@@ -345,3 +345,65 @@ async def test_submit_from_runtime_effect_uses_its_command_id() -> None:
         rig.channel.submit(DEV, "SELF_DESTRUCT", {})
     rig.ack("rt-1")
     assert future.result().id == "rt-1"
+
+
+async def test_unbound_channel_refuses_use() -> None:
+    channel = BoardChannel(settings=BoardSettings())
+    with pytest.raises(RuntimeError, match="before attach"):
+        channel.send(DEV, StopMedia())
+
+
+async def test_channel_without_sink_and_cancelled_callers() -> None:
+    rig = make_rig()
+    rig.channel.sink = None
+    rig.hb()
+    rig.deliver(DEV, "evt", "[skill_event]completed|5")  # no sink: counted, not delivered
+    assert rig.metric('board_events_total{evt="audio.completed",form="legacy"}') == 1
+    future = rig.channel.send(DEV, StopMedia())
+    future.cancel()  # the caller gave up; the ack still resolves the command
+    rig.ack(rig.commands()[-1]["id"])
+    assert rig.metric('board_commands_acked_total{cmd="STOP_MEDIA",status="accepted"}') == 1
+
+
+async def test_ensure_app_dirs_when_the_device_table_is_full() -> None:
+    rig = make_rig()
+    rig.hb(DEV)
+    rig.hb(DEV2)
+    outcome = await rig.channel.ensure_app_dirs("aa_bb_cc_dd_ee_03", "shadowing")
+    assert outcome.kind is OutcomeKind.OVERFLOW
+
+
+async def test_download_without_progress_callback_and_cancelled_result() -> None:
+    rig = make_rig()
+    rig.hb()
+    params = Download(url="http://h/a.mp3", path="/x/a.mp3", size=10, sha256=SHA)
+    quiet = rig.channel.download(DEV, params)
+    ref = rig.commands()[-1]["id"]
+    rig.ack(ref)
+    rig.deliver(DEV, "rpt", {"ref": ref, "cmd": "DOWNLOAD", "stage": "progress", "bytes": 5})
+    quiet.result.cancel()
+    rig.deliver(DEV, "rpt", {"ref": ref, "cmd": "DOWNLOAD", "stage": "done", "ok": True})
+    assert rig.metric('board_reports_total{cmd="DOWNLOAD",stage="done"}') == 1
+    dropped = rig.channel.download(DEV, params)
+    rig.ack(rig.commands()[-1]["id"])
+    dropped.result.cancel()
+    rig.deliver(DEV, "status", {"online": False})  # fails pending downloads; cancelled is skipped
+    assert not rig.channel.is_online(DEV)
+
+
+async def test_new_board_session_in_status_forgets_app_dirs() -> None:
+    rig = make_rig()
+    rig.deliver(DEV, "status", {"online": True, "session": "boot-1"})
+    first = asyncio.ensure_future(rig.channel.ensure_app_dirs(DEV, "shadowing"))
+    await asyncio.sleep(0)
+    rig.ack(rig.commands()[-1]["id"])
+    await first
+    rig.deliver(DEV, "status", {"online": True, "session": "boot-1"})  # same session: remembered
+    await rig.channel.ensure_app_dirs(DEV, "shadowing")
+    assert len(rig.commands()) == 1
+    rig.deliver(DEV, "status", {"online": True, "session": "boot-2"})  # rebooted
+    again = asyncio.ensure_future(rig.channel.ensure_app_dirs(DEV, "shadowing"))
+    await asyncio.sleep(0)
+    assert len(rig.commands()) == 2
+    rig.ack(rig.commands()[-1]["id"])
+    assert (await again).delivered
