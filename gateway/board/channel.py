@@ -19,7 +19,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.board import wire
@@ -27,7 +26,6 @@ from gateway.board.device import Device, Download, ProgressCallback
 from gateway.board.metrics import BoardMetrics
 from gateway.board.model import (
     Ack,
-    AckStatus,
     BoardEvent,
     Envelope,
     Heartbeat,
@@ -38,6 +36,7 @@ from gateway.board.model import (
     Status,
 )
 from gateway.board.outbox import Effect, Send
+from gateway.board.outputs import Alarms, BoardOutputs
 from gateway.board.presence import Flapping, PresenceEffect
 from gateway.metrics import Metrics
 from gateway.mqtt import Handler, Inbound, Publisher
@@ -45,7 +44,7 @@ from gateway.settings import BoardSettings
 from topics.errors import PayloadError, TopicError, excerpt
 from topics.snlp_commands import CommandParams, EnsureAppDirs, Priority, TaskVerb
 from topics.snlp_commands import Download as DownloadParams
-from topics.tree import TopicKind, build_topic, parse_topic, validate_device_id
+from topics.tree import TopicKind, parse_topic, validate_device_id
 
 if TYPE_CHECKING:
     from gateway.service import Context
@@ -65,17 +64,6 @@ class BoardEventSink(Protocol):
 
 class Router(Protocol):
     def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None: ...
-
-
-class Alarms(Protocol):
-    def alarm(self, alarm: str, *, device: str | None = None, **detail: object) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class _Edges:
-    publisher: Publisher
-    alarms: Alarms
-    metrics: BoardMetrics
 
 
 def _wall_ms() -> int:
@@ -104,7 +92,7 @@ class BoardChannel:
         self._devices: dict[str, Device] = {}  # bounded by max_devices
         self._deadlines: dict[str, float] = {}
         self._wake = asyncio.Event()
-        self._edges: _Edges | None = None
+        self._out: BoardOutputs | None = None
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -115,19 +103,24 @@ class BoardChannel:
         self, *, router: Router, publisher: Publisher, metrics: Metrics, alarms: Alarms
     ) -> None:
         """What ``attach`` does, with the edges given one by one (shell tests pass fakes)."""
-        self._edges = _Edges(publisher, alarms, BoardMetrics.create(metrics))
+        self._out = BoardOutputs(
+            publisher=publisher,
+            alarms=alarms,
+            metrics=BoardMetrics.create(metrics),
+            wall_ms=self._wall_ms,
+        )
         for kind in UPLINK_KINDS:
             router.route(f"snlp/v1/+/{kind.value}", self.handle, qos=1)
 
     @property
-    def edges(self) -> _Edges:
-        if self._edges is None:
+    def out(self) -> BoardOutputs:
+        if self._out is None:
             raise RuntimeError("BoardChannel used before attach()/bind()")
-        return self._edges
+        return self._out
 
     @property
     def m(self) -> BoardMetrics:
-        return self.edges.metrics
+        return self.out.m
 
     async def run(self) -> None:
         """The channel's one timer: sleep until the earliest deadline of any board."""
@@ -351,14 +344,7 @@ class BoardChannel:
             self.sink.board_event(event)
 
     def _drop(self, kind: str, reason: str, msg: Inbound, exc: Exception | None) -> None:
-        self.m.dropped.labels(kind, reason).inc()
-        log.warning(
-            "dropped board message on %s (%s): %s payload=%s",
-            excerpt(msg.topic, 80),
-            reason,
-            exc,
-            excerpt(msg.payload, 80),
-        )
+        self.out.dropped(kind, reason, msg, exc)
 
     # -- cores → effects -------------------------------------------------------------------
 
@@ -392,37 +378,13 @@ class BoardChannel:
     def _apply(self, device: Device, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, Send):
-                self._publish_command(device.dev, effect.envelope, resend=effect.resend)
+                self.out.command(device.dev, effect.envelope, resend=effect.resend)
             else:
                 self._done(device, effect.envelope, effect.outcome)
         self._reschedule(device)
 
-    def _publish_command(self, dev: str, envelope: Envelope, *, resend: bool) -> None:
-        (self.m.resent if resend else self.m.sent).labels(envelope.name).inc()
-        self._pub(build_topic(TopicKind.CMD, dev=dev), envelope.payload, qos=1)
-
     def _done(self, device: Device, envelope: Envelope, outcome: Outcome) -> None:
-        name, kind = envelope.name, outcome.kind
-        if outcome.ack_latency_s is not None:
-            self.m.ack_latency.labels(name).observe(outcome.ack_latency_s)
-        if kind in (
-            OutcomeKind.ACCEPTED,
-            OutcomeKind.DUPLICATE,
-            OutcomeKind.REJECTED,
-            OutcomeKind.BUSY,
-        ):
-            self.m.acked.labels(name, AckStatus(kind.value).value).inc()
-        elif kind is OutcomeKind.EXPIRED:
-            self.m.expired.labels(name).inc()
-            self._alarm(
-                "command_expired", device.dev, cmd=name, id=envelope.id, sends=outcome.sends
-            )
-        else:
-            reason = "no_ack" if kind is OutcomeKind.FAILED else kind.value
-            self.m.failed.labels(name, reason).inc()
-            if kind is not OutcomeKind.CANCELLED:
-                alarm = "ack_timeout" if kind is OutcomeKind.FAILED else "queue_overflow"
-                self._alarm(alarm, device.dev, cmd=name, id=envelope.id, sends=outcome.sends)
+        self.out.outcome(device.dev, outcome)
         future = device.futures.pop(envelope.id, None)
         if future is not None and not future.done():
             future.set_result(outcome)
@@ -430,32 +392,20 @@ class BoardChannel:
     def _presence(self, device: Device, effects: list[PresenceEffect]) -> None:
         for effect in effects:
             if isinstance(effect, Flapping):
-                self._alarm(
-                    "device_flapping", device.dev, changes=effect.changes, window_s=effect.window_s
-                )
+                self.out.flapping(effect)
             else:
                 self._on_presence_change(device, effect, online=effect.online, reason=effect.reason)
 
     def _on_presence_change(
         self, device: Device, change: PresenceChange, *, online: bool, reason: str
     ) -> None:
-        self.m.presence_changes.labels(str(online).lower(), reason).inc()
-        self.m.online.set(sum(d.presence.online for d in self._devices.values()))
-        ts = self._wall_ms()
+        count = sum(d.presence.online for d in self._devices.values())
+        self.out.presence(device.dev, online=online, reason=reason, online_count=count)
         if online:
             device.new_session()
         else:
             device.up_ms = None
             self._fail_downloads(device, "board_offline")
-        if reason not in ("status", "lwt"):  # a board-written status is already retained
-            self.m.status_writes.inc()
-            topic = build_topic(TopicKind.STATUS, dev=device.dev)
-            self._pub(topic, wire.status_payload(online, ts_ms=ts), qos=1, retain=True)
-        self._pub(
-            build_topic(TopicKind.TASK, dev=device.dev),
-            wire.presence_task_event(device.dev, online, ts_ms=ts),
-            qos=1,
-        )
         self._apply(device, device.outbox.set_online(online, change.at_mono))
         if self.sink is not None:
             self.sink.presence_changed(change)
@@ -467,9 +417,3 @@ class BoardChannel:
                     Report(download.id, "DOWNLOAD", "done", ok=False, code=code)
                 )
         device.downloads.clear()
-
-    def _pub(self, topic: str, payload: bytes, *, qos: int, retain: bool = False) -> None:
-        self.edges.publisher.publish(topic, payload, qos=qos, retain=retain)
-
-    def _alarm(self, alarm: str, dev: str, **detail: object) -> None:
-        self.edges.alarms.alarm(alarm, device=dev, **detail)
