@@ -173,6 +173,7 @@ class BoardSimulator:
                 await client.subscribe(f"snlp/v1/{self.dev}/cmd", qos=1)
                 if self.options.lwt:
                     await client.publish(status, self._status(online=True), qos=1, retain=True)
+                    _raise_if_cancelled()
                 tg.create_task(self._publisher(client), name=f"sim[{self.dev}].out")
                 tg.create_task(self._heartbeats(), name=f"sim[{self.dev}].hb")
                 self.connected.set()
@@ -193,6 +194,7 @@ class BoardSimulator:
         while True:
             topic, payload, qos, retain = await self._out.get()
             await client.publish(topic, payload, qos=qos, retain=retain)
+            _raise_if_cancelled()
 
     async def _heartbeats(self) -> None:
         while True:
@@ -378,6 +380,14 @@ class BoardSimulator:
     def _report(self, ref: str, *, ok: bool, **extra: object) -> None:
         extra.pop("detail", None)
         self._send("rpt", {"ref": ref, "cmd": "DOWNLOAD", "stage": "done", "ok": ok, **extra})
+
+
+def _raise_if_cancelled() -> None:
+    """Python 3.11's ``asyncio.wait_for`` (used inside aiomqtt's publish) can swallow a
+    cancellation that races with the PUBACK; honour the pending request here."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _write(path: Path, data: bytes) -> None:
