@@ -1,0 +1,138 @@
+"""The board simulator's behaviours through the real channel: playback control, preemption,
+DOWNLOAD over real HTTP with size/sha256 checks, ENSURE_APP_DIRS per board session, app tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from gateway.board.model import AppTaskEvent, AudioEvent, AudioEventKind, OutcomeKind, Report
+from tests.integration.test_board_channel import WAIT_S, connected, gateway
+from tests.support.broker import Broker, new_device_id
+from topics.snlp_commands import (
+    AudioPause,
+    AudioResume,
+    Download,
+    PlayMedia,
+    StartAppTask,
+    StopMedia,
+)
+
+pytestmark = pytest.mark.integration
+
+
+async def test_pause_resume_stop_and_preemption(broker: Broker, tmp_path: Path) -> None:
+    async with gateway(broker, tmp_path) as rig:
+        dev = new_device_id()
+        sim = rig.simulator(dev, durations={"long.mp3": 60_000, "short.mp3": 300}, heartbeat_s=5.0)
+        await connected(sim, rig)
+        sink = rig.sink
+        play = await asyncio.wait_for(rig.channel.send(dev, PlayMedia(name="long.mp3")), WAIT_S)
+        await asyncio.wait_for(rig.channel.send(dev, AudioPause()), WAIT_S)
+        await sink.wait_for(lambda: bool(sink.audio(dev, AudioEventKind.PAUSED, play.id)))
+        await asyncio.wait_for(rig.channel.send(dev, AudioResume()), WAIT_S)
+        await sink.wait_for(lambda: bool(sink.audio(dev, AudioEventKind.RESUMED, play.id)))
+        await asyncio.wait_for(rig.channel.send(dev, StopMedia()), WAIT_S)
+        await sink.wait_for(lambda: bool(sink.audio(dev, AudioEventKind.STOPPED, play.id)))
+        (stopped,) = sink.audio(dev, AudioEventKind.STOPPED, play.id)
+        assert isinstance(stopped.body, AudioEvent)
+        assert stopped.body.reason == "stopped"
+        assert stopped.body.name == "long.mp3"
+
+        first = await asyncio.wait_for(rig.channel.send(dev, PlayMedia(name="long.mp3")), WAIT_S)
+        second = await asyncio.wait_for(rig.channel.send(dev, PlayMedia(name="short.mp3")), WAIT_S)
+        await sink.wait_for(lambda: bool(sink.audio(dev, AudioEventKind.COMPLETED, second.id)))
+        (preempted,) = sink.audio(dev, AudioEventKind.COMPLETED, first.id)
+        assert isinstance(preempted.body, AudioEvent)
+        assert (preempted.body.reason, preempted.body.by) == ("preempted", second.id)
+        (done,) = sink.audio(dev, AudioEventKind.COMPLETED, second.id)
+        assert isinstance(done.body, AudioEvent)
+        assert (done.body.reason, done.body.duration_ms) == ("eof", 300)
+
+
+@pytest.fixture
+async def http_files(tmp_path: Path) -> AsyncIterator[tuple[str, bytes]]:
+    """A real HTTP server on localhost serving one resource."""
+    body = bytes(range(256)) * 1024  # 256 KiB: several progress reports
+
+    async def clip(_: web.Request) -> web.Response:
+        return web.Response(body=body)
+
+    app = web.Application()
+    app.router.add_get("/res/clip.mp3", clip)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}/res/clip.mp3", body
+    finally:
+        await runner.cleanup()
+
+
+async def test_download_to_sd_with_progress_and_checks(
+    broker: Broker, tmp_path: Path, http_files: tuple[str, bytes]
+) -> None:
+    url, body = http_files
+    sd = tmp_path / "sd"
+    async with gateway(broker, tmp_path) as rig:
+        dev = new_device_id()
+        sim = rig.simulator(dev, sd_dir=sd, heartbeat_s=5.0)
+        await connected(sim, rig)
+        progress: list[Report] = []
+        sha = hashlib.sha256(body).hexdigest()
+        params = Download(url=url, path="/english/u1/clip.mp3", size=len(body), sha256=sha)
+        download = rig.channel.download(dev, params, on_progress=progress.append)
+        final = await asyncio.wait_for(download.result, WAIT_S)
+        assert (final.ok, final.bytes, final.sha256, final.code) == (True, len(body), sha, None)
+        assert (await download.acked).kind is OutcomeKind.ACCEPTED
+        assert progress
+        assert all(p.stage == "progress" and p.total == len(body) for p in progress)
+        assert (sd / "english/u1/clip.mp3").read_bytes() == body
+
+        wrong = Download(url=url, path="/english/u1/x.mp3", size=len(body), sha256="0" * 64)
+        final = await asyncio.wait_for(rig.channel.download(dev, wrong).result, WAIT_S)
+        assert (final.ok, final.code) == (False, "SHA_MISMATCH")
+        short = Download(url=url, path="/english/u1/y.mp3", size=1, sha256=sha)
+        final = await asyncio.wait_for(rig.channel.download(dev, short).result, WAIT_S)
+        assert (final.ok, final.code) == (False, "SIZE_MISMATCH")
+        missing = Download(url=url + ".nope", path="/z.mp3", size=1, sha256=sha)
+        final = await asyncio.wait_for(rig.channel.download(dev, missing).result, WAIT_S)
+        assert (final.ok, final.code) == (False, "HTTP_404")
+        assert not (sd / "english/u1/x.mp3").exists()
+
+
+async def test_ensure_app_dirs_once_per_board_session(broker: Broker, tmp_path: Path) -> None:
+    async with gateway(broker, tmp_path) as rig:
+        dev = new_device_id()
+        sim = rig.simulator(dev, heartbeat_s=5.0)
+        await connected(sim, rig)
+
+        def ensures() -> int:
+            return sum(c["cmd"] == "ENSURE_APP_DIRS" for c in sim.received)
+
+        for _ in range(3):
+            outcome = await asyncio.wait_for(rig.channel.ensure_app_dirs(dev, "shadowing"), WAIT_S)
+            assert outcome.delivered
+        assert ensures() == 1
+        sim.go_offline()  # LWT, then a new session
+        await rig.sink.wait_for(lambda: rig.sink.online(dev) is False)
+        sim.come_back()
+        await rig.sink.wait_for(lambda: rig.sink.online(dev) is True)
+        await asyncio.wait_for(rig.channel.ensure_app_dirs(dev, "shadowing"), WAIT_S)
+        assert ensures() == 2
+
+        await asyncio.wait_for(
+            rig.channel.send(dev, StartAppTask(app="shadowing", task="u1")), WAIT_S
+        )
+        await rig.sink.wait_for(
+            lambda: any(isinstance(e.body, AppTaskEvent) for e in rig.sink.events)
+        )
+        (task_event,) = [e.body for e in rig.sink.events if isinstance(e.body, AppTaskEvent)]
+        assert (task_event.evt, task_event.state) == ("app_task.state", "started")
