@@ -179,7 +179,9 @@ async def test_play_media_acked_then_completed_with_real_duration(
 async def test_dropped_acks_resend_same_id_executed_once(broker: Broker, tmp_path: Path) -> None:
     async with gateway(broker, tmp_path, ack_timeout_s=0.3, max_resends=3) as rig:
         dev = new_device_id()
-        sim = rig.simulator(dev, drop_acks=2, durations={"a.mp3": 300}, heartbeat_s=5.0)
+        sim = rig.simulator(
+            dev, drop_acks=2, drop_events=1, durations={"a.mp3": 300}, heartbeat_s=5.0
+        )
         await connected(sim, rig)
         outcome = await asyncio.wait_for(rig.channel.send(dev, PlayMedia(name="a.mp3")), WAIT_S)
         assert outcome.kind is OutcomeKind.DUPLICATE
@@ -188,7 +190,8 @@ async def test_dropped_acks_resend_same_id_executed_once(broker: Broker, tmp_pat
         assert [c["id"] for c in sim.received] == [outcome.id] * 3
         assert sim.executed == {outcome.id: 1}
         await rig.sink.wait_for(lambda: bool(rig.sink.audio(dev, AudioEventKind.COMPLETED)))
-        assert len(rig.sink.audio(dev, AudioEventKind.STARTED)) == 1
+        assert rig.sink.audio(dev, AudioEventKind.STARTED) == []  # the dropped event (fault)
+        assert sim.stats["events_dropped"] == 1
         assert rig.metric('board_commands_resent_total{cmd="PLAY_MEDIA"}') == 2
 
 
