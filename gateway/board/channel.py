@@ -351,11 +351,21 @@ class BoardChannel:
     def _device(self, dev: str) -> Device | None:
         device = self._devices.get(dev)
         if device is None:
-            if len(self._devices) >= self._max_devices:
+            if len(self._devices) >= self._max_devices and not self._evict_one():
                 return None
             device = self._devices[dev] = Device.create(dev, self.settings)
             self.m.tracked.set(len(self._devices))
         return device
+
+    def _evict_one(self) -> bool:
+        """Make room by forgetting one board that is offline with nothing pending."""
+        for dev, device in self._devices.items():
+            if device.idle():
+                del self._devices[dev]
+                self._deadlines.pop(dev, None)
+                self.m.evicted.inc()
+                return True
+        return False
 
     def tick(self) -> None:
         """Run every core whose deadline has come (the timer task calls this)."""

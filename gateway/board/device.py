@@ -55,6 +55,16 @@ class Device:
         found = [d for d in pair if d is not None]
         return min(found, default=None)
 
+    def idle(self) -> bool:
+        """Offline (or never online) with nothing queued or awaited: safe to forget."""
+        return (
+            not self.presence.online
+            and len(self.outbox) == 0
+            and not self.futures
+            and not self.downloads
+            and all(f.done() for f in self.ensured.values())
+        )
+
     def new_session(self) -> None:
         """The board rebooted or reconnected: forget what it was told in its last session."""
         self.ensured = {app: f for app, f in self.ensured.items() if not f.done()}

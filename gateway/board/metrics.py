@@ -25,6 +25,7 @@ class BoardMetrics:
     unmatched: Counter
     online: Gauge
     tracked: Gauge
+    evicted: Counter
     presence_changes: Counter
     status_writes: Counter
 
@@ -56,6 +57,9 @@ class BoardMetrics:
             ),
             online=m.gauge("board_devices_online", "Boards online"),
             tracked=m.gauge("board_devices_tracked", "Boards tracked by the channel"),
+            evicted=m.counter(
+                "board_devices_evicted", "Idle offline boards forgotten to make room"
+            ),
             presence_changes=m.counter(
                 "board_presence_changes", "Board presence changes", ["online", "reason"]
             ),

@@ -30,6 +30,9 @@ _ALARMS = {
 }
 
 
+_LOG_EVERY = 100
+
+
 class Alarms(Protocol):
     def alarm(self, alarm: str, *, device: str | None = None, **detail: object) -> None: ...
 
@@ -47,6 +50,8 @@ class BoardOutputs:
         self.alarms = alarms
         self.m = metrics
         self._wall_ms = wall_ms
+        # Bounded by the finite sets of topic kinds and drop reasons.
+        self._drops: dict[tuple[str, str], int] = {}
 
     def command(self, dev: str, envelope: Envelope, *, resend: bool) -> None:
         (self.m.resent if resend else self.m.sent).labels(envelope.name).inc()
@@ -82,14 +87,19 @@ class BoardOutputs:
         )
 
     def dropped(self, kind: str, reason: str, msg: Inbound, exc: Exception | None) -> None:
+        """Count every drop; log the first of each (kind, reason) and then every 100th."""
         self.m.dropped.labels(kind, reason).inc()
-        log.warning(
-            "dropped board message on %s (%s): %s payload=%s",
-            excerpt(msg.topic, 80),
-            reason,
-            exc,
-            excerpt(msg.payload, 80),
-        )
+        seen = self._drops.get((kind, reason), 0)
+        self._drops[(kind, reason)] = seen + 1
+        if seen % _LOG_EVERY == 0:
+            log.warning(
+                "dropped board message on %s (%s, %d so far): %s payload=%s",
+                excerpt(msg.topic, 80),
+                reason,
+                seen + 1,
+                exc,
+                excerpt(msg.payload, 80),
+            )
 
     def _publish(self, kind: TopicKind, dev: str, payload: bytes) -> None:
         delivery = DELIVERY[kind]

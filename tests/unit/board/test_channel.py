@@ -294,7 +294,8 @@ async def test_download_fails_when_not_delivered_or_board_drops() -> None:
     rig.deliver(DEV, "status", {"online": False})
     final = await dropped.result
     assert (final.ok, final.code) == (False, "board_offline")
-    rig.hb(DEV2)  # fills the device table (max_devices=2)
+    rig.hb()
+    rig.hb(DEV2)  # fills the device table (max_devices=2) with boards online
     refused = rig.channel.download("aa_bb_cc_dd_ee_09", params)
     final = await refused.result
     assert (final.ok, final.code) == (False, "not_delivered:overflow")
@@ -407,3 +408,24 @@ async def test_new_board_session_in_status_forgets_app_dirs() -> None:
     assert len(rig.commands()) == 2
     rig.ack(rig.commands()[-1]["id"])
     assert (await again).delivered
+
+
+async def test_idle_offline_board_is_evicted_to_make_room() -> None:
+    rig = make_rig()  # max_devices=2
+    rig.hb(DEV)
+    queued = rig.channel.send(DEV2, StopMedia())  # DEV2 never seen online, but has a command
+    rig.deliver(DEV, "status", {"online": False})  # DEV: offline, nothing pending
+    rig.hb("aa_bb_cc_dd_ee_03")
+    assert rig.channel.is_online("aa_bb_cc_dd_ee_03")
+    assert rig.metric("board_devices_evicted_total") == 1
+    assert not queued.done()  # DEV2 was not idle: kept
+    rig.hb("aa_bb_cc_dd_ee_04")  # nobody idle now
+    assert rig.metric('board_inbound_dropped_total{kind="hb",reason="too_many_devices"}') == 1
+
+
+async def test_drop_logging_is_throttled(caplog: pytest.LogCaptureFixture) -> None:
+    rig = make_rig()
+    for _ in range(150):
+        rig.deliver(DEV, "ack", b"{nope")
+    assert rig.metric('board_inbound_dropped_total{kind="ack",reason="malformed_json"}') == 150
+    assert len([r for r in caplog.records if "dropped board message" in r.message]) == 2
