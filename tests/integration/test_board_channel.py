@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import subprocess
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +22,9 @@ from gateway.board.model import (
     PresenceChange,
 )
 from gateway.service import Service
-from gateway.settings import BoardSettings, HttpSettings, MqttSettings, Settings
 from gateway.simulators.board import BoardSimulator, SimOptions
 from tests.support.broker import Broker, new_device_id
+from tests.support.gateway import gateway_settings, running
 from tests.support.mqtt_client import ClientSession, mqtt_client
 from topics.snlp_commands import PlayMedia, StopMedia
 
@@ -80,6 +79,7 @@ class Rig:
     service: Service
     tg: asyncio.TaskGroup
     tmp: Path
+    sims: list[asyncio.Task[None]] = field(default_factory=list)
 
     def simulator(self, dev: str, **options: object) -> BoardSimulator:
         creds = self.broker.provision(dev)
@@ -91,7 +91,7 @@ class Rig:
             password=creds.password,
             options=SimOptions(**options),  # type: ignore[arg-type]
         )
-        self.tg.create_task(sim.run(), name=f"device[{dev}].sim")
+        self.sims.append(self.tg.create_task(sim.run(), name=f"device[{dev}].sim"))
         return sim
 
     def metric(self, key: str) -> float:
@@ -100,28 +100,17 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def gateway(broker: Broker, tmp: Path, **board: object) -> AsyncIterator[Rig]:
-    gw = broker.gateway_credentials()
-    settings = Settings(
-        gateway_id=f"gw-{uuid.uuid4().hex[:6]}",
-        data_dir=tmp,
-        mqtt=MqttSettings(url=broker.url, username=gw.username, password=gw.password),
-        http=HttpSettings(port=0),
-        board=BoardSettings(**board),  # type: ignore[arg-type]
-    )
+    """A real gateway service with the board channel; simulators run in ``rig.tg``."""
+    settings = gateway_settings(broker, tmp, board=board)
     sink = RecordingSink()
     channel = BoardChannel(settings=settings.board, sink=sink)
-    service = Service(settings, [channel])
-    async with asyncio.TaskGroup() as tg:
-        runner = tg.create_task(service.run(), name="gateway")
-        async with asyncio.timeout(WAIT_S):
-            await service.mqtt.wait_connected()
+    async with running(settings, [channel]) as service, asyncio.TaskGroup() as tg:
+        rig = Rig(broker, channel, sink, service, tg, tmp)
         try:
-            yield Rig(broker, channel, sink, service, tg, tmp)
+            yield rig
         finally:
-            for task in asyncio.all_tasks():
-                if task.get_name().startswith("device[") and not task.done():
-                    task.cancel()
-            runner.cancel()
+            for task in rig.sims:
+                task.cancel()
 
 
 async def connected(sim: BoardSimulator, rig: Rig) -> None:
