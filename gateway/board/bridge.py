@@ -1,0 +1,115 @@
+"""Adapter between the board channel and the task shell (``gateway.tasks``).
+
+It implements the task shell's ``CommandSender`` port on top of :meth:`BoardChannel.submit`
+and the channel's :class:`BoardEventSink` on top of the task shell's sinks, translating the
+channel's types into the runtime's. Wiring (in ``gateway.app``)::
+
+    bridge = BoardBridge(channel)
+    tasks = TaskService(commands=bridge, ...)
+    bridge.tasks = tasks
+    channel.sink = bridge
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from gateway.board.channel import BoardChannel
+from gateway.board.model import (
+    AudioEvent,
+    BoardEvent,
+    ButtonEvent,
+    Outcome,
+    OutcomeKind,
+    PresenceChange,
+)
+from gateway.runtime.events import AudioEvent as RuntimeAudioEvent
+from gateway.runtime.events import BoardEvent as RuntimeBoardEvent
+from gateway.runtime.events import Outcome as RuntimeOutcome
+from topics.errors import WireError
+
+log = logging.getLogger(__name__)
+
+OUTCOMES = {
+    OutcomeKind.ACCEPTED: RuntimeOutcome.ACKED,
+    OutcomeKind.DUPLICATE: RuntimeOutcome.ACKED,
+    OutcomeKind.REJECTED: RuntimeOutcome.REJECTED,
+    OutcomeKind.BUSY: RuntimeOutcome.REJECTED,
+    OutcomeKind.EXPIRED: RuntimeOutcome.EXPIRED,
+    OutcomeKind.FAILED: RuntimeOutcome.FAILED,
+    OutcomeKind.OVERFLOW: RuntimeOutcome.FAILED,
+    OutcomeKind.CANCELLED: RuntimeOutcome.FAILED,
+}
+
+
+class TaskSinks(Protocol):
+    """The task shell's inbound side (``gateway.tasks.service.TaskService``)."""
+
+    def on_board_event(self, device: str, event: RuntimeBoardEvent) -> None: ...
+
+    def on_button(self, device: str, kind: str) -> None: ...
+
+    def on_presence(self, device: str, online: bool) -> None: ...
+
+
+class BoardBridge:
+    def __init__(self, channel: BoardChannel, tasks: TaskSinks | None = None) -> None:
+        self.channel = channel
+        self.tasks = tasks
+
+    # -- CommandSender (task shell → boards) ----------------------------------------------
+
+    def send_command(
+        self,
+        device: str,
+        *,
+        command_id: str,
+        cmd: str,
+        params: Mapping[str, object],
+        prio: int,
+        on_outcome: Callable[[RuntimeOutcome], None],
+    ) -> None:
+        """Queue the command; ``on_outcome`` is called once, on the loop, with its outcome.
+
+        A command the contract refuses (a runtime bug) is logged and reported ``failed``.
+        """
+        try:
+            future = self.channel.submit(device, cmd, params, command_id=command_id, prio=prio)
+        except (WireError, ValueError):
+            log.exception("board %s: command %s %s refused", device, cmd, command_id)
+            asyncio.get_running_loop().call_soon(on_outcome, RuntimeOutcome.FAILED)
+            return
+
+        def done(f: asyncio.Future[Outcome]) -> None:
+            on_outcome(RuntimeOutcome.FAILED if f.cancelled() else OUTCOMES[f.result().kind])
+
+        future.add_done_callback(done)
+
+    # -- BoardEventSink (boards → task shell) -----------------------------------------------
+
+    def board_event(self, event: BoardEvent) -> None:
+        tasks = self.tasks
+        if tasks is None:
+            return
+        body = event.body
+        if isinstance(body, AudioEvent):
+            tasks.on_board_event(
+                event.dev,
+                RuntimeBoardEvent(
+                    RuntimeAudioEvent(body.kind.value),
+                    ref=event.ref,
+                    name=body.name,
+                    duration_ms=body.duration_ms,
+                    reason=body.reason,
+                ),
+            )
+        elif isinstance(body, ButtonEvent):
+            tasks.on_button(event.dev, body.press.value)
+        # AppTaskEvent: the board's own app tasks; the gateway's runtime does not use them.
+
+    def presence_changed(self, change: PresenceChange) -> None:
+        if self.tasks is not None:
+            self.tasks.on_presence(change.dev, change.online)

@@ -1,0 +1,85 @@
+"""BoardBridge: the board channel seen through the task shell's ports (fake edges)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from gateway.board.bridge import BoardBridge
+from gateway.runtime.events import AudioEvent, BoardEvent, Outcome
+from tests.unit.board.fakes import DEV, make_rig
+
+
+@dataclass
+class FakeTasks:
+    events: list[tuple[str, BoardEvent]] = field(default_factory=list)
+    buttons: list[tuple[str, str]] = field(default_factory=list)
+    presence: list[tuple[str, bool]] = field(default_factory=list)
+
+    def on_board_event(self, device: str, event: BoardEvent) -> None:
+        self.events.append((device, event))
+
+    def on_button(self, device: str, kind: str) -> None:
+        self.buttons.append((device, kind))
+
+    def on_presence(self, device: str, online: bool) -> None:
+        self.presence.append((device, online))
+
+
+async def test_commands_and_outcomes_through_the_port() -> None:
+    rig = make_rig(max_resends=0)
+    bridge = BoardBridge(rig.channel)
+    rig.channel.sink = bridge
+    rig.hb()  # no tasks bound yet: presence and events not forwarded, nothing breaks
+    rig.deliver(DEV, "evt", "[skill_event]completed|5")
+    outcomes: list[Outcome] = []
+    for i, cmd in enumerate(("PLAY_MEDIA", "STOP_MEDIA")):
+        params = {"name": "a.mp3"} if cmd == "PLAY_MEDIA" else {}
+        bridge.send_command(
+            DEV, command_id=f"rt-{i}", cmd=cmd, params=params, prio=3, on_outcome=outcomes.append
+        )
+    rig.ack("rt-0", "duplicate")
+    rig.advance(3.0)  # rt-1: no ack, no resends left
+    bridge.send_command(
+        DEV, command_id="rt-2", cmd="PLAY_MEDIA", params={}, prio=3, on_outcome=outcomes.append
+    )
+    cancelled: list[Outcome] = []
+    bridge.send_command(
+        DEV, command_id="rt-3", cmd="STOP_MEDIA", params={}, prio=3, on_outcome=cancelled.append
+    )
+    rig.channel._devices[DEV].futures["rt-3"].cancel()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert outcomes == [Outcome.ACKED, Outcome.FAILED, Outcome.FAILED]
+    assert cancelled == [Outcome.FAILED]
+    assert rig.commands()[0]["id"] == "rt-0"
+
+
+async def test_events_buttons_and_presence_reach_the_task_shell() -> None:
+    rig = make_rig()
+    tasks = FakeTasks()
+    bridge = BoardBridge(rig.channel, tasks)
+    rig.channel.sink = bridge
+    rig.hb()
+    rig.deliver(
+        DEV,
+        "evt",
+        {
+            "ref": "c1",
+            "evt": "audio.completed",
+            "data": {"name": "a.mp3", "duration_ms": 2140, "reason": "eof"},
+        },
+    )
+    rig.deliver(DEV, "evt", {"evt": "button", "data": {"press": "long"}})
+    rig.deliver(DEV, "evt", {"evt": "app_task.state", "data": {"state": "running"}})
+    rig.deliver(DEV, "status", {"online": False})
+    assert tasks.events == [
+        (
+            DEV,
+            BoardEvent(
+                AudioEvent.COMPLETED, ref="c1", name="a.mp3", duration_ms=2140, reason="eof"
+            ),
+        )
+    ]
+    assert tasks.buttons == [(DEV, "long")]
+    assert tasks.presence == [(DEV, True), (DEV, False)]
