@@ -6,12 +6,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from gateway.board.bridge import BoardBridge
 from gateway.board.model import AppTaskEvent, AudioEvent, AudioEventKind, OutcomeKind, Report
+from gateway.runtime.events import AudioEvent as RuntimeAudio
+from gateway.runtime.events import BoardEvent as RuntimeBoardEvent
+from gateway.runtime.events import Outcome as RuntimeOutcome
 from tests.integration.test_board_channel import WAIT_S, connected, gateway
 from tests.support.broker import Broker, new_device_id
 from topics.snlp_commands import (
@@ -136,3 +141,51 @@ async def test_ensure_app_dirs_once_per_board_session(broker: Broker, tmp_path: 
         )
         (task_event,) = [e.body for e in rig.sink.events if isinstance(e.body, AppTaskEvent)]
         assert (task_event.evt, task_event.state) == ("app_task.state", "started")
+
+
+async def test_task_shell_port_end_to_end(broker: Broker, tmp_path: Path) -> None:
+    """The runtime's CommandSender port over the real channel and a simulated board."""
+    async with gateway(broker, tmp_path) as rig:
+        tasks = RecordingTasks()
+        bridge = BoardBridge(rig.channel, tasks)
+        rig.channel.sink = bridge
+        dev = new_device_id()
+        sim = rig.simulator(dev, durations={"lessons/u1/01.mp3": 300}, heartbeat_s=5.0)
+        async with asyncio.timeout(WAIT_S):
+            await sim.connected.wait()
+            await tasks.seen.wait()
+        outcomes: list[RuntimeOutcome] = []
+        bridge.send_command(
+            dev,
+            command_id="rt-step-0",
+            cmd="PLAY_MEDIA",
+            params={"name": "lessons/u1/01.mp3"},
+            prio=3,
+            on_outcome=outcomes.append,
+        )
+        async with asyncio.timeout(WAIT_S):
+            while not any(e.kind is RuntimeAudio.COMPLETED for _, e in tasks.events):
+                tasks.seen.clear()
+                await tasks.seen.wait()
+        assert outcomes == [RuntimeOutcome.ACKED]
+        done = next(e for _, e in tasks.events if e.kind is RuntimeAudio.COMPLETED)
+        assert (done.ref, done.duration_ms, done.reason) == ("rt-step-0", 300, "eof")
+        assert [online for d, online in tasks.presence if d == dev] == [True]
+
+
+@dataclass
+class RecordingTasks:
+    events: list[tuple[str, RuntimeBoardEvent]] = field(default_factory=list)
+    presence: list[tuple[str, bool]] = field(default_factory=list)
+    seen: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def on_board_event(self, device: str, event: RuntimeBoardEvent) -> None:
+        self.events.append((device, event))
+        self.seen.set()
+
+    def on_button(self, device: str, kind: str) -> None:
+        self.seen.set()
+
+    def on_presence(self, device: str, online: bool) -> None:
+        self.presence.append((device, online))
+        self.seen.set()
