@@ -200,9 +200,10 @@ class BoardChannel:
     def _submit(self, dev: str, envelope: Envelope) -> asyncio.Future[Outcome]:
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         device = self._device(dev)
-        if device is None:
-            self.m.failed.labels(envelope.name, OutcomeKind.OVERFLOW.value).inc()
-            future.set_result(Outcome(envelope.id, envelope.name, OutcomeKind.OVERFLOW, 0))
+        if device is None:  # the device table is full of busy boards
+            outcome = Outcome(envelope.id, envelope.name, OutcomeKind.OVERFLOW, 0)
+            self.out.outcome(dev, outcome)
+            future.set_result(outcome)
             return future
         if envelope.id in device.futures:
             raise ValueError(f"command id {envelope.id!r} is already pending for {dev}")
@@ -289,9 +290,9 @@ class BoardChannel:
                 if device.note_uptime(parsed.up_ms):
                     device.new_session()
                 self._presence(device, device.presence.on_heartbeat(now))
-            case Ack():
-                self._presence(device, device.presence.on_activity(now))
+            case Ack():  # resolve first: a board coming back must not get a needless resend
                 self._on_ack(device, parsed, now)
+                self._presence(device, device.presence.on_activity(now))
             case Report():
                 self._presence(device, device.presence.on_activity(now))
                 self._on_report(device, parsed)

@@ -429,3 +429,14 @@ async def test_drop_logging_is_throttled(caplog: pytest.LogCaptureFixture) -> No
         rig.deliver(DEV, "ack", b"{nope")
     assert rig.metric('board_inbound_dropped_total{kind="ack",reason="malformed_json"}') == 150
     assert len([r for r in caplog.records if "dropped board message" in r.message]) == 2
+
+
+async def test_late_ack_from_returning_board_is_not_resent_first() -> None:
+    rig = make_rig(heartbeat_s=1.0)
+    rig.hb()
+    future = rig.channel.send(DEV, StopMedia())
+    rig.advance(3.0)  # silent: offline; the command goes back to the queue
+    assert not rig.channel.is_online(DEV)
+    rig.ack(rig.commands()[-1]["id"])  # the ack arrives with the board's return
+    assert future.result().kind is OutcomeKind.ACCEPTED
+    assert len(rig.commands()) == 1  # offline at 3 s (no resend), and none on return
