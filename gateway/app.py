@@ -1,11 +1,85 @@
-"""Composition root: which components a production gateway runs."""
+"""Composition root: which components a production gateway runs, and how they are connected.
+
+Channels and the task runtime keep their own types; the adapters between them are the board
+channel's ``BoardBridge`` and :class:`VoiceToTasks` below.
+"""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
+from gateway.board import BoardChannel
+from gateway.board.bridge import BoardBridge
+from gateway.runtime import RuntimeConfig, load_catalog, resource_reader
 from gateway.service import Component, Service
 from gateway.settings import Settings
+from gateway.store import build_store_components
+from gateway.tasks.assessing import AssessmentPath
+from gateway.tasks.records import StoreRecorder
+from gateway.tasks.service import TaskService
+from gateway.xiaozhi import XiaozhiChannel, utterance_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VoiceToTasks:
+    """The Xiaozhi channel's ``VoiceSink`` feeding the task runtime (bound once both exist)."""
+
+    tasks: TaskService | None = None
+
+    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
+        if self.tasks is not None:
+            self.tasks.on_speech_started(dev, utterance_id(session_id, at_ms))
+
+    def speech_stopped(
+        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+    ) -> None:
+        if self.tasks is not None:
+            uid = utterance_id(session_id, start_ms)
+            self.tasks.on_speech_stopped(dev, uid, pcm, int(end_ms - start_ms))
+
+
+@dataclass
+class Gateway:
+    """The built service plus handles tests and the demo use."""
+
+    service: Service
+    tasks: TaskService
+    board: BoardChannel
+    xiaozhi: XiaozhiChannel
+    assessment: AssessmentPath
+
+
+def build_gateway(settings: Settings, *, assessment: AssessmentPath | None = None) -> Gateway:
+    loaded = load_catalog(settings.runtime.catalog_path)
+    for warning in loaded.warnings:
+        log.warning("catalog: %s", warning)
+    parts = build_store_components(settings)
+    recorder = StoreRecorder(parts.store)
+    board = BoardChannel(settings=settings.board, max_payload_bytes=settings.mqtt.max_payload_bytes)
+    bridge = BoardBridge(board)
+    assessment = assessment or AssessmentPath(settings=settings.asr, store=parts.store)
+    voice = VoiceToTasks()
+    xiaozhi = XiaozhiChannel(settings=settings, voice=voice, listening_by_default=False)
+    tasks = TaskService(
+        catalog=loaded.catalog,
+        config=RuntimeConfig.from_settings(settings.runtime),
+        read_text=resource_reader(settings.runtime.resource_dir),
+        commands=bridge,
+        mic=xiaozhi,
+        recorder=recorder,
+        assessment=assessment,
+        load_running=recorder.load_running,
+    )
+    bridge.tasks = tasks
+    board.sink = bridge
+    voice.tasks = tasks
+    assessment.on_text = tasks.on_asr_text
+    components: list[Component] = [*parts.components, board, xiaozhi, assessment, tasks]
+    return Gateway(Service(settings, components), tasks, board, xiaozhi, assessment)
 
 
 def build_service(settings: Settings) -> Service:
-    components: list[Component] = []
-    return Service(settings, components)
+    return build_gateway(settings).service

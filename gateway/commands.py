@@ -26,8 +26,19 @@ def add_catalog_commands(sub: Subparsers) -> None:
     check.set_defaults(func=_catalog_check)
 
 
+def add_simulator_commands(sub: Subparsers) -> None:
+    from gateway.simulators.board import add_board_simulator_command  # noqa: PLC0415
+    from gateway.simulators.xiaozhi import add_xiaozhi_simulator_command  # noqa: PLC0415
+
+    simulate = sub.add_parser("simulate", help="device simulators (real MQTT/UDP clients)")
+    devices = simulate.add_subparsers(dest="device", required=True)
+    add_board_simulator_command(devices)
+    add_xiaozhi_simulator_command(devices)
+
+
 def add_domain_commands(sub: Subparsers) -> None:
     from gateway.credentials_cli import add_credentials_commands  # noqa: PLC0415
 
     add_credentials_commands(sub)
     add_catalog_commands(sub)
+    add_simulator_commands(sub)

@@ -280,6 +280,11 @@ class MqttConnection:
             await client.publish(
                 msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props
             )
+            # aiomqtt waits for the PUBACK with asyncio.wait_for, which on Python 3.11 can swallow
+            # a cancellation racing with the PUBACK; honour it here so shutdown cannot hang.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise asyncio.CancelledError
             if self._outbox and self._outbox[0] is msg:
                 self._outbox.popleft()
             self.m_out.inc()

@@ -45,6 +45,14 @@ OUTCOMES = {
 }
 
 
+def _app_of(params: Mapping[str, object]) -> str | None:
+    """The app of a board path ``/{app_id}/{task_id}/lessons/{lesson_id}/{clip}`` (SPEC §5)."""
+    name = params.get("name")
+    if not isinstance(name, str) or not name.startswith("/"):
+        return None
+    return name.split("/")[1] or None
+
+
 class TaskSinks(Protocol):
     """The task shell's inbound side (``gateway.tasks.service.TaskService``)."""
 
@@ -77,6 +85,9 @@ class BoardBridge:
         A command the contract refuses (a runtime bug) is logged and reported ``failed``.
         """
         try:
+            app = _app_of(params) if cmd == "PLAY_MEDIA" else None
+            if app is not None:  # once per board session and app, queued ahead of the play
+                self.channel.request_app_dirs(device, app, prio=2)
             future = self.channel.submit(device, cmd, params, command_id=command_id, prio=prio)
         except (WireError, ValueError):
             log.exception("board %s: command %s %s refused", device, cmd, command_id)

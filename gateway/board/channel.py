@@ -218,6 +218,12 @@ class BoardChannel:
 
         Remembered only when delivered; forgotten when the board reboots or reconnects.
         """
+        return await asyncio.shield(self.request_app_dirs(dev, app, dirs, prio=prio))
+
+    def request_app_dirs(
+        self, dev: str, app: str, dirs: Sequence[str] = (), *, prio: Priority = 2
+    ) -> asyncio.Future[Outcome]:
+        """:meth:`ensure_app_dirs` without waiting: queued now, so it precedes what follows."""
         validate_device_id(dev)
         device = self._device(dev)
         future = None if device is None else device.ensured.get(app)
@@ -225,7 +231,7 @@ class BoardChannel:
             future = self.send(dev, EnsureAppDirs(app=app, dirs=list(dirs)), prio=prio)
             if device is not None:
                 device.ensured[app] = future
-        return await asyncio.shield(future)
+        return future
 
     def download(
         self,
