@@ -35,9 +35,12 @@ def build_pool(
     metrics: Metrics,
     on_result: OnResult,
     on_drop: OnDrop | None = None,
+    backend: Backend | None = None,
 ) -> AsrPool | None:
-    """The pool for the service TaskGroup (``run()``), or ``None`` when ASR is off."""
-    backend = build_backend(settings)
+    """The pool for the service TaskGroup (``run()``), or ``None`` when ASR is off.
+
+    ``backend`` overrides the engine the settings name (tests inject engines this way)."""
+    backend = backend or build_backend(settings)
     if backend is None:
         return None
     return AsrPool(

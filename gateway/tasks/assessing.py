@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from gateway import store as st
 from gateway.assessment.assessor import assess
+from gateway.assessment.engine import Backend
 from gateway.assessment.factory import build_pool
 from gateway.assessment.jobs import AsrFailure, AsrJob, AsrKey, AsrOutcome
 from gateway.assessment.pool import AsrPool
@@ -45,9 +46,13 @@ class _Pending:
 class AssessmentPath:
     name = "assessment"
 
-    def __init__(self, *, settings: AsrSettings, store: st.Store | None) -> None:
+    def __init__(
+        self, *, settings: AsrSettings, store: st.Store | None, backend: Backend | None = None
+    ) -> None:
+        """``backend`` overrides the engine ``settings.asr.engine`` names (e.g. a test engine)."""
         self._settings = settings
         self._store = store
+        self._backend = backend
         self._pool: AsrPool | None = None
         self._pending: OrderedDict[AsrKey, _Pending] = OrderedDict()
         self._latest: OrderedDict[tuple[str, int], str] = OrderedDict()
@@ -57,7 +62,11 @@ class AssessmentPath:
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
         self._pool = build_pool(
-            self._settings, metrics=ctx.metrics, on_result=self._on_result, on_drop=self._on_drop
+            self._settings,
+            metrics=ctx.metrics,
+            on_result=self._on_result,
+            on_drop=self._on_drop,
+            backend=self._backend,
         )
         self._m_published = ctx.metrics.counter("assessments_published", "Assessments published")
         self._m_stale = ctx.metrics.counter(
