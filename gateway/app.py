@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from gateway.assessment.engine import Backend
 from gateway.board import BoardChannel
 from gateway.board.bridge import BoardBridge
 from gateway.runtime import RuntimeConfig, load_catalog, resource_reader
 from gateway.service import Component, Service
 from gateway.settings import Settings
-from gateway.store import build_store_components
+from gateway.store import Store, build_store_components
 from gateway.tasks.assessing import AssessmentPath
 from gateway.tasks.records import StoreRecorder
 from gateway.tasks.service import TaskService
@@ -50,9 +51,11 @@ class Gateway:
     board: BoardChannel
     xiaozhi: XiaozhiChannel
     assessment: AssessmentPath
+    store: Store
 
 
-def build_gateway(settings: Settings, *, assessment: AssessmentPath | None = None) -> Gateway:
+def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
+    """The production composition; ``asr_backend`` overrides the configured ASR engine."""
     loaded = load_catalog(settings.runtime.catalog_path)
     for warning in loaded.warnings:
         log.warning("catalog: %s", warning)
@@ -60,7 +63,7 @@ def build_gateway(settings: Settings, *, assessment: AssessmentPath | None = Non
     recorder = StoreRecorder(parts.store)
     board = BoardChannel(settings=settings.board, max_payload_bytes=settings.mqtt.max_payload_bytes)
     bridge = BoardBridge(board)
-    assessment = assessment or AssessmentPath(settings=settings.asr, store=parts.store)
+    assessment = AssessmentPath(settings=settings.asr, store=parts.store, backend=asr_backend)
     voice = VoiceToTasks()
     xiaozhi = XiaozhiChannel(settings=settings, voice=voice, listening_by_default=False)
     tasks = TaskService(
@@ -78,7 +81,7 @@ def build_gateway(settings: Settings, *, assessment: AssessmentPath | None = Non
     voice.tasks = tasks
     assessment.on_text = tasks.on_asr_text
     components: list[Component] = [*parts.components, board, xiaozhi, assessment, tasks]
-    return Gateway(Service(settings, components), tasks, board, xiaozhi, assessment)
+    return Gateway(Service(settings, components), tasks, board, xiaozhi, assessment, parts.store)
 
 
 def build_service(settings: Settings) -> Service:

@@ -262,8 +262,11 @@ def docker_answers() -> bool:
 
 
 def new_device_id() -> str:
-    """A random board id in the device form (``aa_bb_cc_dd_ee_ff``)."""
-    return "_".join(f"{b:02x}" for b in secrets.token_bytes(6))
+    """A random board id in the device form (``aa_bb_cc_dd_ee_ff``): a unicast, locally
+    administered MAC, as the OTA endpoint accepts only unicast device MACs."""
+    raw = bytearray(secrets.token_bytes(6))
+    raw[0] = (raw[0] & 0xFC) | 0x02
+    return "_".join(f"{b:02x}" for b in raw)
 
 
 def free_port() -> int:

@@ -1,0 +1,34 @@
+"""ASR engines for integration tests: the real pocketsphinx engine with a fault injected.
+
+They run in the pool's spawned worker processes, so they are importable, picklable classes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from gateway.assessment.jobs import AsrFailure, AsrResult
+from gateway.assessment.sphinx import PocketsphinxEngine
+
+RAISE_ON = "later"  # the engine raises on any utterance it hears this word in
+
+
+class RaisingEngine(PocketsphinxEngine):
+    """Transcribes for real, then raises when the text contains ``RAISE_ON``."""
+
+    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
+        result = super().transcribe(pcm, hints)
+        if isinstance(result, AsrResult) and RAISE_ON in result.text.split():
+            raise RuntimeError("injected ASR engine failure")
+        return result
+
+
+class SlowEngine(PocketsphinxEngine):
+    """Transcribes for real, 5 s per job."""
+
+    delay_s = 5.0
+
+    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
+        time.sleep(self.delay_s)
+        return super().transcribe(pcm, hints)
