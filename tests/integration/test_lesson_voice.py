@@ -26,6 +26,7 @@ from tests.support.broker import Broker
 from tests.support.gateway import gateway_settings, running
 from tests.support.mqtt_client import ClientSession, mqtt_client
 from tests.support.speech import silence, synthesize
+from tests.support.verdicts import verdict_keys
 from topics import mac_colon
 
 CATALOG = Path(__file__).parents[2] / "catalog"
@@ -218,6 +219,8 @@ async def test_lesson_right_wrong_silent_and_asr_failure(
         assert steps[2]["expected_text"] == "I am fine, thank you."
         assert steps[3]["metrics"] == []
         assert seen.named("speech.started")
+        # numbers, never verdicts (SPEC §2.4), in everything the backend received
+        assert not verdict_keys([seen.events, seen.assessments, seen.replies, stored])
 
 
 async def test_slow_asr_does_not_delay_the_lesson(
