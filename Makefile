@@ -28,6 +28,7 @@ system-deps:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS); \
 	  $(SUDO) systemctl disable --now mosquitto >/dev/null 2>&1 || true; \
+	  $(SUDO) service mosquitto stop >/dev/null 2>&1 || true; \
 	fi
 
 venv: $(STAMP)
