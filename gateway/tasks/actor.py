@@ -61,6 +61,17 @@ class ActorMetrics:
         self.utterances_missing = metrics.counter(
             "runtime_utterances_missing", "Utterances submitted without audio (evicted or empty)"
         )
+        self.task_events = metrics.counter("runtime_task_events", "Lifecycle events", ["event"])
+        self.cancelled = metrics.counter(
+            "runtime_instances_cancelled",
+            "Instances cancelled (preempted, stopped, ...)",
+            ["reason"],
+        )
+        self.step_failures = metrics.counter(
+            "runtime_step_failures",
+            "Steps advanced empty (watchdog, audio.failed, ...)",
+            ["reason"],
+        )
 
 
 @dataclass(frozen=True)
@@ -141,6 +152,7 @@ class DeviceActor:
                     on_outcome=functools.partial(self._on_outcome, ref),
                 )
             case PublishTaskEvent():
+                self._count(effect)
                 p.publish_task_event(self.device, effect)
             case StoreInstance():
                 p.recorder.save_instance(effect.record)
@@ -164,6 +176,14 @@ class DeviceActor:
             case Ignored():
                 self._m.ignored.labels(effect.reason[:60]).inc()
                 self._log.debug("ignored %s in %s: %s", effect.event, effect.state, effect.reason)
+
+    def _count(self, effect: PublishTaskEvent) -> None:
+        self._m.task_events.labels(effect.event).inc()
+        reason = str(effect.data.get("reason", "unknown"))[:40]
+        if effect.event == "instance.cancelled":
+            self._m.cancelled.labels(reason).inc()
+        elif effect.event == "step.failed":
+            self._m.step_failures.labels(reason).inc()
 
     def _on_outcome(self, ref: str, outcome: Outcome) -> None:
         self.post(CommandOutcome(ref, outcome))

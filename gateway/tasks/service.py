@@ -30,6 +30,7 @@ from gateway.runtime import (
     PublishTaskEvent,
     ReadText,
     RuntimeConfig,
+    RuntimeState,
     SpeechStarted,
     SpeechStopped,
     StepRecord,
@@ -108,7 +109,13 @@ class TaskService:
             "ctl_invalid", "Control requests refused as unreadable/invalid", ["reason"]
         )
         self._m_devices = ctx.metrics.gauge("runtime_devices", "Devices with a task actor")
+        by_state = ctx.metrics.gauge("runtime_instances", "Instances now, by state", ["state"])
+        for state in RuntimeState:
+            by_state.labels(state.value).set_function(functools.partial(self._count_in, state))
         ctx.mqtt.route("snlpgw/v1/ctl/+", self._on_ctl, qos=1)
+
+    def _count_in(self, state: RuntimeState) -> float:
+        return float(sum(1 for a in self._actors.values() if a.runtime.state is state))
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:

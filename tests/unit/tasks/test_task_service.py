@@ -102,6 +102,9 @@ async def test_lesson_steps_on_the_timer_and_completes(rig: Rig) -> None:
     snap = rig.metrics.snapshot()
     assert snap["snlpgw_windows_closed_total"] == 4.0
     assert snap['snlpgw_window_lateness_ms{stat="count"}'] == 4.0
+    assert snap['snlpgw_runtime_task_events_total{event="step.played"}'] == 4.0
+    assert snap['snlpgw_runtime_instances{state="idle"}'] == 1.0
+    assert snap['snlpgw_runtime_instances{state="listening"}'] == 0.0
     assert rig.recorder.instances[-1].state == "completed"
 
 
@@ -137,4 +140,6 @@ async def test_failed_clip_advances_without_hanging(rig: Rig) -> None:
     await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.completed")))
     failed = _task_events(rig, "step.failed")
     assert [e["step_index"] for e in failed] == [1]
+    snap = rig.metrics.snapshot()
+    assert snap['snlpgw_runtime_step_failures_total{reason="audio.failed"}'] == 1.0
     assert len(rig.board.times_of("PLAY_MEDIA")) == 4
