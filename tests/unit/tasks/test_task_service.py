@@ -39,6 +39,8 @@ def fast_catalog(tmp_path: Path) -> Path:
     tasks = json.loads((CATALOG / "english_learning.json").read_text(encoding="utf-8"))
     for task in tasks if isinstance(tasks, list) else [tasks]:
         task["min_window_ms"] = 100
+        if task["task_id"] == "shadowing":  # a lesson with no text anywhere (SPEC 2.5(d))
+            task["lessons"].append({"lesson_id": "bare", "clips": ["a.mp3", "b.mp3"]})
     (tmp_path / "catalog.json").write_text(json.dumps(tasks), encoding="utf-8")
     return tmp_path / "catalog.json"
 
@@ -143,3 +145,21 @@ async def test_failed_clip_advances_without_hanging(rig: Rig) -> None:
     snap = rig.metrics.snapshot()
     assert snap['snlpgw_runtime_step_failures_total{reason="audio.failed"}'] == 1.0
     assert len(rig.board.times_of("PLAY_MEDIA")) == 4
+
+
+async def test_a_clip_without_any_text_plays_and_submits_no_expected_text(
+    rig: Rig, fast_catalog: Path
+) -> None:
+    """SPEC 2.5(d): no transcript, no .txt, no sentence → expected_text None; playback as usual."""
+    rig.mqtt.deliver(
+        f"snlpgw/v1/ctl/{DEV}",
+        {"v": 1, "id": "r2", "action": "start", "app_id": "english_learning",
+         "task_id": "shadowing", "lesson_id": "bare"},
+    )  # fmt: skip
+    await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "window.opened")))
+    rig.svc.on_speech_started(DEV, "u1")
+    rig.svc.on_speech_stopped(DEV, "u1", b"\x01\x00" * 800, 50)
+    await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.completed")))
+    assert rig.assessment.submitted[0]["expected_text"] is None
+    assert len(rig.board.times_of("PLAY_MEDIA")) == 2
+    assert all(s.expected_text is None for s in rig.recorder.steps)
