@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gateway.runtime.effects import InstanceState
 from gateway.store.api import TaskApi
 from gateway.store.errors import StoreError
-from gateway.store.records import InstanceRecord, InstanceState, MetricValue, StepRecord
+from gateway.store.records import InstanceRecord, MetricValue, StepRecord
 from gateway.store.reporter import ManagerReporter
 from gateway.store.store import Store
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from gateway.runtime.effects import InstanceState
 from gateway.store.errors import StoreError
-from gateway.store.records import InstanceState
 from gateway.store.store import Store
 
 if TYPE_CHECKING:

@@ -10,11 +10,11 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gateway.runtime.effects import InstanceState
 from gateway.store import schema
 from gateway.store.errors import StoreError
 from gateway.store.records import (
     InstanceRecord,
-    InstanceState,
     StepRecord,
     metrics_from_text,
     metrics_to_text,

@@ -21,14 +21,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, fields
-from enum import StrEnum
 
-
-class InstanceState(StrEnum):
-    RUNNING = "running"
-    PAUSED = "paused"
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
+from gateway.runtime.effects import InstanceState  # one lifecycle vocabulary for both
 
 
 @dataclass(frozen=True, slots=True)

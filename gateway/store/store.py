@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.metrics import Metrics
+from gateway.runtime.effects import InstanceState
 from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
 from gateway.store.db import ConnectionFactory, Record, file_connection
 from gateway.store.errors import StoreError
 from gateway.store.pending import CoalescingQueue, Entry
-from gateway.store.records import InstanceRecord, InstanceState, StepRecord
+from gateway.store.records import InstanceRecord, StepRecord
 from gateway.store.worker import Worker, WriteResults
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from gateway.store import InstanceRecord, InstanceState, MetricValue, StepRecord
 from gateway.store.pending import CoalescingQueue
-from gateway.store.records import InstanceRecord, InstanceState, MetricValue, StepRecord
 
 M = (MetricValue("text_similarity_v0", 0.5),)
 
