@@ -102,10 +102,13 @@ async def wait_connectable(
 
 
 @contextlib.contextmanager
-def _mosquitto(data_dir: Path) -> Iterator[LocalBroker]:
+def _mosquitto(data_dir: Path, extra_config: str) -> Iterator[LocalBroker]:
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     files = init_broker_files(data_dir, listener_host="127.0.0.1", listener_port=port)
+    if extra_config:
+        with files.config.open("a") as config:
+            config.write(extra_config)
     with (data_dir / "broker.log").open("ab") as log:
         proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
             [mosquitto_binary(), "-c", str(files.config)],
@@ -126,9 +129,11 @@ def _mosquitto(data_dir: Path) -> Iterator[LocalBroker]:
 
 
 @contextlib.asynccontextmanager
-async def local_broker(data_dir: Path) -> AsyncIterator[LocalBroker]:
-    """A project-configured Mosquitto on a free port, ready when the gateway user connects."""
-    with _mosquitto(data_dir) as broker:
+async def local_broker(data_dir: Path, *, extra_config: str = "") -> AsyncIterator[LocalBroker]:
+    """A project-configured Mosquitto on a free port, ready when the gateway user connects.
+
+    ``extra_config``: lines appended to the generated configuration (benchmarks' variants)."""
+    with _mosquitto(data_dir, extra_config) as broker:
         await wait_connectable(broker, GATEWAY_USERNAME, gateway_password(data_dir))
         yield broker
 
