@@ -68,6 +68,10 @@ integration: setup
 
 bench: setup
 	$(BIN)/python -m bench.codec_bench
+	$(BIN)/python -m bench.hello_bench
+	$(BIN)/python -m bench.asr_bench
+	$(BIN)/python -m bench.timer_bench
+	$(BIN)/python -m bench.scale_bench
 
 demo: setup
 	$(BIN)/python -m gateway.demo

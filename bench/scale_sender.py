@@ -1,0 +1,124 @@
+"""The scale benchmark's device side, in a process of its own (``bench.scale_bench`` starts it).
+
+One MQTT connection says the firmware's hello for every device id in the spec and reads each
+reply (session key, nonce, UDP endpoint). Each session's uplink is then sealed ahead of time
+(real espeak speech with pauses as 60 ms Opus frames, each session starting at a different
+point of the loop), and one thread sends all sessions' datagrams in real time from one UDP
+socket, the sessions spread over twelve 5 ms slots of each 60 ms tick. Prints one JSON line
+when sending starts and one with the totals when done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+
+from gateway import demo_audio as audio
+from gateway.simulators.xiaozhi import (
+    FRAME_MS,
+    DeviceUdpCrypto,
+    ServerHello,
+    encode_pcm,
+    hello_json,
+    parse_server_hello,
+)
+
+SLOTS = 12  # per 60 ms tick
+SPEECH = (
+    "Good morning, how are you today?",
+    "I would like to read a book about the ocean.",
+    "See you later, alligator.",
+)
+HELLO_TIMEOUT_S = 30.0
+LATE_S = 0.020
+
+
+def speech_loop() -> list[bytes]:
+    """A few seconds of speech and pauses as Opus packets (encoded once, shared)."""
+    pcm = b"".join(audio.silence(700) + audio.synthesize(text) for text in SPEECH)
+    return encode_pcm(pcm + audio.silence(700))
+
+
+async def open_sessions(spec: dict[str, Any]) -> dict[str, ServerHello]:
+    devs: list[str] = spec["devices"]
+    hellos: dict[str, ServerHello] = {}
+    async with aiomqtt.Client(
+        spec["host"],
+        spec["port"],
+        username="snlp-gateway",
+        password=spec["password"],
+        identifier="bench-scale-sender",
+    ) as client:
+        await client.subscribe("devices/p2p/+", qos=0)
+        body = hello_json()
+        for dev in devs:
+            await client.publish(f"device-server/{dev}", body, qos=0)
+        async with asyncio.timeout(HELLO_TIMEOUT_S):
+            async for msg in client.messages:
+                raw = msg.payload if isinstance(msg.payload, bytes) else b"{}"
+                hello = parse_server_hello(json.loads(raw))
+                if hello is not None:
+                    hellos[msg.topic.value.rsplit("/", 1)[1]] = hello
+                if len(hellos) == len(devs):
+                    break
+    return hellos
+
+
+def seal_all(hellos: dict[str, ServerHello], frames: int) -> list[list[bytes]]:
+    """Every session's datagrams for ``frames`` ticks, from its own point of the speech loop."""
+    loop = speech_loop()
+    sealed = []
+    for index, hello in enumerate(hellos.values()):
+        crypto = DeviceUdpCrypto(hello.key, hello.nonce)
+        offset = index * 7
+        packets = [loop[(offset + i) % len(loop)] for i in range(frames)]
+        sealed.append([crypto.seal(p, timestamp=i * FRAME_MS) for i, p in enumerate(packets)])
+    return sealed
+
+
+def send(sealed: list[list[bytes]], target: tuple[str, int], frames: int) -> dict[str, int]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
+    slots = [sealed[s::SLOTS] for s in range(SLOTS)]
+    sent = late = errors = 0
+    start = time.monotonic() + 0.1
+    for tick in range(frames):
+        for slot, sessions in enumerate(slots):
+            due = start + tick * FRAME_MS / 1000 + slot * FRAME_MS / 1000 / SLOTS
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            elif delay < -LATE_S:
+                late += 1
+            for datagrams in sessions:
+                try:
+                    sock.sendto(datagrams[tick], target)
+                    sent += 1
+                except OSError:
+                    errors += 1
+    sock.close()
+    return {"sent": sent, "late_ticks": late, "send_errors": errors}
+
+
+def main() -> int:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    hellos = asyncio.run(open_sessions(spec))
+    frames = int(spec["seconds"] * 1000 / FRAME_MS) + 1
+    sealed = seal_all(hellos, frames)
+    first = next(iter(hellos.values()))
+    sys.stdout.write(json.dumps({"sessions": len(hellos)}) + "\n")
+    sys.stdout.flush()
+    result = send(sealed, (first.server, first.port), frames)
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
