@@ -70,6 +70,7 @@ bench: setup
 	$(BIN)/python -m bench.codec_bench
 	$(BIN)/python -m bench.hello_bench
 	$(BIN)/python -m bench.asr_bench
+	$(BIN)/python -m bench.assessment_bench
 	$(BIN)/python -m bench.timer_bench
 	$(BIN)/python -m bench.scale_bench
 
