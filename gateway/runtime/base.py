@@ -47,6 +47,10 @@ class RuntimeBase:
         self._state = RuntimeState.IDLE
         self._inst: ActiveInstance | None = None
         self._commands = 0
+        # Command ids must never repeat for a board, whose dedup (by id) would skip the command:
+        # a runtime rebuilt after a gateway restart counts from 1 again, so each runtime object
+        # puts its own token between the instance id and the count.
+        self._epoch = uuid.uuid4().hex[:6]
         # STOP_MEDIA we sent: (play ref, name); their audio.stopped is expected, not a failure.
         self._stopping: deque[tuple[str | None, str | None]] = deque(maxlen=8)  # oldest drops
 
@@ -67,7 +71,7 @@ class RuntimeBase:
 
     def _command(self, inst: ActiveInstance, cmd: str, params: dict[str, object]) -> SendCommand:
         self._commands += 1
-        ref = f"{inst.id}.{self._commands}"
+        ref = f"{inst.id}.{self._epoch}.{self._commands}"
         return SendCommand(ref, cmd, params, inst.record.priority, inst.id)
 
     def _event(self, name: str, data: dict[str, object] | None = None) -> PublishTaskEvent:
