@@ -248,7 +248,17 @@ class LessonRig:
         )
 
     def commands(self, cmd: str | None = None) -> list[Seen]:
-        return [c for c in self.board.commands if cmd is None or c.body.get("cmd") == cmd]
+        """Commands the board received, first receipt of each id only: a resend with the same
+        id (delivery retry, e.g. after the board reconnects) is deduplicated by the board."""
+        seen: set[str] = set()
+        out = []
+        for c in self.board.commands:
+            if cmd is not None and c.body.get("cmd") != cmd:
+                continue
+            if c.body.get("id") not in seen:
+                seen.add(c.body.get("id", ""))
+                out.append(c)
+        return out
 
     async def wait_command(self, cmd: str, count: int = 1, wait_s: float = WAIT_S) -> list[Seen]:
         """Wait until the board received ``count`` commands ``cmd``; returns them all."""
