@@ -8,6 +8,7 @@ wall times at which this process received things; tolerances only absorb ms roun
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,12 @@ ROUNDING_MS = 1.0
 BUDGET_MS = 200
 
 
-def assert_clock_stepped(rig: LessonRig, instance_id: str) -> list[Seen]:
+def assert_clock_stepped(
+    rig: LessonRig, instance_id: str, windows_ms: Sequence[int] | None = None
+) -> list[Seen]:
     """Each next PLAY_MEDIA reached the board only after its predecessor window's planned
-    close, and every window closed within the budget; returns the window.closed events."""
+    close, every window was as long as the formula says (``windows_ms``: one per step, or
+    ``None`` to skip) and closed within the budget; returns the window.closed events."""
     plays = [p for p in rig.commands("PLAY_MEDIA") if p.body["id"].startswith(instance_id)]
     assert [p.body["params"]["name"] for p in plays] == [clip_path(c) for c in CLIPS]
     closes = [rig.find_event("window.closed", i, instance_id=instance_id) for i in range(4)]
@@ -37,6 +41,8 @@ def assert_clock_stepped(rig: LessonRig, instance_id: str) -> list[Seen]:
         assert play.at_ms >= planned - ROUNDING_MS, (
             f"PLAY_MEDIA {i} reached the board {planned - play.at_ms:.1f} ms before the planned close"
         )
+    if windows_ms is not None:
+        assert [c.data["window_ms"] for c in closed] == list(windows_ms)
     for c in closed:
         assert c.data["actual_close_ms"] >= c.data["planned_close_ms"]
         assert 0 <= c.data["lateness_ms"] <= BUDGET_MS, c.data
@@ -45,7 +51,7 @@ def assert_clock_stepped(rig: LessonRig, instance_id: str) -> list[Seen]:
 
 def report_lateness(rig: LessonRig) -> dict[str, float]:
     late = rig.lateness()
-    print(f"snlpgw_window_lateness_ms: {late}")  # noqa: T201 - the figure this test reports
+    print(f"snlpgw_window_lateness_ms: {late}")
     return late
 
 
@@ -56,16 +62,15 @@ def assert_back_in_chat(rig: LessonRig) -> None:
     assert runtime.instance is None
 
 
-async def test_four_clip_lesson_is_clock_stepped_and_stored(
-    broker: Broker, tmp_path: Path
-) -> None:
+async def test_four_clip_lesson_is_clock_stepped_and_stored(broker: Broker, tmp_path: Path) -> None:
     async with lesson_rig(broker, tmp_path) as rig:
         reply = await rig.start(priority=2)
         assert reply["status"] == "accepted", reply
         iid = reply["instance_id"]
         await rig.wait_event("instance.completed", instance_id=iid)
 
-        closed = assert_clock_stepped(rig, iid)
+        # T = max(min_window_ms 300, 1.2 x 300 ms) for every clip
+        closed = assert_clock_stepped(rig, iid, [360, 360, 360, 360])
         assert [c.body["step_index"] for c in closed] == [0, 1, 2, 3]
         late = report_lateness(rig)
         assert late["count"] == 4
@@ -114,7 +119,8 @@ async def test_higher_priority_preempts_and_lower_is_refused_busy(
         assert refused["reason"] == "busy"
         assert refused["running_priority"] == 3
         runtime = rig.runtime()
-        assert runtime is not None and runtime.instance is not None
+        assert runtime is not None
+        assert runtime.instance is not None
         assert runtime.instance.id == new
 
         await rig.store().flush()

@@ -3,7 +3,9 @@ a gateway killed and restarted mid-lesson, a board that drops off the broker."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,38 +30,55 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-@pytest.mark.parametrize("store_fails", [False, True], ids=["manager-down", "manager-and-store-down"])
-async def test_lesson_completes_on_time_with_side_paths_down(
-    broker: Broker, tmp_path: Path, store_fails: bool
-) -> None:
-    store: dict[str, object] = {"manager_url": closed_port_url(), "manager_retries": 1}
-    if store_fails:
-        # A directory where the SQLite file should be: SQLite really cannot open it.
-        sqlite_path = tmp_path / "unwritable.sqlite3"
-        sqlite_path.mkdir()
-        store["sqlite_path"] = sqlite_path
-    async with lesson_rig(broker, tmp_path, store=store) as rig:
-        reply = await rig.start(priority=2)
-        iid = reply["instance_id"]
-        await rig.wait_event("instance.completed", instance_id=iid)
-        assert_clock_stepped(rig, iid)  # all 4 plays, each after its predecessor's close
-        late = report_lateness(rig)
-        assert late["count"] == 4 and late["max"] <= BUDGET_MS
-        assert_back_in_chat(rig)
+@contextlib.contextmanager
+def silent_manager() -> Iterator[str]:
+    """An http:// URL whose server accepts connections (kernel backlog) and never answers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
 
-        if store_fails:
-            alarm = await rig.wait_alarm("store_failed")
-            assert rig.metric("store_write_failures_total") >= 1
-            assert rig.metric('store_writes_total{table="instances"}') == 0
-            status, body = await rig.http_get(f"/task/instance/{iid}")
-            assert status == 503, body
-        else:
-            alarm = await rig.wait_alarm("manager_failed")
-            assert rig.metric('manager_puts_total{result="failed"}') >= 1
-            assert rig.metric('manager_puts_total{result="ok"}') == 0
-            assert rig.metric("store_write_failures_total") == 0
-        assert alarm.body.get("gateway_id", rig.settings.gateway_id) == rig.settings.gateway_id
-        assert rig.metric(f'ops_alarms_total{{alarm="{alarm.body["alarm"]}"}}') >= 1
+
+@pytest.mark.parametrize("fault", ["manager-down", "manager-and-store-down", "manager-hangs"])
+async def test_lesson_completes_on_time_with_side_paths_down(
+    broker: Broker, tmp_path: Path, fault: str
+) -> None:
+    with silent_manager() as hanging:
+        url = hanging if fault == "manager-hangs" else closed_port_url()
+        store: dict[str, object] = {"manager_url": url, "manager_retries": 1}
+        if fault == "manager-and-store-down":
+            # A directory where the SQLite file should be: SQLite really cannot open it.
+            sqlite_path = tmp_path / "unwritable.sqlite3"
+            sqlite_path.mkdir()
+            store["sqlite_path"] = sqlite_path
+        async with lesson_rig(broker, tmp_path, store=store) as rig:
+            reply = await rig.start(priority=2)
+            iid = reply["instance_id"]
+            await rig.wait_event("instance.completed", instance_id=iid)
+            # all 4 plays, each after its predecessor's close; windows as in a normal run
+            assert_clock_stepped(rig, iid, [360, 360, 360, 360])
+            late = report_lateness(rig)
+            assert late["count"] == 4
+            assert late["max"] <= BUDGET_MS
+            assert_back_in_chat(rig)
+
+            if fault == "manager-hangs":
+                # The PUTs are still waiting for an answer while the lesson has completed.
+                assert rig.metric("manager_put_attempts_total") >= 1
+                assert rig.metric('manager_puts_total{result="ok"}') == 0
+                return
+            if fault == "manager-and-store-down":
+                alarm = await rig.wait_alarm("store_failed")
+                assert rig.metric("store_write_failures_total") >= 1
+                assert rig.metric('store_writes_total{table="instances"}') == 0
+                status, body = await rig.http_get(f"/task/instance/{iid}")
+                assert status == 503, body
+            else:
+                alarm = await rig.wait_alarm("manager_failed")
+                assert rig.metric('manager_puts_total{result="failed"}') >= 1
+                assert rig.metric('manager_puts_total{result="ok"}') == 0
+                assert rig.metric("store_write_failures_total") == 0
+            assert rig.metric(f'ops_alarms_total{{alarm="{alarm.body["alarm"]}"}}') >= 1
 
 
 async def test_killed_gateway_resumes_the_lesson_after_restart(
@@ -97,7 +116,8 @@ async def test_killed_gateway_resumes_the_lesson_after_restart(
         for step, event in zip(steps[:2], done, strict=True):
             assert step["window_closed_ms"] == event.data["actual_close_ms"]
         for step in steps:
-            assert step["played_ms"] is not None and step["window_closed_ms"] is not None
+            assert step["played_ms"] is not None
+            assert step["window_closed_ms"] is not None
             assert step["failure"] is None
         assert steps[2]["played_ms"] > steps[1]["window_closed_ms"]
 

@@ -142,7 +142,7 @@ class LessonRig:
 
     @property
     def gw(self) -> Gateway:
-        assert self.gateway is not None, "gateway not started"  # noqa: S101 - test helper
+        assert self.gateway is not None, "gateway not started"
         return self.gateway
 
     async def start_gateway(self) -> Gateway:
@@ -214,9 +214,7 @@ class LessonRig:
 
     # -- what happened ----------------------------------------------------------------------------
 
-    def task_events(
-        self, name: str | None = None, *, instance_id: str | None = None
-    ) -> list[Seen]:
+    def task_events(self, name: str | None = None, *, instance_id: str | None = None) -> list[Seen]:
         return [
             e
             for e in self.events
