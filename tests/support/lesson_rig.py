@@ -175,8 +175,7 @@ class LessonRig:
         return self.gw.tasks.runtime_of(self.dev)
 
     def store(self) -> Store:
-        (store,) = (c for c in self.gw.service.components if isinstance(c, Store))
-        return store
+        return self.gw.store
 
     def metric(self, key: str) -> float:
         return self.gw.service.metrics.snapshot().get(f"snlpgw_{key}", 0.0)
