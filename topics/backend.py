@@ -159,6 +159,7 @@ class TaskLifecycle(TaskEvent):
         "instance.paused",
         "instance.resumed",
         "instance.completed",
+        "instance.restored",
         "step.played",
         "step.failed",
         "speech.started",

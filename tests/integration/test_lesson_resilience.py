@@ -95,6 +95,8 @@ async def test_killed_gateway_resumes_the_lesson_after_restart(
         assert rig.find_event("instance.cancelled", instance_id=iid) is None
 
         await rig.start_gateway()  # same data dir and SQLite, same broker; the board kept going
+        restored = await rig.wait_event("instance.restored", instance_id=iid)
+        assert restored.data == {"paused": False}
         await rig.wait_event("instance.completed", instance_id=iid)
         plays = [p.body["params"]["name"] for p in rig.commands("PLAY_MEDIA")]
         assert plays == [clip_path(c) for c in ("01.mp3", "02.mp3", "03.mp3", "03.mp3", "04.mp3")]

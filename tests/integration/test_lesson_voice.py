@@ -93,7 +93,7 @@ async def test_slow_asr_does_not_delay_the_lesson(
     broker: Broker, tmp_path: Path, device_id: str
 ) -> None:
     """5 s per ASR job: the windows still close on time; assessments arrive after the lesson."""
-    script = {2: "I am fine, thank you.", 3: "See you later, alligator."}
+    script: dict[int, str | None] = {2: "I am fine, thank you.", 3: "See you later, alligator."}
     async with lesson_rig(broker, tmp_path, device_id, SlowEngine) as (_gw, seen, device, backend):
         async with asyncio.TaskGroup() as tg:
             reader = tg.create_task(child(device, seen, script), name="test.child")
