@@ -8,7 +8,6 @@ a device and owned by this component's TaskGroup (``device[aa_bb…].tasks``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -370,8 +369,14 @@ class TaskService:
             ts=_now_ms(),
         )
         payload = encode(body)
+        # Always on the device's reply topic; also on an MQTT 5 response topic when the request
+        # named one (with its correlation data), once if it is the reply topic itself.
         mqtt = self._ctx.mqtt
-        mqtt.publish(build_topic(TopicKind.REPLY, dev=device), payload, qos=1)
-        if response is not None and response[0]:
-            with contextlib.suppress(ValueError):
-                mqtt.publish(response[0], payload, qos=1, correlation_data=response[1])
+        reply_topic = build_topic(TopicKind.REPLY, dev=device)
+        response_topic, correlation = response if response is not None else (None, None)
+        if response_topic == reply_topic:
+            mqtt.publish(reply_topic, payload, qos=1, correlation_data=correlation)
+            return
+        mqtt.publish(reply_topic, payload, qos=1)
+        if response_topic:
+            mqtt.publish(response_topic, payload, qos=1, correlation_data=correlation)

@@ -8,10 +8,14 @@ wall times at which this process received things; tolerances only absorb ms roun
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import aiomqtt
 import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from gateway.runtime import RuntimeState
 from tests.support.broker import Broker
@@ -211,3 +215,38 @@ async def test_long_button_press_exits_the_lesson(broker: Broker, tmp_path: Path
         await rig.wait_command("STOP_MEDIA")
         assert_back_in_chat(rig)
         assert rig.find_event("window.opened", 0, instance_id=iid) is None
+
+
+async def test_mqtt5_response_topic_and_correlation_data_are_honoured(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """A backend using MQTT 5 request/response gets the reply with its correlation data."""
+    async with lesson_rig(broker, tmp_path) as rig:
+        creds = broker.provision(f"be5-{rig.dev[-5:].replace('_', '')}", role="backend")
+        reply_topic = f"snlpgw/v1/reply/{rig.dev}"
+        async with aiomqtt.Client(
+            broker.host,
+            broker.port,
+            username=creds.username,
+            password=creds.password,
+            identifier=f"{creds.username}-rr",
+            protocol=aiomqtt.ProtocolVersion.V5,
+        ) as client:
+            await client.subscribe(reply_topic, qos=1)
+            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            props.ResponseTopic = reply_topic
+            props.CorrelationData = b"corr-42"
+            request = {"v": 1, "id": "rr1", "action": "stop"}  # nothing runs: refused, answered
+            await client.publish(
+                f"snlpgw/v1/ctl/{rig.dev}", json.dumps(request), qos=1, properties=props
+            )
+            async with asyncio.timeout(10):
+                async for message in client.messages:
+                    body = json.loads(message.payload)  # type: ignore[arg-type]
+                    if body.get("ref") == "rr1":
+                        break
+        assert body["status"] == "refused"
+        assert body["reason"] == "no_instance"
+        assert message.properties is not None
+        assert message.properties.CorrelationData == b"corr-42"
+        assert len([r for r in rig.replies if r.body.get("ref") == "rr1"]) == 1  # published once
