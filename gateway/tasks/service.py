@@ -95,6 +95,8 @@ class TaskService:
         self._online: dict[str, bool] = {}
         self._pending_restore: dict[str, StoredInstance] = {}
         self._responses: OrderedDict[str, tuple[str, bytes | None]] = OrderedDict()
+        # utterance id → (instance id, step index) where it began; bounded, oldest dropped
+        self._speech_steps: OrderedDict[str, tuple[str, int | None]] = OrderedDict()
         self._tg: asyncio.TaskGroup | None = None
         self._ctx: Context | None = None
         self._ready = asyncio.Event()
@@ -145,14 +147,17 @@ class TaskService:
         self._post(device, Presence(online), create=False)
 
     def on_speech_started(self, device: str, utterance_id: str) -> None:
-        self._speech_event(device, "speech.started", {"utterance_id": utterance_id})
+        self._speech_event(device, utterance_id, "speech.started", {"utterance_id": utterance_id})
         self._post(device, SpeechStarted(utterance_id), create=False)
 
     def on_speech_stopped(
         self, device: str, utterance_id: str, pcm: bytes, duration_ms: int
     ) -> None:
         self._speech_event(
-            device, "speech.stopped", {"utterance_id": utterance_id, "duration_ms": duration_ms}
+            device,
+            utterance_id,
+            "speech.stopped",
+            {"utterance_id": utterance_id, "duration_ms": duration_ms},
         )
         actor = self._actors.get(device)
         if actor is None:
@@ -160,13 +165,21 @@ class TaskService:
         actor.keep_utterance(utterance_id, pcm)
         actor.post(SpeechStopped(utterance_id, duration_ms))
 
-    def _speech_event(self, device: str, name: str, data: dict[str, object]) -> None:
-        """VAD speech events go on the task topic (with the running instance, if any)."""
-        runtime = self.runtime_of(device)
-        inst = runtime.instance if runtime else None
-        step = inst.step.step_index if inst and inst.step else None
-        instance_id = inst.id if inst else ""
-        self._publish_task_event(device, PublishTaskEvent(name, instance_id, step, data))
+    def _speech_event(
+        self, device: str, utterance_id: str, name: str, data: dict[str, object]
+    ) -> None:
+        """VAD speech events go on the task topic, labelled with the step the utterance began
+        in (a window close can cut an utterance after the runtime moved to the next step)."""
+        where = self._speech_steps.pop(utterance_id, None)
+        if where is None:
+            runtime = self.runtime_of(device)
+            inst = runtime.instance if runtime else None
+            where = (inst.id if inst else "", inst.step.step_index if inst and inst.step else None)
+        if name == "speech.started":
+            self._speech_steps[utterance_id] = where
+            while len(self._speech_steps) > RESPONSE_ROUTES_KEPT:
+                self._speech_steps.popitem(last=False)
+        self._publish_task_event(device, PublishTaskEvent(name, where[0], where[1], data))
 
     def on_asr_text(self, device: str, instance_id: str, step_index: int, text: str) -> None:
         self._post(device, AsrText(instance_id, step_index, text), create=False)

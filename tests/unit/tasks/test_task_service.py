@@ -163,3 +163,16 @@ async def test_a_clip_without_any_text_plays_and_submits_no_expected_text(
     assert rig.assessment.submitted[0]["expected_text"] is None
     assert len(rig.board.times_of("PLAY_MEDIA")) == 2
     assert all(s.expected_text is None for s in rig.recorder.steps)
+
+
+async def test_an_utterance_cut_by_the_window_close_keeps_its_step(rig: Rig) -> None:
+    _start(rig)
+    await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "window.opened")))
+    rig.svc.on_speech_started(DEV, "u1")
+    await rig.mqtt.wait_for(lambda: len(_task_events(rig, "step.played")) == 2)
+    rig.svc.on_speech_stopped(DEV, "u1", b"\x01\x00" * 800, 50)  # flushed after the close
+    started = _task_events(rig, "speech.started")
+    stopped = _task_events(rig, "speech.stopped")
+    assert [e["step_index"] for e in started] == [0]
+    assert [e["step_index"] for e in stopped] == [0]
+    assert stopped[0]["instance_id"] == started[0]["instance_id"]
