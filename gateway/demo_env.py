@@ -27,7 +27,7 @@ from gateway.broker_files import GATEWAY_USERNAME
 from gateway.broker_io import pid_file_reloader
 from gateway.credentials import BrokerFiles, Credentials, gateway_password, init_broker_files
 from gateway.credentials import provision as provision_user
-from gateway.settings import Settings, load_settings
+from gateway.settings import Settings, load_settings, merge_sections
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 15.0
@@ -152,12 +152,7 @@ def gateway_settings(broker: LocalBroker, **overrides: Any) -> Settings:
         },
         "ops": {"shutdown_timeout_s": 3.0},
     }
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            base[key] = {**base[key], **value}
-        else:
-            base[key] = value
-    return load_settings(**base)
+    return load_settings(**merge_sections(base, overrides))
 
 
 @contextlib.asynccontextmanager

@@ -233,6 +233,18 @@ class Settings(BaseSettings):
         return self.store.sqlite_path or self.data_dir / "gateway.sqlite3"
 
 
+def merge_sections(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``overrides``, where a dict updates that section field by field."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        current = merged.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            merged[key] = {**current, **value}
+        else:
+            merged[key] = value
+    return merged
+
+
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Build the settings once: overrides > environment > TOML file > defaults."""
     if config is not None and not config.is_file():

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +28,7 @@ from typing import Any, Literal, Protocol
 from paho.mqtt.client import Client
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
+from gateway import demo_env
 from gateway.broker_files import GATEWAY_USERNAME, GRANTS, Role
 from gateway.credentials import (
     BrokerFiles,
@@ -38,6 +38,7 @@ from gateway.credentials import (
     init_broker_files,
     provision,
 )
+from gateway.demo_env import free_port
 
 READY_TIMEOUT_S = 15.0
 
@@ -269,21 +270,14 @@ def new_device_id() -> str:
     return "_".join(f"{b:02x}" for b in raw)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def mosquitto_binary() -> str:
-    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    if not Path(binary).exists():
+    try:
+        return demo_env.mosquitto_binary()
+    except demo_env.StackError as exc:
         raise BrokerUnavailableError(
             "integration tests need a broker: no Docker engine answered and no `mosquitto` "
             "binary was found (install it: apt-get install mosquitto, or `make setup`)"
-        )
-    return binary
+        ) from exc
 
 
 def start_broker(data_dir: Path) -> Broker:

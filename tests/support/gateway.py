@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.service import Component, Service
-from gateway.settings import Settings, load_settings
+from gateway.settings import Settings, load_settings, merge_sections
 from tests.support.broker import Broker
 
 
@@ -29,12 +29,7 @@ def gateway_settings(broker: Broker, data_dir: Path, **overrides: Any) -> Settin
         "udp": {"port": 0},
         "ops": {"metrics_interval_s": 0.2, "shutdown_timeout_s": 2.0},
     }
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            base[key] = {**base[key], **value}
-        else:
-            base[key] = value
-    return load_settings(**base)
+    return load_settings(**merge_sections(base, overrides))
 
 
 @contextlib.asynccontextmanager

@@ -1,4 +1,5 @@
-"""Real speech for tests: espeak-ng synthesis at 16 kHz mono 16-bit, with known boundaries.
+"""Real speech for tests: espeak-ng synthesis (the demo's, ``gateway.demo_audio``) at 16 kHz
+mono 16-bit, with known boundaries.
 
 ``synthesize`` returns trimmed PCM (leading/trailing silence removed by an energy gate), so a
 ``compose``d timeline knows exactly where each utterance starts and ends.
@@ -7,75 +8,21 @@
 from __future__ import annotations
 
 import functools
-import shutil
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
+from gateway.demo_audio import RATE, SAMPLE_BYTES, require_tools, silence, trim
+from gateway.demo_audio import synthesize as _synthesize
 
-RATE = 16_000
-SAMPLE_BYTES = 2
-_GATE = 300  # |amplitude| that counts as sound when trimming espeak's own padding
-_GATE_FRAME = 160  # 10 ms
-
-
-def require_tools() -> None:
-    missing = [t for t in ("espeak-ng", "sox") if shutil.which(t) is None]
-    if missing:
-        raise RuntimeError(f"speech fixtures need {', '.join(missing)} (make setup installs them)")
+__all__ = ["RATE", "SAMPLE_BYTES", "Timeline", "Utterance", "compose", "frames", "silence",
+           "synthesize", "trim"]  # fmt: skip
 
 
 @functools.lru_cache(maxsize=128)
 def synthesize(text: str, *, voice: str = "en-us", wpm: int = 150) -> bytes:
-    """Speak ``text``; return trimmed 16 kHz mono s16le PCM."""
+    """Speak ``text``; trimmed 16 kHz mono s16le PCM (cached: tests reuse sentences)."""
     require_tools()
-    wav = subprocess.run(
-        ["espeak-ng", "-v", voice, "-s", str(wpm), "--stdout", text],
-        check=True,
-        capture_output=True,
-    ).stdout
-    raw = subprocess.run(
-        [
-            "sox",
-            "-t",
-            "wav",
-            "-",
-            "-r",
-            str(RATE),
-            "-c",
-            "1",
-            "-b",
-            "16",
-            "-e",
-            "signed",
-            "-t",
-            "raw",
-            "-",
-        ],
-        input=wav,
-        check=True,
-        capture_output=True,
-    ).stdout
-    return trim(raw)
-
-
-def trim(pcm: bytes) -> bytes:
-    samples = np.frombuffer(pcm, dtype="<i2")
-    frames = len(samples) // _GATE_FRAME
-    loud = [
-        i
-        for i in range(frames)
-        if np.abs(samples[i * _GATE_FRAME : (i + 1) * _GATE_FRAME].astype(np.int32)).max() > _GATE
-    ]
-    if not loud:
-        return b""
-    start, end = loud[0] * _GATE_FRAME, (loud[-1] + 1) * _GATE_FRAME
-    return samples[start:end].tobytes()
-
-
-def silence(ms: int) -> bytes:
-    return b"\x00\x00" * (RATE * ms // 1000)
+    return _synthesize(text, voice=voice, wpm=wpm)
 
 
 @dataclass(frozen=True)
