@@ -22,6 +22,14 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(args.config, **overrides)
 
 
+def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
+    """The exceptions in a (nested: one TaskGroup inside another) exception group."""
+    out: list[OSError] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     setup_logging(settings.ops.log_level, json_lines=settings.ops.log_json)
@@ -39,7 +47,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(main())
     except* OSError as group:  # a port in use, a bad bind address: say which, no traceback
-        failed.extend(e for e in group.exceptions if isinstance(e, OSError))
+        failed.extend(_leaves(group))
     for exc in failed:
         print(f"snlpgw: cannot start: {exc}", file=sys.stderr)  # noqa: T201 - CLI output
     return 2 if failed else 0
