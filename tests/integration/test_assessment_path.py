@@ -13,6 +13,7 @@ from gateway.service import Context, Ops
 from gateway.settings import AsrSettings, load_settings
 from gateway.store import InstanceRecord, InstanceState, Store
 from gateway.tasks.assessing import AssessmentPath
+from tests.support.asr_engines import SecondEngine
 from tests.support.speech import synthesize
 from tests.unit.tasks.fakes import FakeMqtt
 
@@ -20,18 +21,39 @@ DEV = "aa_bb_cc_dd_ee_03"
 LESSON = ("Good morning.", "How are you?", "I am fine, thank you.")
 
 
-async def test_no_expected_text_gives_null_and_no_metrics(tmp_path: Path) -> None:
+def _side_path(
+    tmp_path: Path, engine: type = PocketsphinxEngine, queue_limit: int = 32
+) -> tuple[AssessmentPath, Store, FakeMqtt, Metrics]:
     metrics, mqtt = Metrics(), FakeMqtt()
     store = Store(path=tmp_path / "gw.sqlite3")
     path = AssessmentPath(
-        settings=AsrSettings(workers=1),
+        settings=AsrSettings(workers=1, queue_limit=queue_limit),
         store=store,
-        backend=ProcessBackend(PocketsphinxEngine, name="pocketsphinx"),
+        backend=ProcessBackend(engine, name=engine.__name__.lower()),
     )
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
     ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics))  # type: ignore[arg-type]
     store.attach(ctx)
     path.attach(ctx)
+    return path, store, mqtt, metrics
+
+
+def _submit(path: AssessmentPath, step: int, utterance: str, text: str) -> None:
+    path.submit_utterance(
+        device=DEV,
+        instance_id="i1",
+        step_index=step,
+        utterance_id=utterance,
+        pcm=synthesize(text),
+        prompt_text=f"/english_learning/shadowing/lessons/unit01/0{step + 1}.mp3",
+        expected_text=LESSON[step],
+        methods=("text_similarity_v0",),
+        hints=LESSON,
+    )
+
+
+async def test_no_expected_text_gives_null_and_no_metrics(tmp_path: Path) -> None:
+    path, store, mqtt, _ = _side_path(tmp_path)
     heard: list[tuple[str, str, int, str]] = []
     path.on_text = lambda *args: heard.append(args)
     async with asyncio.TaskGroup() as tg:
@@ -70,3 +92,24 @@ async def test_no_expected_text_gives_null_and_no_metrics(tmp_path: Path) -> Non
     assert steps[0].assessed_at is not None
     assert [(m.method, m.value) for m in steps[1].metrics] == [("text_similarity_v0", 1.0)]
     assert [h[2] for h in heard] == [0, 1]  # ASR text goes back to the runtime (exit phrases)
+
+
+async def test_asr_queue_overflow_drops_the_oldest_and_raises_an_alarm(tmp_path: Path) -> None:
+    path, store, mqtt, metrics = _side_path(tmp_path, SecondEngine, queue_limit=1)
+    async with asyncio.TaskGroup() as tg:
+        tasks = [
+            tg.create_task(store.run(), name="t.store"),
+            tg.create_task(path.run(), name="t.asr"),
+        ]
+        _submit(path, 0, "u0", "Good morning.")
+        await mqtt.wait_for(lambda: metrics.snapshot().get("snlpgw_asr_queue_depth") == 0.0, 30)
+        _submit(path, 1, "u1", "How are you?")  # queued
+        _submit(path, 2, "u2", "I am fine, thank you.")  # queue full: step 1's job is dropped
+        await mqtt.wait_for(lambda: len(mqtt.on(f"/assessment/{DEV}")) == 2, 60)
+        for task in tasks:
+            task.cancel()
+    assert sorted(a["step_index"] for a in mqtt.on(f"/assessment/{DEV}")) == [0, 2]
+    (alarm,) = mqtt.on("/events")
+    assert alarm["alarm"] == "asr_dropped"
+    assert alarm["device"] == DEV
+    assert alarm["detail"] == {"instance_id": "i1", "step_index": 1}

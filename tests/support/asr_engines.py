@@ -32,3 +32,9 @@ class SlowEngine(PocketsphinxEngine):
     def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
         time.sleep(self.delay_s)
         return super().transcribe(pcm, hints)
+
+
+class SecondEngine(SlowEngine):
+    """Transcribes for real, 1 s per job (to hold a job in flight)."""
+
+    delay_s = 1.0
