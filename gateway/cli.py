@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 import sys
 from collections.abc import Sequence
@@ -41,7 +42,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await service.serve(until=stop)
+        try:
+            await service.serve(until=stop)
+        finally:
+            # A broker client abandoned mid-connect (start-up failed) is finalised by paho's
+            # __del__, which needs the loop: collect it while the loop still runs.
+            gc.collect()
 
     failed: list[OSError] = []
     try:

@@ -216,13 +216,16 @@ class MqttConnection:
     async def _serve_once(self) -> None:
         client = self._make_client()
         async with client:
+            _honour_lost_cancel()
             self._client = client
             try:
                 for route in self._routes:
                     await client.subscribe(route.topic_filter, qos=route.qos)
+                    _honour_lost_cancel()
                 await client.publish(
                     self._presence_topic, self._presence_payload(True), qos=1, retain=True
                 )
+                _honour_lost_cancel()
                 self._connections += 1
                 self.m_connects.inc()
                 self.m_connected.set(1)
@@ -284,11 +287,7 @@ class MqttConnection:
             await client.publish(
                 msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props
             )
-            # aiomqtt waits for the PUBACK with asyncio.wait_for, which on Python 3.11 can swallow
-            # a cancellation racing with the PUBACK; honour it here so shutdown cannot hang.
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise asyncio.CancelledError
+            _honour_lost_cancel()
             if self._outbox and self._outbox[0] is msg:
                 self._outbox.popleft()
             self.m_out.inc()
@@ -333,6 +332,19 @@ class MqttConnection:
                     log.exception("handler for %s failed on %s", route.topic_filter, inbound.topic)
         if not matched:
             self.m_in_dropped.labels("no_route").inc()
+
+
+def _honour_lost_cancel() -> None:
+    """Re-raise a cancellation aiomqtt swallowed.
+
+    aiomqtt awaits the broker with ``asyncio.wait_for``, which on Python 3.11 can return a
+    result and drop a cancellation that raced with it; the task still counts the request in
+    ``cancelling()``. Without this check a cancelled connection task carries on (and a gateway
+    whose HTTP port is taken, say, never exits). Called after every awaited aiomqtt call.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def presence_payload(gateway_id: str) -> Callable[[bool], bytes]:
