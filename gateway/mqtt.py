@@ -215,17 +215,28 @@ class MqttConnection:
 
     async def _serve_once(self) -> None:
         client = self._make_client()
+        baseline = _cancel_count()
+        try:
+            await self._serve_client(client, baseline)
+        except asyncio.CancelledError:
+            # Cancelled mid-connect, aiomqtt leaves paho's socket open; paho would close it in
+            # __del__, after the loop is gone ("Event loop is closed"). Close it now.
+            with contextlib.suppress(Exception):
+                client._client._reset_sockets()  # paho's own cleanup (no public equivalent)
+            raise
+
+    async def _serve_client(self, client: aiomqtt.Client, baseline: int) -> None:
         async with client:
-            _honour_lost_cancel()
+            _honour_lost_cancel(baseline)
             self._client = client
             try:
                 for route in self._routes:
                     await client.subscribe(route.topic_filter, qos=route.qos)
-                    _honour_lost_cancel()
+                    _honour_lost_cancel(baseline)
                 await client.publish(
                     self._presence_topic, self._presence_payload(True), qos=1, retain=True
                 )
-                _honour_lost_cancel()
+                _honour_lost_cancel(baseline)
                 self._connections += 1
                 self.m_connects.inc()
                 self.m_connected.set(1)
@@ -270,6 +281,7 @@ class MqttConnection:
         self.m_connected.set(0)
 
     async def _publish_loop(self, client: aiomqtt.Client) -> None:
+        baseline = _cancel_count()
         while True:
             if not self._outbox:
                 self._outbox_ready.clear()
@@ -287,7 +299,7 @@ class MqttConnection:
             await client.publish(
                 msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props
             )
-            _honour_lost_cancel()
+            _honour_lost_cancel(baseline)
             if self._outbox and self._outbox[0] is msg:
                 self._outbox.popleft()
             self.m_out.inc()
@@ -334,16 +346,23 @@ class MqttConnection:
             self.m_in_dropped.labels("no_route").inc()
 
 
-def _honour_lost_cancel() -> None:
+def _cancel_count() -> int:
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0
+
+
+def _honour_lost_cancel(baseline: int) -> None:
     """Re-raise a cancellation aiomqtt swallowed.
 
     aiomqtt awaits the broker with ``asyncio.wait_for``, which on Python 3.11 can return a
     result and drop a cancellation that raced with it; the task still counts the request in
     ``cancelling()``. Without this check a cancelled connection task carries on (and a gateway
-    whose HTTP port is taken, say, never exits). Called after every awaited aiomqtt call.
+    whose HTTP port is taken, say, never exits). Called after every awaited aiomqtt call with
+    the count seen when the task began this attempt: tearing down an earlier connection can
+    leave the count raised for good, so only requests beyond it are new.
     """
     task = asyncio.current_task()
-    if task is not None and task.cancelling():
+    if task is not None and task.cancelling() > baseline:
         raise asyncio.CancelledError
 
 
