@@ -19,7 +19,7 @@ from gateway.simulators.xiaozhi import (
     simulate,
 )
 from gateway.xiaozhi.mcp import McpError
-from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
+from tests.integration.xiaozhi_support import Gateway, new_mac, provisioned_device, running_gateway
 from tests.support import speech
 from tests.support.broker import Broker, connect_reason_code
 from topics.xiaozhi import firmware_accepts_hello
@@ -102,11 +102,7 @@ async def test_ota_hello_speech_goodbye(broker: Broker) -> None:
 async def test_realtime_stream_and_gateway_goodbye(broker: Broker) -> None:
     timeline = speech.compose([500, "Hello there.", 1000, "Nice to meet you.", 900])
     async with running_gateway(broker) as gw:
-        mac = new_mac()
-        dev = mac.replace(":", "_")
-        sim = XiaozhiDeviceSim(mac=mac)
-        await sim.provision(gw.ota_url)
-        async with sim:
+        async with provisioned_device(gw) as (dev, sim):
             hello = await sim.open_audio_channel()
             await sim.listen_start("manual")
             await sim.stream_pcm(timeline.pcm, speed=1)
@@ -124,11 +120,7 @@ async def test_realtime_stream_and_gateway_goodbye(broker: Broker) -> None:
 async def test_downlink_audio_is_paced_after_tts_start(broker: Broker) -> None:
     packets = encode_pcm(speech.synthesize("This is the gateway speaking."))
     async with running_gateway(broker) as gw:
-        mac = new_mac()
-        dev = mac.replace(":", "_")
-        sim = XiaozhiDeviceSim(mac=mac)
-        await sim.provision(gw.ota_url)
-        async with sim:
+        async with provisioned_device(gw) as (dev, sim):
             await sim.open_audio_channel()
             await sim.listen_start()
             await sim.stream_opus(encode_pcm(speech.silence(180)), speed=10)
@@ -146,23 +138,18 @@ async def test_downlink_audio_is_paced_after_tts_start(broker: Broker) -> None:
 
 
 async def test_new_hello_replaces_session_and_stale_messages_get_goodbye(broker: Broker) -> None:
-    async with running_gateway(broker) as gw:
-        mac = new_mac()
-        dev = mac.replace(":", "_")
-        sim = XiaozhiDeviceSim(mac=mac)
-        await sim.provision(gw.ota_url)
-        async with sim:
-            first = await sim.open_audio_channel()
-            second = await sim.open_audio_channel()  # firmware re-hellos after 120 s idle
-            assert first.session_id != second.session_id
-            assert first.key != second.key
-            assert gw.channel.session_id(dev) == second.session_id
-            await sim.publish(
-                f'{{"session_id":"{first.session_id}","type":"listen","state":"start","mode":"auto"}}'
-            )
-            reply = await sim.expect("goodbye")
-            assert reply == {"type": "goodbye", "session_id": first.session_id}
-            assert gw.channel.session_id(dev) == second.session_id  # current session untouched
+    async with running_gateway(broker) as gw, provisioned_device(gw) as (dev, sim):
+        first = await sim.open_audio_channel()
+        second = await sim.open_audio_channel()  # firmware re-hellos after 120 s idle
+        assert first.session_id != second.session_id
+        assert first.key != second.key
+        assert gw.channel.session_id(dev) == second.session_id
+        await sim.publish(
+            f'{{"session_id":"{first.session_id}","type":"listen","state":"start","mode":"auto"}}'
+        )
+        reply = await sim.expect("goodbye")
+        assert reply == {"type": "goodbye", "session_id": first.session_id}
+        assert gw.channel.session_id(dev) == second.session_id  # current session untouched
 
 
 async def test_ota_refuses_bad_requests(broker: Broker) -> None:
@@ -238,11 +225,7 @@ async def test_simulate_command_streams_a_wav(broker: Broker, tmp_path: Path) ->
 async def test_goodbye_right_after_speech_keeps_the_last_utterance(broker: Broker) -> None:
     timeline = speech.compose([300, "See you later."])  # no trailing silence at all
     async with running_gateway(broker) as gw:
-        mac = new_mac()
-        dev = mac.replace(":", "_")
-        sim = XiaozhiDeviceSim(mac=mac)
-        await sim.provision(gw.ota_url)
-        async with sim:
+        async with provisioned_device(gw) as (dev, sim):
             await sim.open_audio_channel()
             await sim.listen_start("manual")
             await sim.stream_pcm(timeline.pcm, speed=10)

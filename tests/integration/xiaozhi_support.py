@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.service import Service
 from gateway.settings import Settings
+from gateway.simulators.xiaozhi import XiaozhiDeviceSim
 from gateway.xiaozhi.channel import XiaozhiChannel
 from gateway.xiaozhi.provisioning import broker_provisioner
 from tests.support.broker import Broker
@@ -159,3 +160,13 @@ def new_mac() -> str:
     octets = bytearray(secrets.token_bytes(6))
     octets[0] = (octets[0] | 0x02) & 0xFE
     return ":".join(f"{b:02x}" for b in octets)
+
+
+@asynccontextmanager
+async def provisioned_device(gw: Gateway) -> AsyncIterator[tuple[str, XiaozhiDeviceSim]]:
+    """A new device simulator, provisioned over OTA and connected: ``(device id, simulator)``."""
+    mac = new_mac()
+    sim = XiaozhiDeviceSim(mac=mac)
+    await sim.provision(gw.ota_url)
+    async with sim:
+        yield mac.replace(":", "_"), sim
