@@ -1,0 +1,343 @@
+"""Voice-session v1 on the gateway side: a pure core (events and ``now`` in, effects out).
+
+One :class:`VoiceSession` per device in CHAT mode (seed voice-session-v1 §1-§4):
+
+* a ``listen start`` (or a wake word, ``listen detect``) opens a turn in PROMPT_LISTEN with a
+  fresh turn id; with a device that relies on server VAD (``auto``, ``realtime``) the gateway
+  arms the silence timeout (default 5 s), reset by speech; expiry → standby (the shell says
+  goodbye, the device goes idle);
+* the segment ends by server VAD: the gateway's own VAD when the embedded engine answers
+  (``local_segments``), the upstream's (its ``stt``) when bridged, or the device's
+  ``listen stop`` (push-to-talk);
+* one turn at a time: uplink flows only in PROMPT_LISTEN / HEARING (:attr:`uplink_open`), never
+  while a reply is prepared or TTS plays (v1 has no barge-in);
+* after TTS, ``auto``/``realtime`` devices listen again (a new turn, the timeout re-armed from
+  the moment ``tts stop`` went out, i.e. the end of the cue); a ``manual`` device goes idle on
+  its own and the gateway does not fight it (no timeout, no goodbye);
+* a task (lesson) suspends the session; back in CHAT it waits for the device's next listen.
+
+Events the world may send at any time (late, duplicate, out of turn) change nothing and return
+no effects; only a broken shell contract raises :class:`VoiceSessionError` naming the state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class ChatState(Enum):
+    CLOSED = "closed"  # no device session
+    IDLE = "idle"  # session open, device not listening
+    PROMPT_LISTEN = "prompt_listen"  # waiting for the user's sentence (silence timeout armed)
+    HEARING = "hearing"  # speech in progress
+    THINKING = "thinking"  # segment ended, waiting for the reply (reply timeout armed)
+    SPEAKING = "speaking"  # TTS playing: no uplink
+    SUSPENDED = "suspended"  # a task owns the device
+
+
+class ListenMode(Enum):
+    AUTO = "auto"  # device relies on server VAD
+    MANUAL = "manual"  # push-to-talk: the device runs its own state machine
+    REALTIME = "realtime"  # continuous, server VAD
+
+    @classmethod
+    def parse(cls, mode: str | None, default: ListenMode) -> ListenMode:
+        try:
+            return cls(mode) if mode else default
+        except ValueError:
+            return default
+
+
+class VoiceSessionError(Exception):
+    def __init__(self, state: ChatState, problem: str) -> None:
+        self.state = state
+        super().__init__(f"in {state.value}: {problem}")
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The device said hello (a new Xiaozhi session)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListenStart:
+    mode: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ListenDetect:
+    """A local wake word: a turn begins in the mode the device used last."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListenStop:
+    """Push-to-talk release: the device ends the segment."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    """The gateway's VAD heard speech begin."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStopped:
+    """The gateway's VAD closed an utterance."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStt:
+    """The upstream recognised the segment (its VAD ended it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TtsStarted:
+    """``tts start`` went to the device."""
+
+
+@dataclass(frozen=True, slots=True)
+class TtsStopped:
+    """``tts stop`` went to the device (its audio had time to play)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """The device asked to stop speaking."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStarted:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class BackToChat:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamLost:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A deadline may have passed."""
+
+
+VoiceEvent = (
+    Opened
+    | Closed
+    | ListenStart
+    | ListenDetect
+    | ListenStop
+    | SpeechStarted
+    | SpeechStopped
+    | ServerStt
+    | TtsStarted
+    | TtsStopped
+    | Abort
+    | TaskStarted
+    | BackToChat
+    | UpstreamLost
+    | Tick
+)
+
+# -- effects ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpenUpstream:
+    """Start answering this session (bridge: open the upstream WebSocket)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseUpstream:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class BeginTurn:
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndSegment:
+    """The turn's audio is complete (``by``: vad, device); the embedded engine answers it."""
+
+    turn: int
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopPlayback:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Standby:
+    """Send the device to standby: goodbye with its session id, close the upstream."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Alarm:
+    alarm: str
+    reason: str
+
+
+VoiceEffect = OpenUpstream | CloseUpstream | BeginTurn | EndSegment | StopPlayback | Standby | Alarm
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceConfig:
+    silence_timeout_ms: float = 5_000.0
+    reply_timeout_ms: float = 20_000.0
+    local_segments: bool = False  # True: the gateway's VAD ends segments (embedded engine)
+
+
+_LISTENING = (ChatState.PROMPT_LISTEN, ChatState.HEARING)
+_ACTIVE = (*_LISTENING, ChatState.IDLE, ChatState.THINKING, ChatState.SPEAKING)
+
+
+class VoiceSession:
+    def __init__(self, config: VoiceConfig | None = None, *, suspended: bool = False) -> None:
+        self.config = config or VoiceConfig()
+        self.state = ChatState.SUSPENDED if suspended else ChatState.CLOSED
+        self.session_open = False
+        self.mode = ListenMode.AUTO
+        self.turn = 0
+        self.deadline: float | None = None
+        self._now = 0.0
+
+    @property
+    def uplink_open(self) -> bool:
+        """Whether the device's microphone frames go to the answering side now."""
+        return self.state in _LISTENING
+
+    def next_deadline(self) -> float | None:
+        return self.deadline
+
+    def handle(self, event: VoiceEvent, now: float) -> list[VoiceEffect]:  # noqa: PLR0911, PLR0912 - the transition table
+        if now < self._now:
+            raise VoiceSessionError(self.state, f"time went backwards ({now} < {self._now})")
+        self._now = now
+        state = self.state
+        match event:
+            case Opened():
+                self.session_open = True
+                if state is ChatState.SUSPENDED:
+                    return []
+                self._go(ChatState.IDLE)
+                return [OpenUpstream()]
+            case Closed(reason=reason):
+                self.session_open = False
+                if state is ChatState.SUSPENDED or state is ChatState.CLOSED:
+                    return []
+                self._go(ChatState.CLOSED)
+                return [StopPlayback("closed"), CloseUpstream(reason)]
+            case ListenStart(mode=mode) if state in _ACTIVE:
+                self.mode = ListenMode.parse(mode, self.mode)
+                return self._listen(now)
+            case ListenDetect() if state in _ACTIVE:
+                return self._listen(now)
+            case ListenStop() if state in _LISTENING:
+                return self._end_segment(now, "device")
+            case SpeechStarted() if state is ChatState.PROMPT_LISTEN:
+                self._go(ChatState.HEARING)
+                return []
+            case SpeechStopped() if state is ChatState.HEARING:
+                if self.config.local_segments:
+                    return self._end_segment(now, "vad")
+                self._go(ChatState.PROMPT_LISTEN, self._silence_deadline(now))
+                return []
+            case ServerStt() if state in _LISTENING:
+                self._go(ChatState.THINKING, now + self.config.reply_timeout_ms)
+                return []
+            case TtsStarted() if state in _ACTIVE:
+                self._go(ChatState.SPEAKING)
+                return []
+            case TtsStopped() if state is ChatState.SPEAKING:
+                if self.mode is ListenMode.MANUAL:
+                    self._go(ChatState.IDLE)
+                    return []
+                return self._listen(now)
+            case Abort() if state in (ChatState.THINKING, ChatState.SPEAKING):
+                return [StopPlayback("abort")]
+            case TaskStarted():
+                if state is ChatState.SUSPENDED:
+                    return []
+                self._go(ChatState.SUSPENDED)
+                return (
+                    []
+                    if state is ChatState.CLOSED
+                    else [StopPlayback("task"), CloseUpstream("task")]
+                )
+            case BackToChat() if state is ChatState.SUSPENDED:
+                if not self.session_open:
+                    self._go(ChatState.CLOSED)
+                    return []
+                self._go(ChatState.IDLE)
+                return [OpenUpstream()]
+            case UpstreamLost(reason=reason) if state in _ACTIVE:
+                self._go(ChatState.CLOSED)
+                return [
+                    StopPlayback("upstream"),
+                    Standby("upstream_lost"),
+                    Alarm("chat_upstream_lost", reason),
+                ]
+            case Tick():
+                return self._on_time(now)
+            case (
+                ListenStart()
+                | ListenDetect()
+                | ListenStop()
+                | SpeechStarted()
+                | SpeechStopped()
+                | ServerStt()
+                | TtsStarted()
+                | TtsStopped()
+                | Abort()
+                | BackToChat()
+                | UpstreamLost()
+            ):
+                return []  # out of turn: changes nothing
+            case _:
+                raise VoiceSessionError(state, f"not a voice-session event: {event!r}")
+
+    def _on_time(self, now: float) -> list[VoiceEffect]:
+        if self.deadline is None or now < self.deadline:
+            return []
+        reason = "silence" if self.state is ChatState.PROMPT_LISTEN else "no_reply"
+        self._go(ChatState.CLOSED)
+        return [StopPlayback(reason), Standby(reason)]
+
+    def _listen(self, now: float) -> list[VoiceEffect]:
+        effects: list[VoiceEffect] = []
+        if self.state not in _LISTENING:
+            self.turn += 1
+            effects.append(BeginTurn(self.turn))
+        self._go(ChatState.PROMPT_LISTEN, self._silence_deadline(now))
+        return effects
+
+    def _end_segment(self, now: float, by: str) -> list[VoiceEffect]:
+        self._go(ChatState.THINKING, now + self.config.reply_timeout_ms)
+        return [EndSegment(self.turn, by)]
+
+    def _silence_deadline(self, now: float) -> float | None:
+        if self.mode is ListenMode.MANUAL:
+            return None  # the device decides when the user is done
+        return now + self.config.silence_timeout_ms
+
+    def _go(self, state: ChatState, deadline: float | None = None) -> None:
+        self.state = state
+        self.deadline = deadline
