@@ -116,7 +116,7 @@ def _prepare_audio(media_dir: Path) -> dict[int, bytes]:
 
 
 async def _fetch_instance(gw: Gateway, instance_id: str) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{gw.service.http.port}/task/instance/{instance_id}"
+    url = f"http://127.0.0.1:{gw.service.admin.port}/task/instance/{instance_id}"
     async with aiohttp.ClientSession() as http, http.get(url) as resp:
         if resp.status != 200:
             raise DemoError(f"GET {url} answered {resp.status}: {await resp.text()}")
@@ -253,7 +253,10 @@ async def run_demo(
             tl.note(f"mosquitto ready on {broker.url}")
             settings = gateway_settings(broker, data_dir=root / "data")
             async with running_gateway(settings) as gw:
-                tl.note(f"gateway ready: HTTP :{gw.service.http.port}, UDP :{gw.xiaozhi.udp_port}")
+                tl.note(
+                    f"gateway ready: HTTP :{gw.service.http.port}, admin :{gw.service.admin.port}, "
+                    f"UDP :{gw.xiaozhi.udp_port}"
+                )
                 result = await _lesson(broker, gw, root / "media", child, tl)
         write("")
         for line in instance_table(result.stored):

@@ -144,7 +144,7 @@ def gateway_settings(broker: LocalBroker, **overrides: Any) -> Settings:
         "gateway_id": "demo-gw",
         "data_dir": broker.data_dir,
         "mqtt": {"url": broker.url, "password": gateway_password(broker.data_dir)},
-        "http": {"host": "127.0.0.1", "port": 0},
+        "http": {"host": "127.0.0.1", "port": 0, "admin_port": 0},
         "udp": {"host": "127.0.0.1", "port": 0},
         "runtime": {
             "catalog_path": REPO_ROOT / "catalog",
@@ -166,6 +166,7 @@ async def running_gateway(settings: Settings) -> AsyncIterator[Gateway]:
             async with asyncio.timeout(20):
                 await gw.service.mqtt.wait_connected()
                 await gw.service.http.wait_started()
+                await gw.service.admin.wait_started()
                 await gw.xiaozhi.wait_ready()
                 await gw.tasks.wait_ready()
             yield gw

@@ -1,7 +1,11 @@
-"""The gateway's HTTP server (aiohttp), embedded in the service TaskGroup.
+"""The gateway's HTTP servers (aiohttp), embedded in the service TaskGroup.
 
-Built-in routes: ``GET /healthz`` and ``GET /metrics`` (Prometheus text). Components add their
-own routes (OTA, task API) through :meth:`HttpServer.add_route` before the server starts.
+The service runs two of them: the **device listener** (``http.host:port``) that boards reach,
+serving OTA and ``GET /healthz`` only, and the **admin listener** (``http.admin_host:admin_port``,
+loopback by default) serving ``GET /metrics`` (Prometheus text), ``/healthz``, the task API and
+device approval; with ``http.admin_token`` set, every admin route but ``/healthz`` requires
+``Authorization: Bearer <token>`` (compared in constant time, never logged).
+Components add their routes through :meth:`HttpServer.add_route` before the servers start.
 aiohttp's ``AppRunner`` is used rather than ``web.run_app`` so the server installs no signal
 handlers and stops under the service's shutdown budget.
 """
@@ -9,6 +13,7 @@ handlers and stops under the service's shutdown budget.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -22,19 +27,36 @@ RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HealthCheck = Callable[[], dict[str, object]]
 
 _MAX_BODY = 64 * 1024  # OTA bodies are a few KiB of system info; nothing we serve takes more
+_OPEN_PATHS = frozenset({"/healthz"})  # answered without the admin token (liveness probes)
 
 
 class HttpServer:
-    def __init__(self, *, host: str, port: int, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        metrics: Metrics,
+        name: str = "http",
+        serve_metrics: bool = True,
+        token: str | None = None,
+        health: dict[str, HealthCheck] | None = None,
+    ) -> None:
+        """``health``: share another server's checks (the admin listener shows the same
+        /healthz as the device listener); ``token``: require it as a bearer token."""
         self._host = host
         self._port = port
         self._metrics = metrics
-        self._app = web.Application(client_max_size=_MAX_BODY)
-        self._health: dict[str, HealthCheck] = {}
+        self._name = name
+        self._token = token.encode() if token else None
+        middlewares = [self._auth] if self._token is not None else []
+        self._app = web.Application(client_max_size=_MAX_BODY, middlewares=middlewares)
+        self._health: dict[str, HealthCheck] = {} if health is None else health
         self._bound_port: int | None = None
         self._started = asyncio.Event()
         self._app.router.add_get("/healthz", self._healthz)
-        self._app.router.add_get("/metrics", self._metrics_text)
+        if serve_metrics:
+            self._app.router.add_get("/metrics", self._metrics_text)
 
     def add_route(self, method: str, path: str, handler: RouteHandler) -> None:
         self._app.router.add_route(method, path, handler)
@@ -44,9 +66,13 @@ class HttpServer:
         self._health[name] = check
 
     @property
+    def health_checks(self) -> dict[str, HealthCheck]:
+        return self._health
+
+    @property
     def port(self) -> int:
         if self._bound_port is None:
-            raise RuntimeError("HTTP server not started")
+            raise RuntimeError(f"{self._name} server not started")
         return self._bound_port
 
     async def wait_started(self) -> None:
@@ -60,14 +86,27 @@ class HttpServer:
         try:
             site = web.TCPSite(runner, self._host, self._port)
             await site.start()
-            server = site._server  # aiohttp exposes no public accessor for the bound port
-            sockets = getattr(server, "sockets", None) or []
-            self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+            addresses = runner.addresses
+            self._bound_port = int(addresses[0][1]) if addresses else self._port
             self._started.set()
-            log.info("HTTP listening on %s:%d", self._host, self._bound_port)
+            log.info("%s listening on %s:%d", self._name, self._host, self._bound_port)
             await asyncio.Event().wait()  # serve until cancelled
         finally:
             await runner.cleanup()
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: RouteHandler) -> web.StreamResponse:
+        if request.path in _OPEN_PATHS:
+            return await handler(request)
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        expected = self._token or b""
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), expected):
+            return web.json_response(
+                {"error": "unauthorized", "detail": "admin routes need a bearer token"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="snlpgw-admin"'},
+            )
+        return await handler(request)
 
     async def _healthz(self, _: web.Request) -> web.Response:
         details = {name: check() for name, check in self._health.items()}

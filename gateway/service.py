@@ -66,9 +66,10 @@ class Context:
 
     settings: Settings
     mqtt: MqttConnection
-    http: HttpServer
+    http: HttpServer  # device-facing: OTA and /healthz only
     metrics: Metrics
     ops: Ops
+    admin: HttpServer  # loopback admin listener: metrics, task API, approvals
 
 
 class Component(Protocol):
@@ -104,10 +105,23 @@ class Service:
             metrics=self.metrics,
         )
         self.http = HttpServer(
-            host=settings.http.host, port=settings.http.port, metrics=self.metrics
+            host=settings.http.host,
+            port=settings.http.port,
+            metrics=self.metrics,
+            name="HTTP (devices)",
+            serve_metrics=False,
+        )
+        token = settings.http.admin_token
+        self.admin = HttpServer(
+            host=settings.http.admin_host,
+            port=settings.http.admin_port,
+            metrics=self.metrics,
+            name="HTTP (admin)",
+            token=token.get_secret_value() if token is not None else None,
+            health=self.http.health_checks,
         )
         self.ops = Ops(gw, self.mqtt, self.metrics)
-        self.ctx = Context(settings, self.mqtt, self.http, self.metrics, self.ops)
+        self.ctx = Context(settings, self.mqtt, self.http, self.metrics, self.ops, self.admin)
         self.components = list(components)
         self._started_mono = time.monotonic()
         self._uptime = self.metrics.gauge("uptime_seconds", "Seconds since the service started")
@@ -121,6 +135,7 @@ class Service:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.mqtt.run(), name="service.mqtt")
             tg.create_task(self.http.run(), name="service.http")
+            tg.create_task(self.admin.run(), name="service.admin-http")
             tg.create_task(self._publish_metrics(), name="service.metrics")
             for component in self.components:
                 tg.create_task(component.run(), name=f"service.{component.name}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -64,8 +64,16 @@ class MqttSettings(_Section):
 
 
 class HttpSettings(_Section):
-    host: str = Field("127.0.0.1", description="HTTP bind address (OTA, healthz, metrics, tasks).")
+    host: str = Field("127.0.0.1", description="Device-facing HTTP bind address (OTA, healthz).")
     port: int = Field(8003, ge=0, le=65535, description="HTTP port (8003 is the xiaozhi OTA port).")
+    admin_host: str = Field(
+        "127.0.0.1",
+        description="Admin HTTP bind address (metrics, task API, device approval, healthz).",
+    )
+    admin_port: int = Field(8004, ge=0, le=65535, description="Admin HTTP port.")
+    admin_token: SecretStr | None = Field(
+        None, description="Bearer token the admin listener requires (unset: none; never logged)."
+    )
 
 
 class UdpSettings(_Section):

@@ -1,4 +1,5 @@
-"""The task HTTP API (read-only): ``GET /task/instance/{id}`` and ``GET /task/instance``.
+"""The task HTTP API (read-only, on the admin listener): ``GET /task/instance/{id}`` and
+``GET /task/instance``.
 
 Answers are JSON. An unknown id is 404, a malformed id or query is 400, a failing store is
 503; every error body is ``{"error": <code>, "detail": <text>}``. Metrics are the list
@@ -65,8 +66,8 @@ class TaskApi:
         self._store = store
 
     def attach(self, ctx: Context) -> None:
-        ctx.http.add_route("GET", "/task/instance/{instance_id}", self.get_instance)
-        ctx.http.add_route("GET", "/task/instance", self.list_instances)
+        ctx.admin.add_route("GET", "/task/instance/{instance_id}", self.get_instance)
+        ctx.admin.add_route("GET", "/task/instance", self.list_instances)
 
     async def run(self) -> None:
         return

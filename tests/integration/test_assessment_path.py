@@ -32,7 +32,7 @@ def _side_path(
         backend=ProcessBackend(engine, name=engine.__name__.lower()),
     )
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
-    ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics))  # type: ignore[arg-type]
+    ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
     store.attach(ctx)
     path.attach(ctx)
     return path, store, mqtt, metrics

@@ -24,6 +24,7 @@ def _env(broker: Broker, tmp_path: Path, **extra: str) -> dict[str, str]:
         SNLPGW_MQTT__URL=broker.url,
         SNLPGW_MQTT__PASSWORD=broker.gateway_credentials().password or "",
         SNLPGW_HTTP__PORT=str(free_port()),
+        SNLPGW_HTTP__ADMIN_PORT="0",
         SNLPGW_UDP__PORT="0",
         SNLPGW_OPS__LOG_JSON="true",
         SNLPGW_ASR__ENGINE="none",

@@ -44,10 +44,10 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Service, str]]:
     store = parts.store
     async with asyncio.TaskGroup() as tg:
         tasks = [
-            tg.create_task(service.http.run(), name="test.http"),
+            tg.create_task(service.admin.run(), name="test.http"),
             tg.create_task(store.run(), name="test.store"),
         ]
-        await service.http.wait_started()
+        await service.admin.wait_started()
         store.submit_instance(
             InstanceRecord(
                 "inst-1",
@@ -84,7 +84,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Service, str]]:
             )
         await store.flush()
         try:
-            yield service, f"http://127.0.0.1:{service.http.port}"
+            yield service, f"http://127.0.0.1:{service.admin.port}"
         finally:
             for task in tasks:
                 task.cancel()
@@ -168,9 +168,9 @@ async def test_unreadable_store_answers_503(tmp_path: Path) -> None:
     store = Store(path=tmp_path)  # a directory: SQLite cannot open it
     service = make_service(tmp_path, [store, TaskApi(store=store)])
     async with asyncio.TaskGroup() as tg:
-        http = tg.create_task(service.http.run(), name="test.http")
-        await service.http.wait_started()
-        base = f"http://127.0.0.1:{service.http.port}"
+        http = tg.create_task(service.admin.run(), name="test.http")
+        await service.admin.wait_started()
+        base = f"http://127.0.0.1:{service.admin.port}"
         try:
             for path in ("/task/instance/x", "/task/instance"):
                 status, body = await get(base + path)

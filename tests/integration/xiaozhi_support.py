@@ -110,7 +110,7 @@ def gateway_settings(broker: Broker, **xiaozhi: Any) -> Settings:
         gateway_id=f"gw-{secrets.token_hex(3)}",
         data_dir=broker.data_dir,
         mqtt={"url": broker.url, "username": creds.username, "password": creds.password},
-        http={"host": "127.0.0.1", "port": 0},
+        http={"host": "127.0.0.1", "port": 0, "admin_port": 0},
         udp={"host": "127.0.0.1", "port": 0},
         xiaozhi=xiaozhi,
     )
@@ -148,6 +148,7 @@ async def running_gateway(
         async with asyncio.timeout(15):
             await service.mqtt.wait_connected()
             await service.http.wait_started()
+            await service.admin.wait_started()
             await channel.wait_ready()
         try:
             yield Gateway(service, channel, recorder, settings)

@@ -25,7 +25,7 @@ def gateway_settings(broker: Broker, data_dir: Path, **overrides: Any) -> Settin
             "reconnect_min_s": 0.05,
             "reconnect_max_s": 0.5,
         },
-        "http": {"port": 0},
+        "http": {"port": 0, "admin_port": 0},
         "udp": {"port": 0},
         "ops": {"metrics_interval_s": 0.2, "shutdown_timeout_s": 2.0},
     }
@@ -45,6 +45,7 @@ async def running(
             async with asyncio.timeout(10):
                 await svc.mqtt.wait_connected()
                 await svc.http.wait_started()
+                await svc.admin.wait_started()
             yield svc
         finally:
             stop.set()

@@ -154,6 +154,7 @@ class LessonRig:
         async with asyncio.timeout(10):
             await gw.service.mqtt.wait_connected()
             await gw.service.http.wait_started()
+            await gw.service.admin.wait_started()
             await gw.tasks.wait_ready()
         return gw
 
@@ -188,7 +189,7 @@ class LessonRig:
         }
 
     async def http_get(self, path: str) -> tuple[int, Any]:
-        url = f"http://127.0.0.1:{self.gw.service.http.port}{path}"
+        url = f"http://127.0.0.1:{self.gw.service.admin.port}{path}"
         async with aiohttp.ClientSession() as http, http.get(url) as resp:
             return resp.status, await resp.json()
 

@@ -147,7 +147,7 @@ async def start(backend: ClientSession, dev: str, seen: Observed, **fields: Any)
 
 
 async def fetch_instance(gw: Gateway, instance_id: str) -> dict[str, Any]:
-    port = gw.service.http.port
+    port = gw.service.admin.port
     url = f"http://127.0.0.1:{port}/task/instance/{instance_id}"
     async with aiohttp.ClientSession() as http, http.get(url) as resp:
         assert resp.status == 200

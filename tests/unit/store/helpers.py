@@ -18,7 +18,7 @@ def make_service(tmp_path: Path, components: Sequence[Component] = ()) -> Servic
         gateway_id="gw-test",
         data_dir=tmp_path,
         mqtt={"password": "unused"},
-        http={"host": "127.0.0.1", "port": 0},
+        http={"host": "127.0.0.1", "port": 0, "admin_port": 0},
     )
     return Service(settings, components)
 

@@ -29,7 +29,7 @@ def _path() -> tuple[AssessmentPath, FakeMqtt, Metrics]:
     metrics, mqtt = Metrics(), FakeMqtt()
     path = AssessmentPath(settings=AsrSettings(), store=None, backend=IdleBackend())  # type: ignore[arg-type]
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
-    path.attach(Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics)))  # type: ignore[arg-type]
+    path.attach(Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http))  # type: ignore[arg-type]
     return path, mqtt, metrics
 
 

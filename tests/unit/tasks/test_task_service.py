@@ -62,7 +62,7 @@ async def rig(fast_catalog: Path) -> AsyncIterator[Rig]:
     )
     board.sink = svc.on_board_event
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
-    ctx = Context(settings, mqtt, http, metrics, Ops("gw", mqtt, metrics))  # type: ignore[arg-type]
+    ctx = Context(settings, mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
     svc.attach(ctx)
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(svc.run(), name="test.tasks")
