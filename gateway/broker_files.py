@@ -195,7 +195,7 @@ pid_file {pid_file}
 
 listener {port} {host}
 protocol mqtt
-
+{device_listener}
 persistence true
 persistence_location {persistence_dir}/
 autosave_interval 60
@@ -221,6 +221,20 @@ log_timestamp_format %Y-%m-%dT%H:%M:%S
 """
 
 
+# Devices choose their own MQTT client id, and Mosquitto lets a new connection with a taken id
+# disconnect the old one. On the listener devices use, the broker replaces every client id with
+# the user name (`use_username_as_clientid` is a listener option even with
+# per_listener_settings false; verified on 2.0.11), so a device can only ever displace itself.
+# Xiaozhi firmware connects with the OTA's `GID_…@@@{dev}@@@uuid` id over MQTT 3.1.1 with a clean
+# session and never reads its id back, so the rewrite is invisible to it.
+DEVICE_LISTENER_TEMPLATE = """
+# Devices: client id := user name (no device can take over another's or the gateway's id).
+listener {port} {host}
+protocol mqtt
+use_username_as_clientid true
+"""
+
+
 def render_config(
     paths: ConfigPaths,
     *,
@@ -228,10 +242,17 @@ def render_config(
     listener_port: int,
     run_as: str | None,
     flavour: str = "development",
+    device_listener: tuple[str, int] | None = None,
 ) -> str:
     """The broker config. ``run_as`` keeps a root-started broker from dropping to a user that
-    cannot read the 0600 password file (``user root`` means: do not drop privileges)."""
+    cannot read the 0600 password file (``user root`` means: do not drop privileges).
+
+    ``device_listener`` (host, port) adds the listener boards should be sent to (see
+    ``DEVICE_LISTENER_TEMPLATE``); the first listener stays the gateway's and local tools'."""
     user_line = f"user {run_as}" if run_as else "# user: default (mosquitto)"
+    device = ""
+    if device_listener is not None:
+        device = DEVICE_LISTENER_TEMPLATE.format(host=device_listener[0], port=device_listener[1])
     return _CONFIG_TEMPLATE.format(
         flavour=flavour,
         password_file=paths.password_file,
@@ -241,4 +262,5 @@ def render_config(
         user_line=user_line,
         host=listener_host,
         port=listener_port,
+        device_listener=device,
     )

@@ -149,9 +149,16 @@ class _Registry(BaseModel):
 
 
 def init_broker_files(
-    data_dir: Path, *, listener_host: str = "127.0.0.1", listener_port: int = 1883
+    data_dir: Path,
+    *,
+    listener_host: str = "127.0.0.1",
+    listener_port: int = 1883,
+    device_port: int | None = None,
 ) -> BrokerFiles:
-    """Create or refresh every broker file; idempotent (existing users and hashes are kept)."""
+    """Create or refresh every broker file; idempotent (existing users and hashes are kept).
+
+    ``device_port``: also listen there (on ``listener_host``) for devices, with client ids
+    forced to user names (see ``broker_files.DEVICE_LISTENER_TEMPLATE``)."""
     files = BrokerFiles.at(data_dir)
     with locked(files.lock_file):
         files.persistence_dir.mkdir(parents=True, exist_ok=True)
@@ -164,6 +171,7 @@ def init_broker_files(
                 listener_host=listener_host,
                 listener_port=listener_port,
                 run_as=_effective_user(),
+                device_listener=None if device_port is None else (listener_host, device_port),
             ),
             mode=0o644,
         )

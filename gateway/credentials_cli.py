@@ -39,6 +39,12 @@ def add_credentials_commands(subparsers: Subparsers) -> None:
     _data_dir_option(init)
     init.add_argument("--host", default="127.0.0.1", help="listener address (127.0.0.1)")
     init.add_argument("--port", type=int, default=1883, help="listener port (1883)")
+    init.add_argument(
+        "--device-port",
+        type=int,
+        default=None,
+        help="also listen here for boards, with client id = user name (no id takeover)",
+    )
     init.set_defaults(func=cmd_broker_init)
 
     prov = subparsers.add_parser(
@@ -83,7 +89,12 @@ def _reloader(command: str | None, files: BrokerFiles) -> Reloader:
 
 
 def cmd_broker_init(args: argparse.Namespace) -> int:
-    files = init_broker_files(_data_dir(args), listener_host=args.host, listener_port=args.port)
+    files = init_broker_files(
+        _data_dir(args),
+        listener_host=args.host,
+        listener_port=args.port,
+        device_port=args.device_port,
+    )
     sys.stdout.write(f"wrote {files.config}, {files.password_file}, {files.acl_file}\n")
     sys.stdout.write(f"start the broker with: mosquitto -c {files.config}\n")
     return 0

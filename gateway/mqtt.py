@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import random
+import secrets
 import socket
 import ssl
 import time
@@ -154,6 +156,10 @@ class MqttConnection:
     @property
     def connected(self) -> bool:
         return self._connected.is_set()
+
+    @property
+    def client_id(self) -> str:
+        return self._client_id
 
     @property
     def connection_count(self) -> int:
@@ -364,6 +370,22 @@ def _honour_lost_cancel(baseline: int) -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling() > baseline:
         raise asyncio.CancelledError
+
+
+def gateway_client_id(gateway_id: str, password: str | None) -> str:
+    """The gateway's MQTT client id: ``snlpgw-{gw}-`` plus 20 hex digits nobody can guess.
+
+    Mosquitto disconnects a client when another connects with the same id, so a guessable id
+    (``snlpgw-<host>``) let any credential knock the gateway off. The suffix is an HMAC of the
+    gateway id under the gateway's broker password (stable across restarts, so broker logs stay
+    readable, and secret as long as the password is), or random when there is no password.
+    """
+    if password:
+        digest = hmac.new(password.encode(), f"snlpgw-client-id:{gateway_id}".encode(), "sha256")
+        suffix = digest.hexdigest()[:20]
+    else:
+        suffix = secrets.token_hex(10)
+    return f"snlpgw-{gateway_id}-{suffix}"
 
 
 def presence_payload(gateway_id: str) -> Callable[[bool], bytes]:

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
-from gateway.mqtt import MqttConnection, presence_payload
+from gateway.mqtt import MqttConnection, gateway_client_id, presence_payload
 from gateway.settings import Settings
 from topics import OpsEvent, OpsMetrics, TopicKind, build_topic, encode
 
@@ -96,10 +96,11 @@ class Service:
         self.settings = settings
         self.metrics = Metrics()
         gw = settings.gateway_id
+        password = read_gateway_password(settings)
         self.mqtt = MqttConnection(
             settings=settings.mqtt,
-            password=read_gateway_password(settings),
-            client_id=f"snlpgw-{gw}",
+            password=password,
+            client_id=gateway_client_id(gw, password),
             presence_topic=build_topic(TopicKind.GW_STATUS, gw=gw),
             presence_payload=presence_payload(gw),
             metrics=self.metrics,

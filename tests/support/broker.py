@@ -109,9 +109,18 @@ class LocalMosquitto:
 class Broker:
     """A running broker with the project's config; ``provision`` reloads it."""
 
-    def __init__(self, data_dir: Path, port: int, backend: Backend, files: BrokerFiles) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        backend: Backend,
+        files: BrokerFiles,
+        device_port: int | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.port = port
+        # The listener boards are sent to in production: client id forced to the user name.
+        self.device_port = device_port
         self.files = files
         self._backend = backend
 
@@ -126,6 +135,12 @@ class Broker:
     @property
     def url(self) -> str:
         return f"mqtt://{self.host}:{self.port}"
+
+    @property
+    def device_url(self) -> str:
+        if self.device_port is None:
+            raise BrokerUnavailableError("this broker has no device listener")
+        return f"mqtt://{self.host}:{self.device_port}"
 
     @property
     def pid(self) -> int | None:
@@ -283,15 +298,18 @@ def mosquitto_binary() -> str:
 def start_broker(data_dir: Path) -> Broker:
     """Write the broker files under ``data_dir`` and start a broker on a free port."""
     port = free_port()
-    files = init_broker_files(data_dir, listener_host="127.0.0.1", listener_port=port)
+    device_port = free_port()
+    files = init_broker_files(
+        data_dir, listener_host="127.0.0.1", listener_port=port, device_port=device_port
+    )
     forced = os.environ.get("SNLPGW_TEST_BROKER", "")
     backend: Backend
     if forced == "container" or (forced != "local" and docker_answers()):
         from tests.support.broker_container import ContainerMosquitto  # noqa: PLC0415
 
-        backend = ContainerMosquitto(files, port)
+        backend = ContainerMosquitto(files, port, device_port)
     else:
         backend = LocalMosquitto(files.config, mosquitto_binary())
-    broker = Broker(data_dir, port, backend, files)
+    broker = Broker(data_dir, port, backend, files, device_port)
     broker.start()
     return broker

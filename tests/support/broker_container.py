@@ -22,7 +22,7 @@ _IN_CONTAINER = Path("/snlp/mosquitto")
 class ContainerMosquitto:
     kind: Literal["local", "container"] = "container"
 
-    def __init__(self, files: BrokerFiles, port: int) -> None:
+    def __init__(self, files: BrokerFiles, port: int, device_port: int) -> None:
         from testcontainers.core.container import DockerContainer  # noqa: PLC0415
 
         config = files.directory / "mosquitto.container.conf"
@@ -34,13 +34,19 @@ class ContainerMosquitto:
         )
         # `user root`: read the host-owned 0600 files without the image's chown dance.
         text = render_config(
-            inside, listener_host="0.0.0.0", listener_port=1883, run_as="root", flavour="test"
+            inside,
+            listener_host="0.0.0.0",
+            listener_port=1883,
+            run_as="root",
+            flavour="test",
+            device_listener=("0.0.0.0", 1884),
         )
         config.write_text(text)
         self._container: Any = (
             DockerContainer(IMAGE)
             .with_volume_mapping(str(files.directory), str(_IN_CONTAINER), "rw")
             .with_bind_ports(1883, port)
+            .with_bind_ports(1884, device_port)
             .with_command(f"mosquitto -c {_IN_CONTAINER / config.name}")
         )
         self.host = "127.0.0.1"

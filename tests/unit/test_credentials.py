@@ -247,3 +247,18 @@ def test_corrupt_registry_is_a_typed_error_and_changes_nothing(tmp_path: Path) -
     with pytest.raises(CredentialsError, match="unreadable user registry"):
         provision(tmp_path, DEV, reload=None)
     assert files.password_file.read_text() == before
+
+
+def test_device_listener_forces_client_id_to_user_name() -> None:
+    base = Path(".data/mosquitto")
+    paths = ConfigPaths(base / "passwd", base / "acl", base / "mosquitto.pid", base / "data")
+    rendered = render_config(
+        paths,
+        listener_host="127.0.0.1",
+        listener_port=1883,
+        run_as=None,
+        device_listener=("0.0.0.0", 1884),
+    )
+    gateway_part, device_part = rendered.split("listener 1884 0.0.0.0\n")
+    assert "use_username_as_clientid" not in gateway_part
+    assert device_part.startswith("protocol mqtt\nuse_username_as_clientid true\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gateway.metrics import Metrics
-from gateway.mqtt import Inbound, MqttConnection, presence_payload
+from gateway.mqtt import Inbound, MqttConnection, gateway_client_id, presence_payload
 from gateway.settings import MqttSettings
 
 
@@ -61,3 +61,13 @@ def test_presence_payload_shape() -> None:
     assert body["online"] is True
     assert body["gateway_id"] == "gw1"
     assert isinstance(body["ts"], int)
+
+
+def test_gateway_client_id_is_secret_derived_and_stable() -> None:
+    one = gateway_client_id("gw1", "pw-a")
+    assert one == gateway_client_id("gw1", "pw-a")  # stable across restarts
+    assert one.startswith("gw1".join(("snlpgw-", "-")))
+    assert len(one) == len("snlpgw-gw1-") + 20
+    assert gateway_client_id("gw1", "pw-b") != one  # unguessable without the password
+    assert gateway_client_id("gw2", "pw-a") != one
+    assert gateway_client_id("gw1", None) != gateway_client_id("gw1", None)  # random
