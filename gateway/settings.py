@@ -119,6 +119,9 @@ class BoardSettings(_Section):
     outbox_limit: int = Field(
         64, ge=1, description="Queued commands per device (overflow: refuse newest)."
     )
+    max_in_flight: int = Field(
+        4, ge=1, description="Commands sent to one board before the oldest is acked (in order)."
+    )
     heartbeat_s: float = Field(30.0, gt=0, description="Board heartbeat period.")
     missed_heartbeats: int = Field(
         3, ge=1, description="Missed heartbeats before a board is offline."

@@ -40,7 +40,12 @@ class Device:
     def create(cls, dev: str, s: BoardSettings) -> Device:
         return cls(
             dev,
-            Outbox(ack_timeout_s=s.ack_timeout_s, max_resends=s.max_resends, limit=s.outbox_limit),
+            Outbox(
+                ack_timeout_s=s.ack_timeout_s,
+                max_resends=s.max_resends,
+                limit=s.outbox_limit,
+                window=s.max_in_flight,
+            ),
             Presence(
                 dev,
                 heartbeat_s=s.heartbeat_s,

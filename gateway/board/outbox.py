@@ -1,18 +1,25 @@
 """Per-device command outbox: a sans-I/O state machine (time in, sends and outcomes out).
 
-Delivery rules (SPEC §3 "Command delivery"):
+Delivery rules (SPEC §3 "Command delivery"; the README's board section states them for users):
 
-* **One command in flight per device.** A board handles commands one at a time, and order
-  matters (STOP after PLAY must not overtake it), so the next command goes out only when the
-  one in flight is acked or given up. Per-device order is submit order.
-* A command not acked within ``ack_timeout_s`` is resent with the **same id** (the board
-  deduplicates) up to ``max_resends`` times while the board is online; then it ends ``failed``.
-* While the board is offline nothing is sent; a command in flight when the board drops goes
-  back to the head of the queue and is sent again (same id, fresh resend budget) when the board
-  returns. Any command whose ``ttl_ms`` passes before an ack ends ``expired``.
+* **Pipelined, in submit order.** Up to ``window`` commands are in flight per device at once
+  (sent, not yet acked): LISTEN_STOP and the next PLAY_MEDIA leave together instead of the
+  second waiting a broker round trip for the first one's ack. Commands always go on the wire
+  in submit order, and the in-flight commands are always the oldest ones (a prefix of the
+  queue). Order at the board rests on MQTT: one publisher, one topic (``snlp/v1/{dev}/cmd``),
+  one QoS (1) is delivered in publish order over the board's connection; ids plus the board's
+  deduplication make every resend safe. ``window=1`` is the old one-at-a-time behaviour.
+* Each command in flight has its own ack deadline: not acked within ``ack_timeout_s`` of its
+  last send, it is resent with the **same id and payload** up to ``max_resends`` times while
+  the board is online, then it ends ``failed`` (the others in flight are unaffected). Resends
+  due at the same time go out in submit order.
+* While the board is offline nothing is sent; commands in flight when it drops go back to the
+  queue in their places (same ids, fresh resend budget) and are sent again, in order, when the
+  board returns. Any command whose ``ttl_ms`` passes before an ack ends ``expired``.
+* An ack resolves its own command wherever it is in the queue (a late ack for a command sent
+  before the board dropped included); acks may arrive in any order.
 * The outbox is bounded (``limit`` commands, in flight included). Overflow policy: the newest
   command is refused with outcome ``overflow``; queued commands are never dropped silently.
-* A late ack for a queued command (sent before the board dropped) resolves it too.
 """
 
 from __future__ import annotations
@@ -69,12 +76,19 @@ class _Entry:
 
 
 class Outbox:
-    def __init__(self, *, ack_timeout_s: float, max_resends: int, limit: int) -> None:
+    def __init__(
+        self, *, ack_timeout_s: float, max_resends: int, limit: int, window: int = 1
+    ) -> None:
+        if window < 1:
+            raise ValueError("window must be at least 1")
         self._ack_timeout_s = ack_timeout_s
         self._max_resends = max_resends
         self._limit = limit
-        # Bounded by ``limit`` (checked in submit: refuse newest).
+        self._window = window
+        # Bounded by ``limit`` (checked in submit: refuse newest). Submit order; the entries
+        # in flight are always a prefix of it (sent front to back, re-queued all together).
         self._entries: deque[_Entry] = deque()
+        self._in_flight = 0  # length of that prefix
         self._online = False
 
     @property
@@ -84,9 +98,9 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def in_flight(self) -> str | None:
-        head = self._entries[0] if self._entries else None
-        return head.envelope.id if head and head.phase is Phase.IN_FLIGHT else None
+    def in_flight(self) -> tuple[str, ...]:
+        """Ids of the commands sent and not yet acked, oldest first."""
+        return tuple(e.envelope.id for e in self._flying())
 
     def submit(self, envelope: Envelope, now: float) -> list[Effect]:
         if len(self._entries) >= self._limit:
@@ -98,8 +112,10 @@ class Outbox:
         if online == self._online:
             return []
         self._online = online
-        if not online and self._entries and self._entries[0].phase is Phase.IN_FLIGHT:
-            self._entries[0].phase = Phase.QUEUED  # resent (same id) when the board returns
+        if not online:  # resent (same ids, in order) when the board returns
+            for entry in self._flying():
+                entry.phase = Phase.QUEUED
+            self._in_flight = 0
         return self._pump(now)
 
     def on_ack(self, ack: Ack, now: float) -> list[Effect] | None:
@@ -109,36 +125,29 @@ class Outbox:
                 break
         else:
             return None
-        self._entries.remove(entry)
+        self._remove(entry)
         latency = None if entry.first_sent_at is None else now - entry.first_sent_at
         kind = _ACK_OUTCOME[ack.status]
         done = Done(entry.envelope, _outcome(entry.envelope, kind, entry.sends, ack.code, latency))
         return [done, *self._pump(now)]
 
     def tick(self, now: float) -> list[Effect]:
-        """Expire, resend or give up whatever is due at ``now``."""
+        """Expire, resend or give up whatever is due at ``now`` (in submit order)."""
         effects: list[Effect] = []
-        for entry in [e for e in self._entries if now >= e.expires_at]:
-            self._entries.remove(entry)
-            effects.append(
-                Done(entry.envelope, _outcome(entry.envelope, OutcomeKind.EXPIRED, entry.sends))
-            )
-        head = self._entries[0] if self._entries else None
-        if head is not None and head.phase is Phase.IN_FLIGHT and now >= head.ack_due:
-            if head.resends_left > 0:
-                head.resends_left -= 1
-                effects.append(self._send(head, now))
-            else:
-                self._entries.popleft()
-                effects.append(
-                    Done(head.envelope, _outcome(head.envelope, OutcomeKind.FAILED, head.sends))
-                )
+        for entry in list(self._entries):
+            if now >= entry.expires_at:
+                effects.append(self._end(entry, OutcomeKind.EXPIRED))
+            elif entry.phase is Phase.IN_FLIGHT and now >= entry.ack_due:
+                if entry.resends_left > 0:
+                    entry.resends_left -= 1
+                    effects.append(self._send(entry, now))
+                else:
+                    effects.append(self._end(entry, OutcomeKind.FAILED))
         return effects + self._pump(now)
 
     def next_deadline(self) -> float | None:
         deadlines = [e.expires_at for e in self._entries]
-        if self._entries and self._entries[0].phase is Phase.IN_FLIGHT:
-            deadlines.append(self._entries[0].ack_due)
+        deadlines += [e.ack_due for e in self._flying()]
         return min(deadlines, default=None)
 
     def cancel_all(self) -> list[Effect]:
@@ -147,17 +156,31 @@ class Outbox:
             for e in self._entries
         ]
         self._entries.clear()
+        self._in_flight = 0
         return effects
 
+    def _flying(self) -> list[_Entry]:
+        return [self._entries[i] for i in range(self._in_flight)]
+
+    def _end(self, entry: _Entry, kind: OutcomeKind) -> Done:
+        self._remove(entry)
+        return Done(entry.envelope, _outcome(entry.envelope, kind, entry.sends))
+
+    def _remove(self, entry: _Entry) -> None:
+        self._entries.remove(entry)
+        if entry.phase is Phase.IN_FLIGHT:
+            self._in_flight -= 1
+
     def _pump(self, now: float) -> list[Effect]:
-        if not self._online or not self._entries:
-            return []
-        head = self._entries[0]
-        if head.phase is Phase.IN_FLIGHT:
-            return []
-        head.phase = Phase.IN_FLIGHT
-        head.resends_left = self._max_resends
-        return [self._send(head, now)]
+        """Send the oldest queued commands while the board is online and the window has room."""
+        sends: list[Effect] = []
+        while self._online and self._in_flight < min(self._window, len(self._entries)):
+            entry = self._entries[self._in_flight]
+            entry.phase = Phase.IN_FLIGHT
+            entry.resends_left = self._max_resends
+            self._in_flight += 1
+            sends.append(self._send(entry, now))
+        return sends
 
     def _send(self, entry: _Entry, now: float) -> Send:
         entry.sends += 1

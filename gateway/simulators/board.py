@@ -1,7 +1,8 @@
 """A Sening board simulator: a real MQTT 3.1.1 client speaking snlp/v1, for tests and demos.
 
-It behaves like the board firmware: clean session, optional LWT (retained ``status``), acks
-every command at once, deduplicates command ids (the last 32; a repeat gets ``duplicate`` and
+It behaves like the board firmware: clean session, optional LWT (retained ``status``), handles
+commands one by one in arrival order (the gateway pipelines several; MQTT keeps their order),
+acks every command at once, deduplicates command ids (the last 32; a repeat gets ``duplicate`` and
 is not executed again), "plays" a clip for its real duration (``durations`` map, else the
 clip file under ``media_dir`` measured from its WAV header or ``sox --i -D``, else
 ``default_duration_ms``), loops ``repeat`` times with one ``audio.completed`` whose

@@ -184,6 +184,42 @@ async def test_dropped_acks_resend_same_id_executed_once(broker: Broker, tmp_pat
         assert rig.metric('board_commands_resent_total{cmd="PLAY_MEDIA"}') == 2
 
 
+async def test_pipelined_commands_reach_the_board_in_order_and_none_waits_for_an_ack(
+    broker: Broker, tmp_path: Path
+) -> None:
+    async with gateway(broker, tmp_path, ack_timeout_s=4.0, max_in_flight=4) as rig:
+        dev = new_device_id()
+        sim = rig.simulator(dev, drop_acks=1, durations={"a.mp3": 60_000}, heartbeat_s=5.0)
+        await connected(sim, rig)
+        # The step boundary: LISTEN_STOP (its ack is lost) and the next PLAY_MEDIA together.
+        stop = rig.channel.submit(dev, "LISTEN_STOP", {}, command_id="c1-listen-stop")
+        play = rig.channel.submit(dev, "PLAY_MEDIA", {"name": "a.mp3"}, command_id="c2-play")
+        outcome = await asyncio.wait_for(play, WAIT_S)
+        assert outcome.kind is OutcomeKind.ACCEPTED
+        assert not stop.done()  # the play did not wait for LISTEN_STOP's ack
+        # More than the window at once: the board sees and executes them in submit order.
+        ids = [f"c{i}-{cmd.lower()}" for i, cmd in enumerate(("STOP_MEDIA", "PLAY_MEDIA"), 3)]
+        ids += [f"c{i}-sound" for i in range(5, 9)]
+        later = [
+            rig.channel.submit(dev, "STOP_MEDIA", {}, command_id=ids[0]),
+            rig.channel.submit(dev, "PLAY_MEDIA", {"name": "a.mp3"}, command_id=ids[1]),
+            *(rig.channel.submit(dev, "SOUND", {"type": "ding"}, command_id=i) for i in ids[2:]),
+        ]
+        for outcome in await asyncio.wait_for(asyncio.gather(*later), WAIT_S):
+            assert outcome.kind is OutcomeKind.ACCEPTED
+        # LISTEN_STOP's own deadline: resent with the same id, the board says duplicate.
+        assert (await asyncio.wait_for(stop, WAIT_S)).kind is OutcomeKind.DUPLICATE
+        received = [c["id"] for c in sim.received]
+        assert received == ["c1-listen-stop", "c2-play", *ids, "c1-listen-stop"]
+        assert sim.executed == dict.fromkeys(received, 1)
+        audio = [(e["evt"], e["ref"]) for e in sim.sent_events if e["evt"].startswith("audio.")]
+        assert audio == [
+            ("audio.started", "c2-play"),
+            ("audio.stopped", "c2-play"),  # STOP_MEDIA before the next PLAY_MEDIA, as sent
+            ("audio.started", ids[1]),
+        ]
+
+
 async def test_offline_board_gets_queued_command_on_return_or_it_expires(
     broker: Broker, tmp_path: Path
 ) -> None:

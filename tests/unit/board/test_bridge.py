@@ -83,3 +83,24 @@ async def test_events_buttons_and_presence_reach_the_task_shell() -> None:
     ]
     assert tasks.buttons == [(DEV, "long")]
     assert tasks.presence == [(DEV, True), (DEV, False)]
+
+
+async def test_first_play_leaves_right_behind_its_app_dirs() -> None:
+    rig = make_rig()
+    bridge = BoardBridge(rig.channel)
+    rig.hb()
+    outcomes: list[Outcome] = []
+    bridge.send_command(
+        DEV,
+        command_id="play-1",
+        cmd="PLAY_MEDIA",
+        params={"name": "/english/shadowing/lessons/u1/01.mp3"},
+        prio=2,
+        on_outcome=outcomes.append,
+    )
+    ensure, play = rig.commands()  # pipelined: no wait for ENSURE_APP_DIRS's ack
+    assert (ensure["cmd"], ensure["params"]["app"]) == ("ENSURE_APP_DIRS", "english")
+    assert play["id"] == "play-1"
+    rig.ack("play-1")
+    await asyncio.sleep(0)
+    assert outcomes == [Outcome.ACKED]

@@ -440,3 +440,32 @@ async def test_late_ack_from_returning_board_is_not_resent_first() -> None:
     rig.ack(rig.commands()[-1]["id"])  # the ack arrives with the board's return
     assert future.result().kind is OutcomeKind.ACCEPTED
     assert len(rig.commands()) == 1  # offline at 3 s (no resend), and none on return
+
+
+async def test_listen_stop_and_next_play_leave_together_and_resolve_by_their_own_acks() -> None:
+    rig = make_rig(max_in_flight=4)
+    rig.hb()
+    stop = rig.channel.submit(DEV, "LISTEN_STOP", {}, command_id="stop-1")
+    play = rig.channel.submit(DEV, "PLAY_MEDIA", {"name": "b.mp3"}, command_id="play-2")
+    # Both on the wire before any ack, in submit order, on the one cmd topic at QoS 1.
+    assert [c["id"] for c in rig.commands()] == ["stop-1", "play-2"]
+    assert {p.qos for p in rig.pub.on(f"{DEV}/cmd")} == {1}
+    rig.ack("play-2")  # acks may come in any order
+    assert play.result().kind is OutcomeKind.ACCEPTED
+    assert not stop.done()
+    rig.advance(3.0)  # stop's own deadline: resent alone, same bytes
+    first, *_, resent = rig.pub.on(f"{DEV}/cmd")
+    assert resent.payload == first.payload
+    rig.ack("stop-1", "duplicate")
+    assert stop.result().kind is OutcomeKind.DUPLICATE
+    assert [c["id"] for c in rig.commands()] == ["stop-1", "play-2", "stop-1"]
+
+
+async def test_window_of_one_keeps_commands_one_at_a_time() -> None:
+    rig = make_rig(max_in_flight=1)
+    rig.hb()
+    rig.channel.submit(DEV, "LISTEN_STOP", {}, command_id="stop-1")
+    rig.channel.submit(DEV, "PLAY_MEDIA", {"name": "b.mp3"}, command_id="play-2")
+    assert [c["id"] for c in rig.commands()] == ["stop-1"]
+    rig.ack("stop-1")
+    assert [c["id"] for c in rig.commands()] == ["stop-1", "play-2"]

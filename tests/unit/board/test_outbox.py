@@ -17,8 +17,8 @@ def env(i: str, ttl_ms: int = 30_000) -> Envelope:
     return Envelope(i, "PLAY_MEDIA", b"{}", ttl_ms=ttl_ms)
 
 
-def box(*, online: bool = True, limit: int = 8, resends: int = 3) -> Outbox:
-    b = Outbox(ack_timeout_s=3.0, max_resends=resends, limit=limit)
+def box(*, online: bool = True, limit: int = 8, resends: int = 3, window: int = 1) -> Outbox:
+    b = Outbox(ack_timeout_s=3.0, max_resends=resends, limit=limit, window=window)
     assert b.set_online(online, 0.0) == []
     return b
 
@@ -56,12 +56,12 @@ def test_ack_status_maps_to_outcome(status: AckStatus, kind: OutcomeKind) -> Non
     assert b.next_deadline() is None
 
 
-def test_one_in_flight_and_order_preserved() -> None:
+def test_window_of_one_sends_one_at_a_time_in_order() -> None:
     b = box()
     assert sent(b.submit(env("c1"), 0.0)) == [("c1", 1)]
     assert b.submit(env("c2"), 0.1) == []
     assert b.submit(env("c3"), 0.2) == []
-    assert b.in_flight() == "c1"
+    assert b.in_flight() == ("c1",)
     effects = b.on_ack(Ack("c1", AckStatus.ACCEPTED), 0.5)
     assert effects is not None
     assert done(effects) == [("c1", OutcomeKind.ACCEPTED)]
@@ -119,7 +119,7 @@ def test_in_flight_command_requeued_when_board_drops_and_resent_on_return() -> N
     b.submit(env("c1"), 0.0)
     b.tick(3.0)  # resend 1 of 1
     assert b.set_online(False, 4.0) == []
-    assert b.in_flight() is None
+    assert b.in_flight() == ()
     assert b.next_deadline() == 30.0  # only the ttl now
     assert b.tick(10.0) == []
     assert sent(b.set_online(True, 12.0)) == [("c1", 3)]  # same id, fresh resend budget
@@ -140,7 +140,7 @@ def test_ack_for_unknown_command_is_none() -> None:
     b = box()
     b.submit(env("c1"), 0.0)
     assert b.on_ack(Ack("zz", AckStatus.ACCEPTED), 0.5) is None
-    assert b.in_flight() == "c1"
+    assert b.in_flight() == ("c1",)
 
 
 def test_ack_for_never_sent_command_has_no_latency() -> None:
@@ -189,3 +189,120 @@ def test_going_offline_with_nothing_in_flight() -> None:
     b.submit(env("c1"), 0.0)
     assert b.set_online(False, 0.0) == []
     assert not b.online
+
+
+# -- pipelining (window > 1) -------------------------------------------------------------------
+
+
+def test_window_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="window"):
+        Outbox(ack_timeout_s=3.0, max_resends=3, limit=8, window=0)
+
+
+def test_commands_submitted_together_leave_together_in_order() -> None:
+    b = box(window=2)
+    assert sent(b.submit(env("stop"), 0.0)) == [("stop", 1)]
+    assert sent(b.submit(env("play"), 0.0)) == [("play", 1)]  # no wait for stop's ack
+    assert sent(b.submit(env("c3"), 0.0)) == []  # the window is full
+    assert b.in_flight() == ("stop", "play")
+    effects = b.on_ack(Ack("stop", AckStatus.ACCEPTED), 0.01)
+    assert effects is not None
+    assert done(effects) == [("stop", OutcomeKind.ACCEPTED)]
+    assert sent(effects) == [("c3", 1)]
+    assert b.in_flight() == ("play", "c3")
+
+
+def test_acks_in_any_order_resolve_their_own_command() -> None:
+    b = box(window=3)
+    for i in ("c1", "c2", "c3", "c4"):
+        b.submit(env(i), 0.0)
+    effects = b.on_ack(Ack("c2", AckStatus.REJECTED), 0.1)
+    assert effects is not None
+    assert done(effects) == [("c2", OutcomeKind.REJECTED)]
+    assert sent(effects) == [("c4", 1)]
+    assert b.in_flight() == ("c1", "c3", "c4")
+    effects = b.on_ack(Ack("c4", AckStatus.ACCEPTED), 0.2)
+    assert effects is not None
+    assert done(effects) == [("c4", OutcomeKind.ACCEPTED)]
+    assert sent(effects) == []
+    assert b.in_flight() == ("c1", "c3")
+
+
+def test_each_command_in_flight_has_its_own_ack_deadline() -> None:
+    b = box(window=2, resends=1)
+    b.submit(env("c1"), 0.0)
+    b.submit(env("c2"), 1.0)
+    assert b.next_deadline() == 3.0
+    assert sent(b.tick(3.0)) == [("c1", 2)]  # c2 is not due yet
+    assert b.next_deadline() == 4.0
+    assert sent(b.tick(4.0)) == [("c2", 2)]
+    effects = b.on_ack(Ack("c2", AckStatus.DUPLICATE), 4.5)
+    assert effects is not None
+    assert done(effects) == [("c2", OutcomeKind.DUPLICATE)]
+    effects = b.tick(6.0)  # c1 out of resends: failed alone
+    assert done(effects) == [("c1", OutcomeKind.FAILED)]
+    assert len(b) == 0
+
+
+def test_resends_due_together_keep_submit_order_and_ids() -> None:
+    b = box(window=3)
+    for i in ("c1", "c2", "c3"):
+        b.submit(env(i), 0.0)
+    effects = b.tick(3.5)  # a late timer: all three are due
+    assert sent(effects) == [("c1", 2), ("c2", 2), ("c3", 2)]
+    assert all(isinstance(e, Send) and e.resend for e in effects)
+
+
+def test_failed_head_lets_the_next_queued_command_go() -> None:
+    b = box(window=2, resends=0)
+    b.submit(env("c1"), 0.0)
+    b.submit(env("c2"), 1.0)
+    b.submit(env("c3"), 1.0)
+    effects = b.tick(3.0)
+    assert done(effects) == [("c1", OutcomeKind.FAILED)]
+    assert sent(effects) == [("c3", 1)]
+    assert b.in_flight() == ("c2", "c3")
+
+
+def test_expired_command_in_flight_frees_its_slot() -> None:
+    b = box(window=2, resends=10)
+    b.submit(env("c1"), 0.0)
+    b.submit(env("c2", ttl_ms=2_000), 0.0)
+    b.submit(env("c3"), 0.0)
+    effects = b.tick(2.0)
+    assert done(effects) == [("c2", OutcomeKind.EXPIRED)]
+    assert sent(effects) == [("c3", 1)]
+    assert b.in_flight() == ("c1", "c3")
+
+
+def test_queued_command_expires_without_touching_those_in_flight() -> None:
+    b = box(window=1)
+    b.submit(env("c1"), 0.0)
+    b.submit(env("c2", ttl_ms=1_000), 0.0)
+    assert done(b.tick(1.0)) == [("c2", OutcomeKind.EXPIRED)]
+    assert b.in_flight() == ("c1",)
+
+
+def test_board_drop_requeues_all_in_flight_and_resends_them_in_order() -> None:
+    b = box(window=2)
+    for i in ("c1", "c2", "c3"):
+        b.submit(env(i), 0.0)
+    assert b.set_online(False, 1.0) == []
+    assert b.in_flight() == ()
+    assert b.next_deadline() == 30.0  # only the ttls now
+    effects = b.on_ack(Ack("c2", AckStatus.ACCEPTED), 1.5)  # late ack, sent before the drop
+    assert effects is not None
+    assert done(effects) == [("c2", OutcomeKind.ACCEPTED)]
+    assert sent(effects) == []  # offline: nothing leaves
+    assert sent(b.set_online(True, 2.0)) == [("c1", 2), ("c3", 1)]
+    assert b.in_flight() == ("c1", "c3")
+
+
+def test_cancel_all_with_several_in_flight() -> None:
+    b = box(window=2)
+    for i in ("c1", "c2", "c3"):
+        b.submit(env(i), 0.0)
+    effects = b.cancel_all()
+    assert done(effects) == [(i, OutcomeKind.CANCELLED) for i in ("c1", "c2", "c3")]
+    assert b.in_flight() == ()
+    assert sent(b.submit(env("c4"), 1.0)) == [("c4", 1)]
