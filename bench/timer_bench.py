@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import platform
 import resource
 import socket
@@ -38,15 +39,16 @@ from gateway.simulators.board import BoardSimulator, SimOptions
 
 RESULTS = Path(__file__).parent / "results"
 SIZES = (1, 50, 200)
-# "default": the boards' and the broker's sockets as they open them (Nagle on; the gateway
-# always sets TCP_NODELAY on its own); "nodelay": TCP_NODELAY on the boards' and the broker's
-# sockets too (see timer.md for why it matters).
-VARIANTS = ("default", "nodelay")
+# (sockets, board.max_in_flight). Sockets "default": the boards' and the broker's sockets as
+# they open them (Nagle on; the gateway always sets TCP_NODELAY on its own); "nodelay":
+# TCP_NODELAY on the boards' and the broker's sockets too. max_in_flight 1 is the old
+# one-command-at-a-time outbox (PLAY_MEDIA waits for LISTEN_STOP's ack), 4 the pipelined default.
+VARIANTS = (("nodelay", 1), ("default", 4), ("nodelay", 4))
 CLIPS = 8
 CLIP_MS = 250
 WINDOW_MS = 300  # max(min_window_ms=300, 1.2 x 250)
 APP, TASK, LESSON = "bench", "shadowing", "l1"
-CHILD_TIMEOUT_S = 60.0
+CHILD_TIMEOUT_S = 240.0  # generous: the machine may be shared (see the load column)
 
 
 def _clip(i: int) -> str:
@@ -177,8 +179,9 @@ async def _collect(
             return
 
 
-async def run_size(n: int, variant: str, root: Path) -> dict[str, Any]:
+async def run_size(n: int, variant: str, window: int, root: Path) -> dict[str, Any]:
     nodelay = variant == "nodelay"
+    load0 = os.getloadavg()[0]
     extra = "set_tcp_nodelay true\n" if nodelay else ""
     async with local_broker(root / "data", extra_config=extra) as broker:
         devs = {d: provision(root / "data", d, reload=None).password for d in device_ids(n)}
@@ -189,6 +192,7 @@ async def run_size(n: int, variant: str, root: Path) -> dict[str, Any]:
             runtime={"catalog_path": write_catalog(root / "catalog.json"), "min_window_ms": 0},
             asr={"engine": "none"},
             ops={"metrics_interval_s": 60.0},
+            board={"max_in_flight": window},
         )
         spec = {"host": broker.host, "port": broker.port, "devices": devs,
                 "backend": [backend.username, backend.password], "nodelay": nodelay}  # fmt: skip
@@ -217,6 +221,7 @@ async def run_size(n: int, variant: str, root: Path) -> dict[str, Any]:
     found = json.loads(out)
     return {
         "variant": variant,
+        "max_in_flight": window,
         "devices": n,
         "windows_expected": n * CLIPS,
         "lateness": summary(found["lateness"]),
@@ -226,6 +231,7 @@ async def run_size(n: int, variant: str, root: Path) -> dict[str, Any]:
         "gateway_cpu_s": round(cpu, 2),
         "boards_process_cpu_s": round(child_cpu, 2),
         "wall_s": round(wall, 2),
+        "loadavg_1m_before_after": [round(load0, 2), round(os.getloadavg()[0], 2)],
     }
 
 
@@ -260,16 +266,18 @@ def write_results(runs: list[dict[str, Any]]) -> None:
         f"N boards each run a shadowing lesson ({CLIPS} clips of {CLIP_MS} ms, {WINDOW_MS} ms "
         "windows), all started at once; gateway in-process, boards + observer in a child "
         "process, local Mosquitto. `python -m bench.timer_bench`. Budget (SPEC §2.1): ±200 ms.\n",
-        "| sockets | boards | windows | lateness p50 | p99 | max | close→next PLAY_MEDIA p50 | p99 | max "
-        "| CPU s: gateway / boards / wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| sockets | in flight | boards | windows | lateness p50 | p99 | max "
+        "| close→next PLAY_MEDIA p50 | p99 | max | CPU s: gateway / boards / wall s | load 1m |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         lat, play = r["lateness"], r["close_to_next_play"]
+        load = " → ".join(str(x) for x in r["loadavg_1m_before_after"])
         rows.append(
-            f"| {r['variant']} | {r['devices']} | {lat['count']}/{r['windows_expected']} | {lat['p50_ms']} | "
-            f"{lat['p99_ms']} | {lat['max_ms']} | {play['p50_ms']} | {play['p99_ms']} | "
-            f"{play['max_ms']} | {r['gateway_cpu_s']} / {r['boards_process_cpu_s']} / {r['wall_s']} |"
+            f"| {r['variant']} | {r['max_in_flight']} | {r['devices']} | "
+            f"{lat['count']}/{r['windows_expected']} | {lat['p50_ms']} | {lat['p99_ms']} | "
+            f"{lat['max_ms']} | {play['p50_ms']} | {play['p99_ms']} | {play['max_ms']} | "
+            f"{r['gateway_cpu_s']} / {r['boards_process_cpu_s']} / {r['wall_s']} | {load} |"
         )
     rows.append(NOTES)
     (RESULTS / "timer.md").write_text("\n".join(rows) + "\n")
@@ -277,10 +285,10 @@ def write_results(runs: list[dict[str, Any]]) -> None:
 
 async def main_async() -> list[dict[str, Any]]:
     runs = []
-    for variant in VARIANTS:
+    for variant, window in VARIANTS:
         for n in SIZES:
             with tempfile.TemporaryDirectory(prefix="snlpgw-timer-") as tmp:
-                run = await run_size(n, variant, Path(tmp))
+                run = await run_size(n, variant, window, Path(tmp))
             sys.stderr.write(json.dumps(run) + "\n")
             runs.append(run)
     return runs
