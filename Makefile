@@ -39,14 +39,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,asr]'
 	@touch $(STAMP)
 
-# Local broker with the project's configuration (auth + ACLs on), then the gateway in the
-# foreground. Ctrl-C stops both.
+# Local broker with the project's configuration (auth + ACLs on), then the gateway, both
+# supervised by `snlpgw dev-run` (gateway/devrun.py): SIGINT, SIGTERM or SIGHUP to make or its
+# process group, or the terminal closing, stops the gateway and then the broker. Ports and the
+# data dir come from SNLPGW_* (e.g. SNLPGW_MQTT__URL=mqtt://127.0.0.1:1884 make run).
 run: setup
-	@$(BIN)/snlpgw broker init
-	@set -m; trap 'kill %1 2>/dev/null; wait' EXIT INT TERM; \
-	mosquitto -c .data/mosquitto/mosquitto.conf & \
-	sleep 0.5; \
-	$(BIN)/snlpgw run
+	@$(BIN)/snlpgw dev-run
 
 lint: venv
 	$(BIN)/ruff check gateway codec topics tests bench

@@ -40,7 +40,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         service = build_service(settings)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # HUP: terminal closed
             loop.add_signal_handler(sig, stop.set)
         try:
             await service.serve(until=stop)
@@ -59,6 +59,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 2 if failed else 0
 
 
+def _cmd_dev_run(args: argparse.Namespace) -> int:
+    from gateway.devrun import dev_run  # noqa: PLC0415
+
+    return dev_run(_settings(args), args.config)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="snlpgw", description=__doc__)
     parser.add_argument("--version", action="version", version=f"snlpgw {__version__}")
@@ -70,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the gateway in the foreground")
     run.add_argument("--data-dir", type=Path, help="override data_dir")
     run.set_defaults(func=_cmd_run)
+
+    dev = sub.add_parser(
+        "dev-run", help="local Mosquitto + gateway, supervised (what `make run` runs)"
+    )
+    dev.set_defaults(func=_cmd_dev_run)
 
     from gateway.commands import add_domain_commands  # noqa: PLC0415
 

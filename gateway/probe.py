@@ -1,0 +1,94 @@
+"""Synchronous broker probes (no threads): used by ``snlpgw dev-run`` and ``snlpgw doctor``.
+
+paho's network loop is driven by hand (``loop()``), so no thread is started: ``dev-run`` keeps
+its signals blocked for ``sigtimedwait`` and forks children, which threads would complicate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+from paho.mqtt.client import Client, MQTTMessage
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+
+
+class Probe:
+    """One MQTT 5 client with a hand-driven loop; ``connack`` is None until answered."""
+
+    def __init__(
+        self, host: str, port: int, username: str | None, password: str | None, *, tls: bool
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.connack: int | None = None
+        self.closed = False
+        self.granted: dict[int, list[int]] = {}  # mid -> SUBACK reason codes
+        self.received: list[MQTTMessage] = []
+        self.client = Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=f"snlpgw-probe-{secrets.token_hex(6)}",  # the broker refuses empty ids
+            protocol=MQTTProtocolVersion.MQTTv5,
+        )
+        if username is not None:
+            self.client.username_pw_set(username, password)
+        if tls:
+            self.client.tls_set(cert_reqs=ssl.CERT_REQUIRED)
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = self._on_disconnect
+        self.client.on_subscribe = self._on_subscribe
+        self.client.on_message = lambda _c, _u, msg: self.received.append(msg)
+
+    def _on_connect(self, _c: Client, _u: object, _f: object, rc: Any, _p: object) -> None:
+        self.connack = int(rc.value)
+
+    def _on_disconnect(self, *_: object) -> None:
+        self.closed = True
+
+    def _on_subscribe(self, _c: Client, _u: object, mid: int, codes: Any, _p: object) -> None:
+        self.granted[mid] = [int(code.value) for code in codes]
+
+    def connect(self, timeout_s: float) -> int | None:
+        """CONNACK reason code (0 = accepted); None when the broker never answered."""
+        self.client.connect(self.host, self.port, keepalive=10)  # OSError: nobody listening
+        self.pump_until(lambda: self.connack is not None or self.closed, timeout_s)
+        return self.connack
+
+    def pump_until(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Drive the network loop until ``done()`` or the timeout; returns ``done()``."""
+        deadline = time.monotonic() + timeout_s
+        while not done() and not self.closed and time.monotonic() < deadline:
+            self.client.loop(timeout=0.05)
+        return done()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.disconnect()
+            self.client.loop(timeout=0.05)
+        sock = self.client.socket()  # still open when the broker never answered
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def connack(
+    host: str,
+    port: int,
+    username: str | None,
+    password: str | None,
+    *,
+    tls: bool = False,
+    timeout_s: float = 5.0,
+) -> int | None:
+    """Connect once and disconnect: the CONNACK reason code, None when nobody answered."""
+    probe = Probe(host, port, username, password, tls=tls)
+    try:
+        return probe.connect(timeout_s)
+    except OSError:
+        return None
+    finally:
+        probe.close()
