@@ -14,7 +14,7 @@ counts as a stop signal.
 
 A second instance on the same data dir is told the running one's pid and ports; a port held by
 anything else is named with its owner. Ports come from the settings (``SNLPGW_MQTT__URL``,
-``SNLPGW_HTTP__PORT``, ``SNLPGW_UDP__PORT``), so several stacks can run side by side.
+``SNLPGW_HTTP__PORT``, ``SNLPGW_HTTP__ADMIN_PORT``, ``SNLPGW_UDP__PORT``), so several stacks can run side by side.
 """
 
 from __future__ import annotations
@@ -80,6 +80,10 @@ def endpoints(settings: Settings) -> list[Endpoint]:
     out = [Endpoint("broker", mqtt.host, mqtt.port, "tcp")]
     if settings.http.port:
         out.append(Endpoint("HTTP", settings.http.host, settings.http.port, "tcp"))
+    if settings.http.admin_port:
+        out.append(
+            Endpoint("admin HTTP", settings.http.admin_host, settings.http.admin_port, "tcp")
+        )
     if settings.udp.port:
         out.append(Endpoint("UDP audio", settings.udp.host, settings.udp.port, "udp"))
     return out
@@ -123,7 +127,7 @@ def check_ports(ends: list[Endpoint]) -> None:
             holder = describe_holder(end.port, end.proto)
             raise StartError(
                 f"{end} is in use by {holder}; stop it, or pick other ports "
-                "(SNLPGW_MQTT__URL, SNLPGW_HTTP__PORT, SNLPGW_UDP__PORT)"
+                "(SNLPGW_MQTT__URL, SNLPGW_HTTP__PORT, SNLPGW_HTTP__ADMIN_PORT, SNLPGW_UDP__PORT)"
             )
 
 

@@ -2,7 +2,7 @@
 
 Each test runs the real `make run` (make → `snlpgw dev-run` → Mosquitto + `snlpgw run`) on free
 ports and a data dir of its own, signals it one way, and checks: make exits, no process of the
-session survives (found by an inherited marker variable, wherever it was re-parented), all three
+session survives (found by an inherited marker variable, wherever it was re-parented), all four
 ports are free, and the gateway's retained `online: false` reached the broker before it stopped.
 """
 

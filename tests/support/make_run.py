@@ -60,10 +60,10 @@ class MakeRun:
         self.gateway_id = f"mk-{self.mark[:8]}"
         if ports_from is None:
             self.mqtt_port, self.http_port = free_port(), free_port()
-            self.udp_port = free_port(socket.SOCK_DGRAM)
+            self.admin_port, self.udp_port = free_port(), free_port(socket.SOCK_DGRAM)
         else:
             self.mqtt_port, self.http_port = ports_from.mqtt_port, ports_from.http_port
-            self.udp_port = ports_from.udp_port
+            self.admin_port, self.udp_port = ports_from.admin_port, ports_from.udp_port
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SNLPGW_")}
         self.env.update(
             {
@@ -72,6 +72,7 @@ class MakeRun:
                 "SNLPGW_DATA_DIR": str(data_dir),
                 "SNLPGW_MQTT__URL": f"mqtt://127.0.0.1:{self.mqtt_port}",
                 "SNLPGW_HTTP__PORT": str(self.http_port),
+                "SNLPGW_HTTP__ADMIN_PORT": str(self.admin_port),
                 "SNLPGW_UDP__PORT": str(self.udp_port),
                 "SNLPGW_ASR__ENGINE": "none",
                 "SNLPGW_OPS__SHUTDOWN_TIMEOUT_S": "3",
@@ -125,7 +126,8 @@ class MakeRun:
 
     def start(self, *, tty: bool = False) -> None:
         self.spawn(tty=tty)
-        self.wait_output(lambda out: b"connected to broker" in out and b"HTTP listening" in out)
+        ready = (b"connected to broker", b"(devices) listening", b"(admin) listening")
+        self.wait_output(lambda out: all(line in out for line in ready))
 
     def _drain(self, fd: int) -> None:
         while not self._stop_reading.is_set():
@@ -182,6 +184,7 @@ class MakeRun:
         return (
             port_free("127.0.0.1", self.mqtt_port, "tcp")
             and port_free("127.0.0.1", self.http_port, "tcp")
+            and port_free("127.0.0.1", self.admin_port, "tcp")
             and port_free("127.0.0.1", self.udp_port, "udp")
         )
 
