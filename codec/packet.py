@@ -86,24 +86,78 @@ def peek_ssrc(datagram: bytes) -> int | DropReason:
     return header.ssrc
 
 
-def ctr_transform(key: algorithms.AES, counter_block: bytes, data: bytes) -> bytes:
+_BLOCK = 16
+_COUNTER_MOD = 1 << 128
+_TABLE_BLOCKS = -(-MAX_DATAGRAM // _BLOCK)  # 94 blocks: any payload a datagram can carry
+
+
+def _counter_tables(blocks: int) -> tuple[list[int], list[int]]:
+    """``repunit[n]``, ``ramp[n]``: the blocks ``c, c+1, … c+n-1`` written one after another as
+    one big-endian integer are ``c·repunit[n] + ramp[n]`` (no carry between blocks while
+    ``c + n - 1 < 2**128``)."""
+    repunit, ramp = [0], [0]
+    for n in range(1, blocks + 1):
+        repunit.append((repunit[-1] << 128) | 1)
+        ramp.append((ramp[-1] << 128) + n - 1)
+    return repunit, ramp
+
+
+_REPUNIT, _RAMP = _counter_tables(_TABLE_BLOCKS)
+
+
+class CtrCipher:
+    """AES-128-CTR under one key for many short messages, each with its own initial counter
+    block, through ONE cipher context built once per session.
+
+    ``cryptography`` binds the counter to a context, and building a context per datagram
+    (key schedule included) costs more than the AES itself. CTR is AES of the counter blocks
+    XORed onto the data, so this encrypts the message's counter blocks with a reusable ECB
+    context (each block independent, no state carried between calls) and XORs the keystream
+    on: the same bytes as ``modes.CTR(counter_block)``, checked against OpenSSL's
+    ``aes-128-ctr`` by the committed vectors. A counter that would wrap past 2**128 within the
+    message (impossible for a datagram header, whose type byte is 0x01) or data longer than a
+    datagram take the per-message context path.
+    """
+
+    __slots__ = ("_aes", "_ecb")
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) != KEY_SIZE:
+            raise ValueError(f"AES-128 key must be {KEY_SIZE} bytes, got {len(key)}")
+        self._aes = algorithms.AES(key)
+        # ECB here only ever encrypts CTR counter blocks: this IS counter mode (see above).
+        self._ecb = Cipher(self._aes, modes.ECB()).encryptor()  # noqa: S305
+
+    def transform(self, counter_block: bytes, data: bytes) -> bytes:
+        """Encrypt or decrypt ``data`` (CTR is its own inverse)."""
+        size = len(data)
+        blocks = -(-size // _BLOCK)
+        counter = int.from_bytes(counter_block, "big")
+        if blocks > _TABLE_BLOCKS or counter + blocks > _COUNTER_MOD:
+            return Cipher(self._aes, modes.CTR(counter_block)).encryptor().update(data)
+        stream = self._ecb.update(
+            (counter * _REPUNIT[blocks] + _RAMP[blocks]).to_bytes(blocks * _BLOCK, "big")
+        )
+        mixed = int.from_bytes(data, "big") ^ int.from_bytes(stream[:size], "big")
+        return mixed.to_bytes(size, "big")
+
+
+def ctr_transform(key: CtrCipher, counter_block: bytes, data: bytes) -> bytes:
     """AES-128-CTR with ``counter_block`` as the initial counter; encrypts and decrypts alike."""
-    return Cipher(key, modes.CTR(counter_block)).encryptor().update(data)
+    return key.transform(counter_block, data)
 
 
-def seal(key: algorithms.AES, header: Header, opus_packet: bytes) -> bytes:
+def seal(key: CtrCipher, header: Header, opus_packet: bytes) -> bytes:
     """Build a datagram: the header (with ``payload_len`` set by the caller) + ciphertext."""
     head = header.pack()
     return head + ctr_transform(key, head, opus_packet)
 
 
-def open_payload(key: algorithms.AES, datagram: bytes) -> bytes:
+def open_payload(key: CtrCipher, datagram: bytes) -> bytes:
     """Decrypt the payload of a datagram whose header :func:`check_header` accepted."""
     return ctr_transform(key, datagram[:HEADER_SIZE], datagram[HEADER_SIZE:])
 
 
-def aes_key(key: bytes) -> algorithms.AES:
-    """The AES-128 key object, built once per session."""
-    if len(key) != KEY_SIZE:
-        raise ValueError(f"AES-128 key must be {KEY_SIZE} bytes, got {len(key)}")
-    return algorithms.AES(key)
+def aes_key(key: bytes) -> CtrCipher:
+    """The session's AES-128-CTR cipher, built once per session."""
+    return CtrCipher(key)

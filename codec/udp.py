@@ -29,13 +29,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from cryptography.hazmat.primitives.ciphers import algorithms
-
 from codec.packet import (
     HEADER_SIZE,
     KEY_SIZE,
     MAX_PAYLOAD,
     U32,
+    CtrCipher,
     DropReason,
     Header,
     aes_key,
@@ -111,7 +110,7 @@ class UplinkReceiver:
     accepted: int = 0
     lost: int = 0
     drops: Counter[DropReason] = field(default_factory=Counter)
-    _aes: algorithms.AES = field(init=False, repr=False)
+    _aes: CtrCipher = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._aes = aes_key(self.key)
@@ -122,7 +121,10 @@ class UplinkReceiver:
     ) -> UplinkReceiver:
         return cls(key=crypto.key, ssrc=crypto.ssrc, max_forward_jump=max_forward_jump)
 
-    def accept(self, datagram: bytes) -> Accepted | Dropped:
+    def accept(self, datagram: bytes, *, decrypt: bool = True) -> Accepted | Dropped:
+        """Check, account and decrypt one datagram. ``decrypt=False`` (nobody listens to this
+        session's audio) does every check and all sequence accounting, skips only the AES,
+        and returns an empty payload."""
         header = check_header(datagram)
         if isinstance(header, DropReason):
             return self._drop(header)
@@ -137,7 +139,8 @@ class UplinkReceiver:
         self.last_seq = seq
         self.accepted += 1
         self.lost += lost_before
-        return Accepted(open_payload(self._aes, datagram), seq, header.timestamp, lost_before)
+        payload = open_payload(self._aes, datagram) if decrypt else b""
+        return Accepted(payload, seq, header.timestamp, lost_before)
 
     def _drop(self, reason: DropReason) -> Dropped:
         self.drops[reason] += 1
@@ -158,7 +161,7 @@ class DownlinkSender:
     last_seq: int = 0
     sent: int = 0
     drops: Counter[DropReason] = field(default_factory=Counter)
-    _aes: algorithms.AES = field(init=False, repr=False)
+    _aes: CtrCipher = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._aes = aes_key(self.key)

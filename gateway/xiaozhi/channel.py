@@ -29,7 +29,7 @@ from gateway.xiaozhi.pipeline import Segmenter, VoiceSink
 from gateway.xiaozhi.provisioning import broker_provisioner
 from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
 from gateway.xiaozhi.stats import ChannelStats
-from gateway.xiaozhi.udp import UdpEndpoint, grow_receive_buffer
+from gateway.xiaozhi.udp import UdpEndpoint, open_socket
 from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
 
 log = logging.getLogger(__name__)
@@ -141,10 +141,13 @@ class XiaozhiChannel:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         udp = self.endpoint()
-        transport, _ = await loop.create_datagram_endpoint(
-            lambda: udp, local_addr=(self._settings.udp.host, self._settings.udp.port)
-        )
-        grow_receive_buffer(transport)
+        sock = open_socket(self._settings.udp.host, self._settings.udp.port)
+        try:
+            await loop.create_datagram_endpoint(lambda: udp, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        udp.drain_from(sock)
         self.use_udp(udp)
         try:
             async with asyncio.TaskGroup() as tg:

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from codec.opus import DecoderCounters
@@ -177,16 +177,20 @@ class AudioPipeline:
         if self._segmenter is None:
             self._segmenter = self._new_segmenter()
             self._base_ms = float((frame.seq - 1 - lost) * FRAME_MS)
-        before = replace(self._decoder.counters)
+        counters = self._decoder.counters
+        decoded, concealed, errors = (
+            counters.frames_decoded,
+            counters.concealed,
+            counters.decode_errors,
+        )
         pcm = self._decoder.decode(frame.opus, lost)
-        after = self._decoder.counters
-        for count, delta in (
-            (self._counters.frames_decoded, after.frames_decoded - before.frames_decoded),
-            (self._counters.frames_concealed, after.concealed - before.concealed),
-            (self._counters.decode_errors, after.decode_errors - before.decode_errors),
-        ):
-            if delta:
-                count(delta)
+        counters = self._decoder.counters
+        if counters.frames_decoded != decoded:
+            self._counters.frames_decoded(counters.frames_decoded - decoded)
+        if counters.concealed != concealed:
+            self._counters.frames_concealed(counters.concealed - concealed)
+        if counters.decode_errors != errors:
+            self._counters.decode_errors(counters.decode_errors - errors)
         for event in self._segmenter.push(pcm):
             self._deliver(event)
 

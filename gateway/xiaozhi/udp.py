@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable
 from typing import cast
 
-from codec.packet import DropReason, peek_ssrc
+from codec.packet import MAX_DATAGRAM, DropReason, peek_ssrc
 from codec.udp import Dropped
 from gateway.xiaozhi.binding import Address, Admission
 from gateway.xiaozhi.live import LiveSession
@@ -28,6 +28,11 @@ FOREIGN_SOURCE = "foreign_source"  # drop label beside codec's DropReason values
 NO_ADDRESS = "no_address"  # a send before the device's address is known
 RATE_LIMITED = "rate_limited"  # over the session's datagram rate (ratelimit.py)
 RECEIVE_BUFFER = 4 * 1024 * 1024
+# Datagrams read per readiness event (the one asyncio delivers + up to this many more), so a
+# busy socket costs one loop iteration per batch, not per datagram; bounded so the loop still
+# turns (timers, MQTT) every few milliseconds under any load.
+DRAIN_LIMIT = 256
+_READ_SIZE = MAX_DATAGRAM + 1  # a longer datagram arrives truncated and is still TOO_LARGE
 
 
 class UdpEndpoint(asyncio.DatagramProtocol):
@@ -44,6 +49,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         self._stats = stats
         self._clock = clock
         self._transport: asyncio.DatagramTransport | None = None
+        self._sock: socket.socket | None = None
 
     # -- asyncio.DatagramProtocol ----------------------------------------------------------
 
@@ -53,6 +59,12 @@ class UdpEndpoint(asyncio.DatagramProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._sock = None
+
+    def drain_from(self, sock: socket.socket) -> None:
+        """Read the datagrams queued behind each one asyncio delivers straight from ``sock``
+        (the non-blocking socket the transport was made with) until it would block."""
+        self._sock = sock
 
     def error_received(self, exc: Exception) -> None:
         # ICMP port unreachable from a device that went away: count, never stop serving.
@@ -60,6 +72,21 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         log.debug("UDP socket error: %s", exc)
 
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
+        self._one(data, addr)
+        sock = self._sock
+        if sock is None:
+            return
+        for _ in range(DRAIN_LIMIT):
+            try:
+                data, addr = sock.recvfrom(_READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. a queued ICMP error: the next readiness event goes on
+                self.error_received(exc)
+                return
+            self._one(data, addr)
+
+    def _one(self, data: bytes, addr: tuple[str | int, ...]) -> None:
         stats = self._stats
         stats.udp_packets_in.inc()
         stats.udp_bytes_in.inc(len(data))
@@ -80,7 +107,8 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         if not live.bucket.allow(now):
             stats.udp_dropped.labels(RATE_LIMITED).inc()
             return
-        result = live.receiver.accept(data)
+        # Nobody listens (no window open): sequence and binding rules still run, the AES not.
+        result = live.receiver.accept(data, decrypt=live.pipeline.listening)
         if isinstance(result, Dropped):
             stats.udp_dropped.labels(result.reason.value).inc()
             return
@@ -121,12 +149,23 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         return port
 
 
-def grow_receive_buffer(transport: asyncio.BaseTransport) -> None:
+def open_socket(host: str, port: int) -> socket.socket:
+    """The shared non-blocking UDP socket, bound, with a grown receive buffer."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setblocking(False)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    grow_receive_buffer(sock)
+    return sock
+
+
+def grow_receive_buffer(sock: socket.socket) -> None:
     """Ask for a 4 MiB socket receive buffer (best effort, capped by net.core.rmem_max): one
     shared UDP socket must absorb bursts from many devices while the loop is busy."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
     except OSError as exc:

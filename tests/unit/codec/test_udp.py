@@ -7,6 +7,7 @@ import secrets
 import struct
 
 import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from codec.packet import (
     HEADER_SIZE,
@@ -245,3 +246,33 @@ def test_session_crypto_interoperates_with_a_device_sender() -> None:
     assert isinstance(datagram, bytes)
     assert peek_ssrc(datagram) == crypto.ssrc
     assert receiver.accept(datagram) == Accepted(b"\xf8\xff\xfe", 1, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("counter_block", "size"),
+    [
+        (b"\x01" + bytes(15), 0),
+        (b"\x01" + bytes(14) + b"\xff", 33),  # carry out of the first byte
+        (b"\xff" * 15 + b"\xfe", 40),  # wraps past 2**128 within the message
+        (b"\x01" + bytes(15), 4096),  # longer than any datagram
+    ],
+)
+def test_one_reused_cipher_context_equals_a_fresh_ctr_context_per_message(
+    counter_block: bytes, size: int
+) -> None:
+    data = bytes(random.Random(size).randrange(256) for _ in range(size))
+    cipher = aes_key(KEY)
+    for _ in range(2):  # the same context again gives the same bytes: no state carried
+        ours = cipher.transform(counter_block, data)
+        fresh = Cipher(algorithms.AES(KEY), modes.CTR(counter_block)).encryptor().update(data)
+        assert ours == fresh
+        assert len(ours) == size
+
+
+def test_receiver_without_decryption_still_checks_and_accounts() -> None:
+    receiver = UplinkReceiver(key=KEY, ssrc=SSRC)
+    d = stream(4)
+    assert receiver.accept(d[0], decrypt=False) == Accepted(b"", 1, 0, 0)
+    assert receiver.accept(d[0], decrypt=False) == Dropped(DropReason.REPLAY)
+    assert receiver.accept(d[3], decrypt=False) == Accepted(b"", 4, 180, 2)
+    assert (receiver.last_seq, receiver.accepted, receiver.lost) == (4, 2, 2)

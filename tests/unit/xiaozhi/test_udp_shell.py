@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import struct
 
 import pytest
@@ -193,3 +194,42 @@ def test_rate_limit_applies_before_crypto_and_after_the_address_check() -> None:
     rig.clock.now = 1.0
     rig.feed(seal(device), HOME)  # one token back; the sequence gap is just loss
     assert live.pipeline.queued == 3
+
+
+def test_one_readiness_event_drains_every_queued_datagram_from_the_socket() -> None:
+    """Batch reads: asyncio delivers one datagram, the endpoint reads the rest itself."""
+    rig = Rig()
+    live, device = rig.open(DEV)
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx,
+    ):
+        rx.bind(("127.0.0.1", 0))
+        rx.setblocking(False)
+        tx.bind(("127.0.0.1", 0))
+        for i in range(5):
+            tx.sendto(seal(device, f"opus-{i}".encode()), rx.getsockname())
+        rx.settimeout(5)
+        first, addr = rx.recvfrom(2048)  # what asyncio's readiness callback would read
+        rx.setblocking(False)
+        rig.endpoint.drain_from(rx)
+        rig.feed(first, addr)
+        assert live.pipeline.queued == 5
+        assert sample(rig.metrics, "xiaozhi_udp_packets_in_total") == 5
+        tx.sendto(seal(device), rx.getsockname())
+        rig.endpoint.connection_lost(None)  # closed: no more draining
+        rig.feed(seal(device), tx.getsockname())
+        assert live.pipeline.queued == 6
+
+
+def test_nobody_listening_means_no_decryption_but_sequence_rules_still_apply() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    rig.channel.set_listening(DEV, False)
+    first = seal(device, b"secret")
+    rig.feed(first, HOME)
+    rig.feed(first, HOME)
+    assert live.receiver.last_seq == 1
+    assert rig.dropped("replay") == 1
+    assert live.binding.address == HOME
+    assert live.pipeline.queued == 0
