@@ -8,8 +8,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # System packages: libopus (decoder), mosquitto (broker + clients for provisioning and tests),
-# espeak-ng and sox (real speech fixtures for tests and the demo).
-APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox
+# espeak-ng and sox (real speech fixtures for tests and the demo), systemd (only its offline
+# tools: `systemd-analyze verify` checks deploy/systemd in the tests; ~5 MB, starts nothing).
+APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox systemd
 
 .PHONY: run test check lint typecheck unit integration setup system-deps venv bench demo asyncapi clean
 
@@ -23,6 +24,7 @@ system-deps:
 	command -v mosquitto_sub >/dev/null || missing="$$missing mosquitto-clients"; \
 	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
 	command -v sox >/dev/null || missing="$$missing sox"; \
+	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
