@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # System packages: libopus (decoder), mosquitto (broker + clients for provisioning and tests),
 # espeak-ng and sox (real speech fixtures for tests and the demo), systemd (only its offline
-# tools: `systemd-analyze verify` checks deploy/systemd in the tests; ~5 MB, starts nothing).
-APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox systemd
+# tools: `systemd-analyze verify` checks deploy/systemd in the tests; ~5 MB, starts nothing),
+# postgresql (the store's PostgreSQL tests start a throw-away server; the default is SQLite).
+APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox systemd postgresql
 
 .PHONY: run test check lint typecheck unit integration setup system-deps venv bench demo asyncapi clean
 
@@ -25,12 +26,14 @@ system-deps:
 	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
 	command -v sox >/dev/null || missing="$$missing sox"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS); \
 	  $(SUDO) systemctl disable --now mosquitto >/dev/null 2>&1 || true; \
 	  $(SUDO) service mosquitto stop >/dev/null 2>&1 || true; \
+	  $(SUDO) service postgresql stop >/dev/null 2>&1 || true; \
 	fi
 
 venv: $(STAMP)

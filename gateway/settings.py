@@ -173,6 +173,11 @@ class AsrSettings(_Section):
 
 
 class StoreSettings(_Section):
+    url: str | None = Field(
+        None,
+        description="Store database: unset (embedded SQLite at sqlite_path), sqlite:///FILE, "
+        "or postgresql://user:pass@host:port/db (shared by several gateways).",
+    )
     sqlite_path: Path | None = Field(
         None, description="SQLite file (default: <data_dir>/gateway.sqlite3)."
     )
@@ -181,6 +186,13 @@ class StoreSettings(_Section):
     )
     manager_secret: str | None = Field(None, description="Server secret sent to the manager API.")
     manager_retries: int = Field(3, ge=0, description="Manager API retries per snapshot.")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str | None) -> str | None:
+        if v is not None and urlsplit(v).scheme not in ("sqlite", "postgresql", "postgres"):
+            raise ValueError("expected sqlite:///FILE or postgresql://…")
+        return v
 
 
 class OpsSettings(_Section):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+
+from tests.support.postgres import Postgres, start_postgres
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,3 +29,11 @@ async def _no_leaked_tasks(request: pytest.FixtureRequest) -> AsyncIterator[None
             t.cancel()
         names = ", ".join(sorted(t.get_name() for t in leaked))
         pytest.fail(f"test left {len(leaked)} task(s) running: {names}")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """One real PostgreSQL for the session (started only when a test asks for it)."""
+    running = start_postgres()
+    yield running
+    running.stop()

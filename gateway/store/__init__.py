@@ -1,4 +1,5 @@
-"""Storage of task instances and steps (SQLite), the task HTTP API, the manager reporter.
+"""Storage of task instances and steps (SQLite or PostgreSQL), the task HTTP API, the manager
+reporter.
 
 Wiring (composition root)::
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from gateway.runtime.effects import InstanceState
 from gateway.store.api import TaskApi
+from gateway.store.dialect import connector_for
 from gateway.store.errors import StoreError
 from gateway.store.records import InstanceRecord, MetricValue, StepRecord
 from gateway.store.reporter import ManagerReporter
@@ -52,8 +54,9 @@ class StoreComponents:
 
 
 def build_store_components(settings: Settings) -> StoreComponents:
-    """The store on ``settings.sqlite_path``, its HTTP API, and the reporter if configured."""
-    store = Store(path=settings.sqlite_path)
+    """The store on ``store.url`` (default: SQLite at ``settings.sqlite_path``), its HTTP API,
+    and the reporter if configured."""
+    store = Store(connect=connector_for(settings.store.url, settings.sqlite_path))
     reporter = None
     if settings.store.manager_url:
         reporter = ManagerReporter(

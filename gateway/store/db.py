@@ -1,18 +1,19 @@
-"""Synchronous SQLite access on one connection. Only ever called from the store's own thread.
+"""Synchronous database access on one connection. Only ever called from the store's own thread.
 
-``connect`` is injectable: a factory returning any ``sqlite3.Connection`` (tests open a real
-read-only database to make writes fail for real). The default opens the file in WAL mode.
+The same code serves SQLite and PostgreSQL (see ``dialect.py``); the schema comes from the
+migration scripts (``migrations.py``). A :class:`Connector` is injectable: tests open a real
+read-only SQLite database to make writes fail for real.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 from gateway.runtime.effects import InstanceState
 from gateway.store import schema
+from gateway.store.dialect import Connection, Connector, Dialect, file_connection
 from gateway.store.errors import StoreError
+from gateway.store.migrations import migrate
 from gateway.store.records import (
     InstanceRecord,
     StepRecord,
@@ -20,56 +21,62 @@ from gateway.store.records import (
     metrics_to_text,
 )
 
-ConnectionFactory = Callable[[], sqlite3.Connection]
+__all__ = ["Connector", "Database", "Record", "file_connection"]
+
 Record = InstanceRecord | StepRecord
 
 
-def file_connection(path: Path) -> ConnectionFactory:
-    """Default factory: create the parent directory, open in autocommit mode (we BEGIN)."""
-
-    def connect() -> sqlite3.Connection:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=5.0)
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        return conn
-
-    return connect
-
-
 class Database:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection, dialect: Dialect) -> None:
         self._conn = conn
-        self.found_version = schema.migrate(conn)
+        self.dialect = dialect
+        self._errors = dialect.errors
+        self._write_errors: tuple[type[Exception], ...] = (*dialect.errors, ValueError)
+        self._upsert_instance = dialect.sql(schema.UPSERT_INSTANCE)
+        self._upsert_step = dialect.sql(schema.UPSERT_STEP)
+        self.found_version = migrate(conn, dialect)
 
     @classmethod
-    def open(cls, connect: ConnectionFactory) -> Database:
+    def open(cls, connector: Connector) -> Database:
+        errors = connector.dialect.errors
         try:
-            conn = connect()
-            conn.isolation_level = None  # explicit transactions only
-            return cls(conn)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open store: {exc}") from exc
+            conn = connector.connect()
+        except errors as exc:
+            raise StoreError(f"cannot open store {connector.where}: {exc}") from exc
+        try:
+            if connector.dialect is Dialect.SQLITE:
+                conn.isolation_level = None  # explicit transactions only
+            return cls(conn, connector.dialect)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, errors):
+                raise StoreError(f"cannot open store {connector.where}: {exc}") from exc
+            raise
 
     def close(self) -> None:
         self._conn.close()
+
+    @property
+    def broken(self) -> bool:
+        """The server went away (PostgreSQL): the next job should open a new connection."""
+        return bool(getattr(self._conn, "broken", False) or getattr(self._conn, "closed", False))
 
     def write(self, records: Sequence[Record]) -> None:
         """Upsert ``records`` in one transaction (all or nothing)."""
         conn = self._conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE" if self.dialect is Dialect.SQLITE else "BEGIN")
             try:
                 for record in records:
                     if isinstance(record, InstanceRecord):
-                        conn.execute(schema.UPSERT_INSTANCE, _instance_params(record))
+                        conn.execute(self._upsert_instance, _instance_params(record))
                     else:
-                        conn.execute(schema.UPSERT_STEP, _step_params(record))
+                        conn.execute(self._upsert_step, _step_params(record))
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
-        except (sqlite3.Error, ValueError) as exc:
+        except self._write_errors as exc:
             raise StoreError(f"write failed: {exc}") from exc
 
     def get_instance(self, instance_id: str) -> tuple[InstanceRecord, list[StepRecord]] | None:
@@ -114,8 +121,8 @@ class Database:
 
     def _read(self, sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
         try:
-            return self._conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
+            return list(self._conn.execute(self.dialect.sql(sql), params).fetchall())
+        except self._errors as exc:
             raise StoreError(f"read failed: {exc}") from exc
 
 

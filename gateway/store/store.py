@@ -1,6 +1,7 @@
-"""The async store: SQLite on one dedicated thread, fed by a bounded coalescing write queue.
+"""The async store: SQLite or PostgreSQL on one dedicated thread, fed by a bounded coalescing
+write queue.
 
-Everything touching SQLite runs on a single-thread executor that owns the one connection, so
+Everything touching the database runs on a single-thread executor that owns the one connection, so
 reads and writes are serialized and the event loop never blocks on the disk.
 
 * ``submit_instance`` / ``submit_step`` (the hot path's variant) enqueue and return at once;
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 from gateway.metrics import Metrics
 from gateway.runtime.effects import InstanceState
 from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
-from gateway.store.db import ConnectionFactory, Record, file_connection
+from gateway.store.db import Connector, Record, file_connection
 from gateway.store.errors import StoreError
 from gateway.store.pending import CoalescingQueue, Entry
 from gateway.store.records import InstanceRecord, StepRecord
@@ -53,7 +54,7 @@ class Store:
         self,
         *,
         path: Path | None = None,
-        connect: ConnectionFactory | None = None,
+        connect: Connector | None = None,
         queue_limit: int = 10_000,
         max_reads: int = 32,
         batch_size: int = 256,

@@ -1,8 +1,9 @@
-"""The store's one thread and its one SQLite connection.
+"""The store's one thread and its one database connection (SQLite or PostgreSQL).
 
 A single-thread executor owns the connection: every read and write is a job on it, so they are
 serialized and the event loop never touches the disk. The connection is opened (and the schema
-migrated) by the first job; a failed open is retried by the next one.
+migrated) by the first job; a failed open is retried by the next one, and so is a connection
+the server dropped (PostgreSQL restart, network): the job that saw it fails, the next reconnects.
 
 Bounds: the writer has at most one batch in flight (the store awaits it). Reads in flight are
 capped at ``max_reads``; a read beyond that is refused with :class:`StoreError` (the HTTP API
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from gateway.store.db import ConnectionFactory, Database, Record
+from gateway.store.db import Connector, Database, Record
 from gateway.store.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -26,8 +27,8 @@ WriteResults = list[StoreError | None]
 
 
 class Worker:
-    def __init__(self, connect: ConnectionFactory, *, max_reads: int = 32) -> None:
-        self._connect = connect
+    def __init__(self, connector: Connector, *, max_reads: int = 32) -> None:
+        self._connector = connector
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._db: Database | None = None  # touched only on the executor thread
         self._max_reads = max_reads
@@ -43,7 +44,7 @@ class Worker:
         self._reads += 1
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, lambda: fn(self._open()))
+            return await loop.run_in_executor(self._executor, lambda: self._job(fn))
         finally:
             self._reads -= 1
 
@@ -63,9 +64,24 @@ class Worker:
 
     def _open(self) -> Database:
         if self._db is None:
-            self._db = Database.open(self._connect)
-            log.info("store open (schema found at version %d)", self._db.found_version)
+            self._db = Database.open(self._connector)
+            log.info(
+                "store open on %s (%d migrations found applied)",
+                self._connector.where,
+                self._db.found_version,
+            )
         return self._db
+
+    def _job(self, fn: Callable[[Database], T]) -> T:
+        try:
+            return fn(self._open())
+        finally:
+            self._drop_if_broken()
+
+    def _drop_if_broken(self) -> None:
+        if self._db is not None and self._db.broken:
+            log.warning("store connection to %s lost; reconnecting", self._connector.where)
+            self._close()
 
     def _close(self) -> None:
         if self._db is not None:
@@ -78,6 +94,7 @@ class Worker:
             db = self._open()
             db.write(records)
         except Exception as exc:  # a failed write must never kill the writer
+            self._drop_if_broken()
             if len(records) == 1 or self._db is None:
                 return [_as_store_error(exc)] * len(records)
             return [self._write_one(db, record) for record in records]

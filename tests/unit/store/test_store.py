@@ -1,4 +1,5 @@
-"""The async store over a real SQLite file: coalescing, ordering, failure handling, shutdown."""
+"""The async store over a real SQLite file and a real PostgreSQL: coalescing, ordering, failure
+handling, shutdown (tests taking ``connector`` run on both, see conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from functools import reduce
 from pathlib import Path
 
@@ -14,9 +16,11 @@ import pytest
 
 from gateway.metrics import Metrics
 from gateway.store import InstanceRecord, InstanceState, MetricValue, StepRecord, Store
-from gateway.store.db import Database, file_connection
+from gateway.store.db import Connector, Database, file_connection
+from gateway.store.dialect import postgres_connection, sqlite_connector
 from gateway.store.errors import StoreError
 from gateway.store.records import merge_instance, merge_step
+from tests.support.postgres import Postgres
 from tests.unit.store.helpers import make_service, read_only, sample
 
 
@@ -34,9 +38,9 @@ def m(value: float) -> tuple[MetricValue, ...]:
     return (MetricValue("text_similarity_v0", value),)
 
 
-async def test_burst_of_submits_coalesces_and_lands_in_final_state(tmp_path: Path) -> None:
+async def test_burst_of_submits_coalesces_and_lands_in_final_state(connector: Connector) -> None:
     metrics = Metrics()
-    store = Store(path=tmp_path / "g.sqlite3", clock_ms=lambda: 1000)
+    store = Store(connect=connector, clock_ms=lambda: 1000)
     store.bind(metrics=metrics, alarm=lambda *a, **k: None)
     sent_i: dict[str, list[InstanceRecord]] = {}
     sent_s: dict[tuple[str, int], list[StepRecord]] = {}
@@ -75,8 +79,8 @@ async def test_burst_of_submits_coalesces_and_lands_in_final_state(tmp_path: Pat
     assert sample(metrics, "store_write_failures_total") == 0
 
 
-async def test_interleaved_writers_end_in_the_merged_state(tmp_path: Path) -> None:
-    store = Store(path=tmp_path / "g.sqlite3")
+async def test_interleaved_writers_end_in_the_merged_state(connector: Connector) -> None:
+    store = Store(connect=connector)
     async with running(store):
 
         async def writer(k: int) -> None:
@@ -99,16 +103,14 @@ async def test_interleaved_writers_end_in_the_merged_state(tmp_path: Path) -> No
     assert found[0].state is InstanceState.COMPLETED
 
 
-async def test_the_loop_is_never_the_sqlite_thread(tmp_path: Path) -> None:
+async def test_the_loop_is_never_the_database_thread(connector: Connector) -> None:
     seen: list[str] = []
-    path = tmp_path / "g.sqlite3"
-    connect = file_connection(path)
 
     def spy() -> object:
         seen.append(threading.current_thread().name)
-        return connect()
+        return connector.connect()
 
-    store = Store(connect=spy)  # type: ignore[arg-type]
+    store = Store(connect=replace(connector, connect=spy))
     async with running(store):
         await store.upsert_step(StepRecord("i", 0))
     assert seen
@@ -119,7 +121,7 @@ async def test_the_loop_is_never_the_sqlite_thread(tmp_path: Path) -> None:
 async def test_failing_writes_are_counted_never_raised_to_submitters(tmp_path: Path) -> None:
     path = tmp_path / "g.sqlite3"
     Database.open(file_connection(path)).close()  # a valid, current schema
-    store = Store(connect=lambda: read_only(path))
+    store = Store(connect=sqlite_connector(lambda: read_only(path)))
     service = make_service(tmp_path, [store])
     metrics = service.metrics
     async with running(store):
@@ -136,9 +138,9 @@ async def test_failing_writes_are_counted_never_raised_to_submitters(tmp_path: P
     assert sample(metrics, "ops_alarms_total", alarm="store_failed") == 1  # rate-limited
 
 
-async def test_one_bad_row_does_not_sink_its_batch(tmp_path: Path) -> None:
+async def test_one_bad_row_does_not_sink_its_batch(connector: Connector) -> None:
     metrics = Metrics()
-    store = Store(path=tmp_path / "g.sqlite3")
+    store = Store(connect=connector)
     store.bind(metrics=metrics, alarm=lambda *a, **k: None)
     async with running(store):
         store.submit_instance(InstanceRecord("good-1"))
@@ -152,17 +154,16 @@ async def test_one_bad_row_does_not_sink_its_batch(tmp_path: Path) -> None:
 
 
 async def test_pending_rows_are_written_at_shutdown_and_closed_store_refuses(
-    tmp_path: Path,
+    connector: Connector,
 ) -> None:
-    path = tmp_path / "g.sqlite3"
     metrics = Metrics()
-    store = Store(path=path)
+    store = Store(connect=connector)
     store.bind(metrics=metrics, alarm=lambda *a, **k: None)
     async with running(store):
         await store.upsert_instance(InstanceRecord("late", state=InstanceState.RUNNING))
         store.submit_instance(InstanceRecord("late", state=InstanceState.CANCELLED))
     # run() was cancelled right after the submit: the row was still written
-    db = Database.open(file_connection(path))
+    db = Database.open(connector)
     found = db.get_instance("late")
     db.close()
     assert found is not None
@@ -175,9 +176,9 @@ async def test_pending_rows_are_written_at_shutdown_and_closed_store_refuses(
         await store.get_instance("late")
 
 
-async def test_listeners_hear_committed_instances_once_per_batch(tmp_path: Path) -> None:
+async def test_listeners_hear_committed_instances_once_per_batch(connector: Connector) -> None:
     heard: list[str] = []
-    store = Store(path=tmp_path / "g.sqlite3")
+    store = Store(connect=connector)
     store.add_listener(heard.append)
 
     def broken(_: str) -> None:
@@ -193,10 +194,10 @@ async def test_listeners_hear_committed_instances_once_per_batch(tmp_path: Path)
     assert heard == ["a", "b", "a"]
 
 
-async def test_overflow_drops_oldest_row_counted(tmp_path: Path) -> None:
+async def test_overflow_drops_oldest_row_counted(connector: Connector) -> None:
     metrics = Metrics()
     alarms: list[str] = []
-    store = Store(path=tmp_path / "g.sqlite3", queue_limit=3)
+    store = Store(connect=connector, queue_limit=3)
     store.bind(metrics=metrics, alarm=lambda name, **_: alarms.append(name))
     async with running(store):
         for n in range(5):
@@ -221,7 +222,7 @@ async def test_a_locked_database_fails_writes_then_recovers(tmp_path: Path) -> N
         return sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0.05)
 
     metrics = Metrics()
-    store = Store(connect=impatient)
+    store = Store(connect=sqlite_connector(impatient))
     store.bind(metrics=metrics, alarm=lambda *a, **k: None)
     other = sqlite3.connect(path, isolation_level=None)  # another process holding the write lock
     other.execute("BEGIN IMMEDIATE")
@@ -239,8 +240,33 @@ async def test_a_locked_database_fails_writes_then_recovers(tmp_path: Path) -> N
     assert sample(metrics, "store_writes_total", table="instances") == 1
 
 
-async def test_reads_beyond_the_cap_are_refused(tmp_path: Path) -> None:
-    store = Store(path=tmp_path / "g.sqlite3", max_reads=0)
+async def test_reads_beyond_the_cap_are_refused(connector: Connector) -> None:
+    store = Store(connect=connector, max_reads=0)
     async with running(store):
         with pytest.raises(StoreError, match="busy"):
             await store.list_instances()
+
+
+@pytest.mark.integration
+async def test_a_dropped_postgres_connection_is_reopened(postgres: Postgres) -> None:
+    """The server ends the store's session (restart, failover): that write fails, counted; the
+    next one reconnects and lands."""
+    import psycopg  # noqa: PLC0415
+
+    metrics = Metrics()
+    url = postgres.new_database()
+    store = Store(connect=postgres_connection(url))
+    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    async with running(store):
+        await store.upsert_instance(InstanceRecord("before", state=InstanceState.RUNNING))
+        with psycopg.connect(postgres.admin_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (url.rsplit("/", 1)[1],),
+            )
+        with pytest.raises(StoreError):
+            await store.upsert_instance(InstanceRecord("lost", state=InstanceState.RUNNING))
+        await store.upsert_instance(InstanceRecord("after", state=InstanceState.RUNNING))
+        listed = {r.instance_id for r in await store.list_instances()}
+    assert {"before", "after"} <= listed
+    assert sample(metrics, "store_write_failures_total") == 1
