@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from gateway.assessment.engine import Backend
 from gateway.board import BoardChannel
 from gateway.board.bridge import BoardBridge
+from gateway.chat.component import ChatComponent
 from gateway.runtime import RuntimeConfig, load_catalog, resource_reader
 from gateway.service import Component, Service
 from gateway.settings import Settings
@@ -52,6 +53,7 @@ class Gateway:
     xiaozhi: XiaozhiChannel
     assessment: AssessmentPath
     store: Store
+    chat: ChatComponent | None = None
 
 
 def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
@@ -65,7 +67,20 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     bridge = BoardBridge(board)
     assessment = AssessmentPath(settings=settings.asr, store=parts.store, backend=asr_backend)
     voice = VoiceToTasks()
-    xiaozhi = XiaozhiChannel(settings=settings, voice=voice, listening_by_default=False)
+    # CHAT sits in front of the task runtime's voice sink: speech goes to the runtime while a
+    # task owns the device, to CHAT otherwise; it also gets the raw uplink and control events.
+    chat = (
+        ChatComponent(settings=settings.chat, inner=voice, asr=assessment)
+        if settings.chat.enabled
+        else None
+    )
+    xiaozhi = XiaozhiChannel(
+        settings=settings,
+        voice=chat or voice,
+        events=chat,
+        listening_by_default=False,
+        uplink_tap=chat.uplink if chat else None,
+    )
     tasks = TaskService(
         catalog=loaded.catalog,
         config=RuntimeConfig.from_settings(settings.runtime),
@@ -75,13 +90,18 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         recorder=recorder,
         assessment=assessment,
         load_running=recorder.load_running,
+        modes=chat,
     )
     bridge.tasks = tasks
     board.sink = bridge
     voice.tasks = tasks
     assessment.on_text = tasks.on_asr_text
     components: list[Component] = [*parts.components, board, xiaozhi, assessment, tasks]
-    return Gateway(Service(settings, components), tasks, board, xiaozhi, assessment, parts.store)
+    if chat is not None:
+        chat.channel = xiaozhi
+        components.append(chat)
+    service = Service(settings, components)
+    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat)
 
 
 def build_service(settings: Settings) -> Service:

@@ -202,6 +202,39 @@ class OpsSettings(_Section):
     shutdown_timeout_s: float = Field(5.0, gt=0, description="Graceful shutdown budget.")
 
 
+class ChatSettings(_Section):
+    enabled: bool = Field(True, description="Answer devices in CHAT mode (no task running).")
+    upstream_url: str | None = Field(
+        None,
+        description="xiaozhi WebSocket server to bridge CHAT sessions to, e.g. "
+        "ws://host:8000/xiaozhi/v1/ (unset: the embedded offline engine answers).",
+    )
+    token: str | None = Field(
+        None, description="Upstream `Authorization: Bearer <token>` (unset: header omitted)."
+    )
+    framing: Literal["gateway", "1", "2", "3"] = Field(
+        "gateway",
+        description="Upstream binary audio framing: `gateway` (16-byte header, "
+        "`?from=mqtt_gateway`) or the firmware's protocol version 1/2/3.",
+    )
+    connect_timeout_s: float = Field(5.0, gt=0, description="Upstream connect + hello timeout.")
+    backoff_min_s: float = Field(1.0, gt=0, description="Upstream retry back-off after a failure.")
+    backoff_max_s: float = Field(30.0, gt=0, description="Upstream retry back-off cap.")
+    silence_timeout_s: float = Field(
+        5.0, gt=0, description="Prompt-listen silence before standby (reset by speech)."
+    )
+    reply_timeout_s: float = Field(
+        20.0, gt=0, description="Wait for a reply after a segment ended before standby."
+    )
+    uplink_queue_frames: int = Field(
+        50, ge=1, description="Uplink frames queued per session (overflow: drop oldest)."
+    )
+    downlink_queue_frames: int = Field(
+        500, ge=1, description="Downlink frames queued per session (overflow: drop newest)."
+    )
+    voice: str = Field("en-us", description="espeak-ng voice of the embedded engine.")
+
+
 def _default_gateway_id() -> str:
     host = socket.gethostname().split(".")[0].lower()
     cleaned = "".join(c if c.isalnum() or c in "-_" else "-" for c in host)
@@ -236,6 +269,7 @@ class Settings(BaseSettings):
     asr: AsrSettings = AsrSettings()
     store: StoreSettings = StoreSettings()
     ops: OpsSettings = OpsSettings()
+    chat: ChatSettings = ChatSettings()
 
     @classmethod
     def settings_customise_sources(

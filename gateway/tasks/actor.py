@@ -35,9 +35,10 @@ from gateway.runtime import (
     TimerFired,
     WindowClosed,
 )
-from gateway.tasks.ports import CommandSender, MicControl, Recorder, UtteranceSink
+from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
 
 INBOX_LIMIT = 256
+_TASK_TAKES_DEVICE = frozenset({"instance.started", "instance.restored"})
 UTTERANCES_KEPT = 8
 STEPS_KEPT = 64
 
@@ -85,6 +86,7 @@ class Ports:
     now_ms: Callable[[], float]
     # (app_id, task_id, lesson_id) → (assessment methods, or () when off; the lesson's texts)
     plan: Callable[[str, str, str], tuple[tuple[str, ...], tuple[str, ...]]]
+    modes: ModeListener | None = None  # CHAT: suspended while a task runs
 
 
 class DeviceActor:
@@ -117,6 +119,17 @@ class DeviceActor:
     def perform(self, effects: list[Effect]) -> None:
         for effect in effects:
             self._perform(effect)
+            self._tell_modes(effect)
+
+    def _tell_modes(self, effect: Effect) -> None:
+        """CHAT is suspended while a task owns the device and resumes when it returns."""
+        modes = self._ports.modes
+        if modes is None:
+            return
+        if isinstance(effect, PublishTaskEvent) and effect.event in _TASK_TAKES_DEVICE:
+            modes.task_started(self.device)
+        elif isinstance(effect, ReturnToChat):
+            modes.back_to_chat(self.device)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

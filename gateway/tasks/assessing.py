@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 PENDING_KEPT = 4_096  # jobs whose context we remember; oldest forgotten (its result dropped)
 
 OnText = Callable[[str, str, int, str], None]  # device, instance_id, step_index, text
+OnTranscript = Callable[[str | None], None]  # the text, or None (failed or dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,8 @@ class AssessmentPath:
         self._latest: OrderedDict[tuple[str, int], str] = OrderedDict()
         self._ctx: Context | None = None
         self.on_text: OnText | None = None
+        # Jobs submitted by transcribe() (not assessed); bounded like _pending.
+        self._transcripts: OrderedDict[AsrKey, OnTranscript] = OrderedDict()
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -112,9 +115,26 @@ class AssessmentPath:
             self._latest.popitem(last=False)
         self._pool.submit(AsrJob(key, pcm, hints))
 
+    def transcribe(
+        self, key: AsrKey, pcm: bytes, hints: tuple[str, ...], on_text: OnTranscript
+    ) -> bool:
+        """ASR only, through the same bounded pool (CHAT's embedded engine): ``on_text`` gets
+        the text or ``None``; nothing is assessed, stored or published. False: ASR is off."""
+        if self._pool is None:
+            return False
+        self._transcripts[key] = on_text
+        while len(self._transcripts) > PENDING_KEPT:
+            self._transcripts.popitem(last=False)
+        self._pool.submit(AsrJob(key, pcm, hints))
+        return True
+
     # -- pool callbacks (on the loop) ----------------------------------------------------------
 
     def _on_drop(self, job: AsrJob) -> None:
+        transcript = self._transcripts.pop(job.key, None)
+        if transcript is not None:
+            transcript(None)
+            return
         pending = self._pending.pop(job.key, None)
         if self._ctx is not None:
             self._ctx.ops.alarm(
@@ -126,6 +146,11 @@ class AssessmentPath:
 
     def _on_result(self, outcome: AsrOutcome) -> None:
         key = outcome.key
+        transcript = self._transcripts.pop(key, None)
+        if transcript is not None:
+            result = outcome.result
+            transcript(None if isinstance(result, AsrFailure) else result.text)
+            return
         pending = self._pending.pop(key, None)
         if pending is None:
             return

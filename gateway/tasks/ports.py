@@ -36,6 +36,14 @@ class MicControl(Protocol):
     def set_listening(self, device: str, listening: bool) -> None: ...
 
 
+class ModeListener(Protocol):
+    """Told when a task takes the device and when it returns to CHAT (the chat component)."""
+
+    def task_started(self, device: str) -> None: ...
+
+    def back_to_chat(self, device: str) -> None: ...
+
+
 class Recorder(Protocol):
     """Fire-and-forget persistence (never blocks, never raises into stepping)."""
 

@@ -39,7 +39,7 @@ from gateway.runtime import (
 )
 from gateway.service import Context
 from gateway.tasks.actor import ActorMetrics, DeviceActor, Ports
-from gateway.tasks.ports import CommandSender, MicControl, Recorder, UtteranceSink
+from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
 from topics import (
     CtlReply,
     PayloadError,
@@ -81,6 +81,7 @@ class TaskService:
         assessment: UtteranceSink,
         load_running: LoadRunning | None = None,
         restore_wait_s: float = RESTORE_WAIT_S,
+        modes: ModeListener | None = None,
     ) -> None:
         self._catalog = catalog
         self._config = config
@@ -91,6 +92,7 @@ class TaskService:
         self._assessment = assessment
         self._load_running = load_running
         self._restore_wait_s = restore_wait_s
+        self.modes = modes
         self._actors: dict[str, DeviceActor] = {}
         self._online: dict[str, bool] = {}
         self._pending_restore: dict[str, StoredInstance] = {}
@@ -271,6 +273,7 @@ class TaskService:
             publish_reply=self._publish_reply,
             now_ms=lambda: loop.time() * 1000.0,
             plan=self._plan,
+            modes=self.modes,
         )
 
     def _plan(

@@ -25,7 +25,7 @@ from gateway.xiaozhi.downlink import Pacing, SpeakInterrupted, SpeakResult, send
 from gateway.xiaozhi.live import LiveFactory, LiveSession
 from gateway.xiaozhi.mcp import McpClient
 from gateway.xiaozhi.ota import OtaEndpoint, Provisioner
-from gateway.xiaozhi.pipeline import Segmenter, VoiceSink
+from gateway.xiaozhi.pipeline import Frame, Segmenter, VoiceSink
 from gateway.xiaozhi.provisioning import broker_provisioner
 from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
 from gateway.xiaozhi.stats import ChannelStats
@@ -35,6 +35,9 @@ from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
 log = logging.getLogger(__name__)
 
 _RECEIVE_BUFFER = 4 * 1024 * 1024
+
+
+UplinkTap = Callable[[str, str, Frame], None]  # dev, session_id, accepted uplink frame
 
 
 class NoSession(LookupError):
@@ -61,10 +64,12 @@ class XiaozhiChannel:
         tts_lead_s: float = 0.2,
         udp_rate_pps: float = 40.0,
         udp_burst: int = 80,
+        uplink_tap: UplinkTap | None = None,
     ) -> None:
         self._settings = settings
         self._voice = voice
         self._events = events
+        self.uplink_tap = uplink_tap  # may be set after construction (CHAT is built later)
         self._provision = provision
         self._new_segmenter = new_segmenter
         self._clock = clock
@@ -234,6 +239,14 @@ class XiaozhiChannel:
             self._teardown(session, "gateway", announce=True)
         return session is not None
 
+    def send_audio(self, dev: str, session_id: str, opus_packet: bytes, timestamp: int) -> bool:
+        """One downlink Opus packet to ``dev``'s session ``session_id`` (the caller paces);
+        ``False`` if that session is gone or the packet could not go out (counted)."""
+        live = self._live.get(dev)
+        if live is None or live.session_id != session_id or self._udp is None:
+            return False
+        return self._udp.send(live, opus_packet, timestamp)
+
     async def speak(self, dev: str, opus_packets: Iterable[bytes]) -> SpeakResult:
         """``tts start`` → paced downlink frames → ``tts stop``. Raises :class:`NoSession` if the
         device has no session or never sent audio (its address is unknown)."""
@@ -276,6 +289,9 @@ class XiaozhiChannel:
         live = self._new_live(opened.session, listening=listening)
         self._live[dev] = live
         self._by_ssrc[live.session.ssrc] = live
+        if self.uplink_tap is not None:
+            tap, sid = self.uplink_tap, live.session_id
+            live.pipeline.tap = lambda frame: tap(dev, sid, frame)
         self._start_audio(live)
         self.stats.sessions_open.set(len(self.table))
         self._opened.set()

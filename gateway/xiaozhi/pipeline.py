@@ -113,10 +113,14 @@ class AudioPipeline:
         self._batch = batch
         self._ready = asyncio.Event()
         self.listening = listening
+        # Every accepted frame, before the listening check (CHAT bridges raw Opus upstream).
+        self.tap: Callable[[Frame], None] | None = None
 
     def offer(self, frame: Frame) -> None:
         """Called from ``datagram_received``: O(1), never blocks. A frame that arrives while
         nobody listens is only counted (its sequence was already accounted by the receiver)."""
+        if self.tap is not None:
+            self.tap(frame)
         if not self.listening:
             self._counters.frames_skipped(1)
             return

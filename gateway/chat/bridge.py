@@ -1,0 +1,139 @@
+"""The upstream side of one device's CHAT: at most one :class:`UpstreamLink` at a time, opened
+per device voice session, plus the gateway-wide retry back-off.
+
+Back-off: after a failed link (connect refused, hello timeout, abnormal close) the next hello
+within the back-off gets an immediate goodbye instead of another attempt; the delay doubles per
+consecutive failure up to the cap and resets on the first link that completes its hello.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from gateway.chat.framing import AudioFrame
+from gateway.chat.upstream import UpstreamConfig, UpstreamError, UpstreamLink
+
+log = logging.getLogger(__name__)
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
+
+
+@dataclass(slots=True)
+class Backoff:
+    min_s: float
+    max_s: float
+    failures: int = 0
+    not_before: float = 0.0
+
+    def allowed(self, now: float) -> bool:
+        return now >= self.not_before
+
+    def failed(self, now: float) -> float:
+        self.failures += 1
+        delay: float = min(self.max_s, self.min_s * 2.0 ** (self.failures - 1))
+        self.not_before = now + delay
+        return delay
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        self.not_before = 0.0
+
+
+@dataclass(frozen=True)
+class BridgeContext:
+    """What every device's bridge shares (built once by the component)."""
+
+    config: UpstreamConfig
+    http: aiohttp.ClientSession
+    backoff: Backoff
+    clock: Callable[[], float]
+    spawn: Spawn
+    count_drop: Callable[[str], None]
+
+
+class UpstreamBridge:
+    """One device's upstream: ``on_end(None)`` when the server ended the session normally,
+    ``on_end(error)`` when the link failed; never called for a link closed by :meth:`close`."""
+
+    def __init__(
+        self,
+        *,
+        ctx: BridgeContext,
+        dev: str,
+        on_json: Callable[[dict[str, Any]], None],
+        on_audio: Callable[[bytes], None],
+        on_end: Callable[[UpstreamError | None], None],
+    ) -> None:
+        self._ctx = ctx
+        self._dev = dev
+        self._on_json = on_json
+        self._on_audio = on_audio
+        self._on_end = on_end
+        self._link: UpstreamLink | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._link is not None and self._link.session_id is not None
+
+    def open(self) -> bool:
+        """Open a link for a new device session; False while the back-off holds."""
+        self.close()
+        ctx = self._ctx
+        if not ctx.backoff.allowed(ctx.clock()):
+            return False
+        link = UpstreamLink(
+            config=ctx.config,
+            http=ctx.http,
+            device_mac=self._dev.replace("_", ":"),
+            client_id=self._dev,
+            on_json=lambda body: self._from(link, self._on_json, body),
+            on_audio=lambda frame: self._from(link, self._audio, frame),
+            on_ready=lambda sid: ctx.backoff.succeeded(),
+            count_drop=ctx.count_drop,
+        )
+        self._link = link
+        ctx.spawn(self._run(link), f"device[{self._dev}].chat.upstream")
+        return True
+
+    def close(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.close()
+
+    def relay(self, message: Mapping[str, Any]) -> None:
+        """Device control up (its ``session_id`` is replaced by the upstream's)."""
+        if self._link is not None:
+            self._link.send_json({k: v for k, v in message.items() if k != "session_id"})
+
+    def forward(self, opus: bytes) -> None:
+        if self._link is not None:
+            self._link.send_audio(opus)
+
+    def _audio(self, frame: AudioFrame) -> None:
+        self._on_audio(frame.opus)
+
+    def _from(self, link: UpstreamLink, deliver: Callable[[Any], None], item: Any) -> None:
+        if link is self._link:  # a closed link's late messages go nowhere
+            deliver(item)
+
+    async def _run(self, link: UpstreamLink) -> None:
+        try:
+            await link.run()
+        except UpstreamError as exc:
+            delay = self._ctx.backoff.failed(self._ctx.clock())
+            log.warning(
+                "chat upstream for %s failed: %s (retry after %.1fs)", self._dev, exc, delay
+            )
+            if link is self._link:
+                self._link = None
+                self._on_end(exc)
+            return
+        if link is self._link:
+            self._link = None
+            self._on_end(None)

@@ -1,0 +1,220 @@
+"""The CHAT component: the Xiaozhi channel's session events, voice sink and uplink tap, and the
+task runtime's mode listener, routed to one :class:`DeviceChat` per device.
+
+Built with ``chat.upstream_url`` it bridges every CHAT session to that xiaozhi server; without,
+the embedded engine answers. While a task owns a device its speech goes to the task runtime
+(``inner``, the lesson's voice sink) and nothing reaches CHAT; back in CHAT the reverse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+import aiohttp
+
+from gateway.chat.bridge import Backoff, BridgeContext
+from gateway.chat.device import ChatPorts, DeviceChat, VoiceChannel
+from gateway.chat.embedded import EmbeddedEngine, Transcriber
+from gateway.chat.framing import Framing
+from gateway.chat.metrics import ChatMetrics
+from gateway.chat.upstream import UpstreamConfig
+from gateway.chat.voice import ChatState, VoiceConfig
+from gateway.service import Context
+from gateway.settings import ChatSettings
+from gateway.xiaozhi.pipeline import Frame, VoiceSink
+
+log = logging.getLogger(__name__)
+
+MAX_DEVICES = 10_000  # DeviceChat objects kept; beyond, a device gets no CHAT (logged)
+
+
+class ChatComponent:
+    name = "chat"
+
+    def __init__(
+        self,
+        *,
+        settings: ChatSettings,
+        channel: VoiceChannel | None = None,  # or set .channel before run()
+        inner: VoiceSink | None = None,
+        asr: Transcriber | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self.channel = channel
+        self.inner = inner
+        self._asr = asr
+        self._clock = clock
+        self._devices: dict[str, DeviceChat] = {}
+        self._tasks: set[str] = set()  # devices a task owns (known before their DeviceChat)
+        self._tg: asyncio.TaskGroup | None = None
+        self._ready = asyncio.Event()
+        self._ports: ChatPorts | None = None
+        self._ctx: Context | None = None
+        self._backoff = Backoff(settings.backoff_min_s, settings.backoff_max_s)
+
+    @property
+    def bridged(self) -> bool:
+        return self._settings.upstream_url is not None
+
+    def attach(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._metrics = ChatMetrics(ctx.metrics)
+
+    async def run(self) -> None:
+        s = self._settings
+        if self.channel is None:
+            raise RuntimeError("chat component has no voice channel")
+        async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as tg:
+            self._tg = tg
+            bridge = None
+            if s.upstream_url is not None:
+                bridge = BridgeContext(
+                    config=UpstreamConfig(
+                        url=s.upstream_url,
+                        token=s.token,
+                        framing=Framing(s.framing),
+                        connect_timeout_s=s.connect_timeout_s,
+                        audio_capacity=s.uplink_queue_frames,
+                    ),
+                    http=http,
+                    backoff=self._backoff,
+                    clock=self._clock,
+                    spawn=self._spawn,
+                    count_drop=lambda reason: self._metrics.dropped.labels(reason).inc(),
+                )
+            self._ports = ChatPorts(
+                channel=self.channel,
+                alarm=self._alarm,
+                metrics=self._metrics,
+                clock=self._clock,
+                spawn=self._spawn,
+                config=VoiceConfig(
+                    silence_timeout_ms=s.silence_timeout_s * 1000.0,
+                    reply_timeout_ms=s.reply_timeout_s * 1000.0,
+                    local_segments=bridge is None,
+                ),
+                bridge=bridge,
+                engine=None if bridge is not None else EmbeddedEngine(asr=self._asr, voice=s.voice),
+                downlink_capacity=s.downlink_queue_frames,
+            )
+            self._ready.set()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                self._tg = None
+                self._ready.clear()
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+
+    def device(self, dev: str) -> DeviceChat | None:
+        return self._devices.get(dev)
+
+    # -- SessionEvents (Xiaozhi channel) ------------------------------------------------------
+
+    def session_opened(self, dev: str, session_id: str) -> None:
+        chat = self._chat(dev)
+        if chat is not None:
+            chat.opened(session_id)
+
+    def session_closed(self, dev: str, session_id: str, reason: str) -> None:
+        chat = self._devices.get(dev)
+        if chat is not None:
+            chat.closed(session_id, reason)
+
+    def listen(
+        self, dev: str, session_id: str, state: str, mode: str | None, text: str | None
+    ) -> None:
+        chat = self._devices.get(dev)
+        if chat is not None:
+            chat.listen(state, mode, text)
+
+    def abort(self, dev: str, session_id: str, reason: str | None) -> None:
+        chat = self._devices.get(dev)
+        if chat is not None:
+            chat.abort(reason)
+
+    def mcp_message(self, dev: str, payload: Mapping[str, Any]) -> None:
+        chat = self._devices.get(dev)
+        if chat is not None:
+            chat.mcp(payload)
+
+    # -- uplink tap and VoiceSink ------------------------------------------------------------
+
+    def uplink(self, dev: str, session_id: str, frame: Frame) -> None:
+        chat = self._devices.get(dev)
+        if chat is not None:
+            chat.frame(session_id, frame.opus)
+
+    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
+        chat = self._in_chat(dev)
+        if chat is not None:
+            chat.speech(started=True)
+        elif self.inner is not None:
+            self.inner.speech_started(dev, session_id, at_ms)
+
+    def speech_stopped(
+        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+    ) -> None:
+        chat = self._in_chat(dev)
+        if chat is not None:
+            chat.speech(started=False, pcm=pcm)
+        elif self.inner is not None:
+            self.inner.speech_stopped(dev, session_id, pcm, start_ms, end_ms)
+
+    # -- ModeListener (task runtime) ------------------------------------------------------------
+
+    def task_started(self, device: str) -> None:
+        self._tasks.add(device)
+        chat = self._devices.get(device)
+        if chat is not None:
+            chat.task_started()
+
+    def back_to_chat(self, device: str) -> None:
+        self._tasks.discard(device)
+        chat = self._devices.get(device)
+        if chat is not None:
+            chat.back_to_chat()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _in_chat(self, dev: str) -> DeviceChat | None:
+        chat = self._devices.get(dev)
+        if chat is None or chat.core.state is ChatState.SUSPENDED:
+            return None
+        return chat
+
+    def _chat(self, dev: str) -> DeviceChat | None:
+        chat = self._devices.get(dev)
+        if chat is not None:
+            return chat
+        if self._ports is None or len(self._devices) >= MAX_DEVICES:
+            log.error("no CHAT for %s (component not running or %d devices)", dev, MAX_DEVICES)
+            return None
+        chat = DeviceChat(dev, self._ports, suspended=dev in self._tasks)
+        self._devices[dev] = chat
+        self._metrics.sessions.set(len(self._devices))
+        return chat
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        if self._tg is None:
+            coro.close()
+            raise RuntimeError("chat component not running")
+        return self._tg.create_task(_contained(coro, name), name=name)
+
+    def _alarm(self, alarm: str, device: str, reason: str) -> None:
+        if self._ctx is not None:
+            self._ctx.ops.alarm(alarm, device=device, reason=reason)
+
+
+async def _contained(coro: Coroutine[Any, Any, None], name: str) -> None:
+    """A device task's failure is logged with its name and never ends the component."""
+    try:
+        await coro
+    except Exception:
+        log.exception("task %s failed", name)

@@ -1,0 +1,279 @@
+"""One device's CHAT shell: feeds the voice-session core, performs its effects.
+
+Everything here runs on the loop and is synchronous except the device's two long-lived tasks
+(``device[…].chat.downlink`` — the :class:`Player`; ``device[…].chat.timer`` — the core's
+deadline) and the per-session upstream link or per-turn answer task, all owned by the chat
+component's TaskGroup. Effects may cause events (a goodbye closes the session, which reports
+``session_closed``): those are queued and handled after the current one, never re-entered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.chat import voice as v
+from gateway.chat.bridge import BridgeContext, Spawn, UpstreamBridge
+from gateway.chat.embedded import EmbeddedEngine
+from gateway.chat.metrics import ChatMetrics
+from gateway.chat.player import Player
+from gateway.chat.upstream import UpstreamError
+from gateway.xiaozhi import messages
+
+log = logging.getLogger(__name__)
+
+
+class VoiceChannel(Protocol):
+    """What CHAT uses of the Xiaozhi channel."""
+
+    def publish(self, dev: str, payload: bytes) -> None: ...
+
+    def send_audio(self, dev: str, session_id: str, opus_packet: bytes, timestamp: int) -> bool: ...
+
+    def close_session(self, dev: str) -> bool: ...
+
+    def set_listening(self, dev: str, listening: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class ChatPorts:
+    channel: VoiceChannel
+    alarm: Callable[[str, str, str], None]  # alarm, device, reason
+    metrics: ChatMetrics
+    clock: Callable[[], float]  # monotonic seconds
+    spawn: Spawn
+    config: v.VoiceConfig
+    bridge: BridgeContext | None  # None: the embedded engine answers
+    engine: EmbeddedEngine | None
+    downlink_capacity: int = 500
+
+
+class DeviceChat:
+    def __init__(self, dev: str, ports: ChatPorts, *, suspended: bool = False) -> None:
+        self.dev = dev
+        self._p = ports
+        self.core = v.VoiceSession(ports.config, suspended=suspended)
+        self.session_id: str | None = None
+        self._pending: deque[v.VoiceEvent] = deque()  # events caused while handling one
+        self._busy = False
+        self._rearm = asyncio.Event()
+        self._pcm = b""  # the last utterance (embedded engine's segment)
+        self._end_after_tts = False
+        self.player = Player(
+            publish=lambda payload: ports.channel.publish(dev, payload),
+            send_audio=self._send_audio,
+            on_tts=self._on_tts,
+            clock=ports.clock,
+            count_drop=lambda reason: ports.metrics.dropped.labels(reason).inc(),
+            capacity=ports.downlink_capacity,
+        )
+        self.bridge = (
+            UpstreamBridge(
+                ctx=ports.bridge,
+                dev=dev,
+                on_json=self._from_upstream,
+                on_audio=self.player.audio,
+                on_end=self._upstream_ended,
+            )
+            if ports.bridge is not None
+            else None
+        )
+        ports.spawn(self.player.run(), f"device[{dev}].chat.downlink")
+        ports.spawn(self._timer(), f"device[{dev}].chat.timer")
+
+    # -- from the Xiaozhi channel -----------------------------------------------------------
+
+    def opened(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.player.clear()
+        self.handle(v.Opened())
+        if self.core.state is not v.ChatState.SUSPENDED:
+            self._p.channel.set_listening(self.dev, True)  # our VAD drives the timeout
+
+    def closed(self, session_id: str, reason: str) -> None:
+        if session_id == self.session_id:
+            self.session_id = None
+            self.handle(v.Closed(reason))
+
+    def listen(self, state: str, mode: str | None, text: str | None) -> None:
+        fields: dict[str, Any] = {"type": "listen", "state": state}
+        if mode is not None:
+            fields["mode"] = mode
+        if text is not None:
+            fields["text"] = text
+        self._relay(fields)
+        match state:
+            case "start":
+                self.handle(v.ListenStart(mode))
+            case "stop":
+                self.handle(v.ListenStop())
+            case "detect":
+                self.handle(v.ListenDetect())
+
+    def abort(self, reason: str | None) -> None:
+        self._relay({"type": "abort", **({"reason": reason} if reason else {})})
+        self.handle(v.Abort())
+
+    def mcp(self, payload: Mapping[str, Any]) -> None:
+        self._relay({"type": "mcp", "payload": dict(payload)})
+
+    def frame(self, session_id: str, opus: bytes) -> None:
+        """An accepted uplink frame (hot path: two comparisons, one append)."""
+        if self.bridge is not None and self.core.uplink_open and session_id == self.session_id:
+            self.bridge.forward(opus)
+            self._p.metrics.frames_up.inc()
+
+    def speech(self, started: bool, pcm: bytes = b"") -> None:
+        if not started:
+            self._pcm = pcm
+        self.handle(v.SpeechStarted() if started else v.SpeechStopped())
+
+    # -- from the task runtime ---------------------------------------------------------------
+
+    def task_started(self) -> None:
+        self.handle(v.TaskStarted())
+
+    def back_to_chat(self) -> None:
+        self.handle(v.BackToChat())
+        if self.session_id is not None:
+            self._p.channel.set_listening(self.dev, True)
+
+    # -- the core ----------------------------------------------------------------------------
+
+    def handle(self, event: v.VoiceEvent) -> None:
+        self._pending.append(event)
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            while self._pending:
+                now_ms = self._p.clock() * 1000.0
+                for effect in self.core.handle(self._pending.popleft(), now_ms):
+                    self._perform(effect)
+        finally:
+            self._busy = False
+            self._rearm.set()
+
+    def _perform(self, effect: v.VoiceEffect) -> None:  # noqa: PLR0912 - one branch per effect
+        p = self._p
+        match effect:
+            case v.OpenUpstream():
+                if self.bridge is not None and not self.bridge.open():
+                    p.metrics.upstream.labels("backoff").inc()
+                    p.channel.close_session(self.dev)  # no hammering: goodbye until it passes
+            case v.CloseUpstream():
+                if self.bridge is not None:
+                    self.bridge.close()
+            case v.BeginTurn():
+                p.metrics.turns.inc()
+            case v.EndSegment(turn=turn):
+                if p.engine is not None:
+                    pcm, self._pcm = self._pcm, b""
+                    p.spawn(self._answer(turn, pcm), f"device[{self.dev}].chat.turn")
+            case v.StopPlayback(reason=reason):
+                self.player.clear()
+                if self.player.speaking and self.session_id is not None:
+                    self.player.json(messages.tts(self.session_id, "stop"), tts="stop")
+                if reason == "task":
+                    p.channel.set_listening(self.dev, False)
+            case v.Standby(reason=reason):
+                p.metrics.standby.labels(reason).inc()
+                if self.bridge is not None:
+                    self.bridge.close()
+                p.channel.close_session(self.dev)
+            case v.Alarm(alarm=alarm, reason=reason):
+                p.alarm(alarm, self.dev, reason)
+
+    async def _timer(self) -> None:
+        while True:
+            self._rearm.clear()
+            deadline = self.core.next_deadline()
+            if deadline is None:
+                await self._rearm.wait()
+                continue
+            delay = deadline / 1000.0 - self._p.clock()
+            if delay > 0:
+                try:
+                    async with asyncio.timeout(delay):
+                        await self._rearm.wait()
+                except TimeoutError:
+                    pass
+                continue
+            self.handle(v.Tick())
+
+    # -- upstream ----------------------------------------------------------------------------
+
+    def _relay(self, fields: Mapping[str, Any]) -> None:
+        if self.bridge is not None and self.core.state is not v.ChatState.SUSPENDED:
+            self.bridge.relay(fields)
+
+    def _from_upstream(self, body: dict[str, Any]) -> None:
+        sid = self.session_id
+        if sid is None:
+            return
+        kind = body.get("type")
+        body["session_id"] = sid  # the device's own session id
+        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        state = body.get("state")
+        if kind == "stt":
+            self.handle(v.ServerStt())
+        tts = state if kind == "tts" and state in ("start", "stop") else None
+        self.player.json(payload, tts=tts)
+        self._p.metrics.control_down.labels(str(kind)[:20]).inc()
+
+    def _upstream_ended(self, error: UpstreamError | None) -> None:
+        if error is not None:
+            self._p.metrics.upstream.labels(error.reason).inc()
+            self.handle(v.UpstreamLost(error.reason))
+            return
+        self._p.metrics.upstream.labels("ended").inc()
+        self._end_after_tts = True  # the server closed the chat: goodbye once its audio played
+        if self.player.idle:
+            self._finish()
+
+    # -- downlink ----------------------------------------------------------------------------
+
+    def _send_audio(self, opus: bytes, timestamp: int) -> bool:
+        sid = self.session_id
+        sent = sid is not None and self._p.channel.send_audio(self.dev, sid, opus, timestamp)
+        if sent:
+            self._p.metrics.frames_down.inc()
+        return sent
+
+    def _on_tts(self, state: str) -> None:
+        self.handle(v.TtsStarted() if state == "start" else v.TtsStopped())
+        if state == "stop" and self._end_after_tts:
+            self._finish()
+
+    def _finish(self) -> None:
+        self._end_after_tts = False
+        self._p.channel.close_session(self.dev)
+
+    async def _answer(self, turn: int, pcm: bytes) -> None:
+        engine, sid = self._p.engine, self.session_id
+        if engine is None or sid is None:
+            return
+        try:
+            answer = await engine.answer(self.dev, turn, pcm)
+        except Exception:
+            log.exception("embedded chat engine failed for %s", self.dev)
+            self._p.metrics.upstream.labels("engine_error").inc()
+            return  # the core's reply timeout sends the device to standby
+        if self.core.turn != turn or self.core.state is not v.ChatState.THINKING:
+            return  # aborted, closed or suspended meanwhile
+        if sid != self.session_id:
+            return
+        if answer.heard:
+            self.player.json(messages.stt(sid, answer.heard))
+            self.handle(v.ServerStt())
+        self.player.json(messages.tts(sid, "start"), tts="start")
+        self.player.json(messages.tts(sid, "sentence_start", answer.reply.text))
+        for frame in answer.frames:
+            self.player.audio(frame)
+        self.player.json(messages.tts(sid, "stop"), tts="stop")
+        self._end_after_tts = answer.reply.end_session

@@ -1,0 +1,23 @@
+"""CHAT's counters (Prometheus via the service's registry; ``snlpgw_chat_*``)."""
+
+from __future__ import annotations
+
+from gateway.metrics import Metrics
+
+
+class ChatMetrics:
+    def __init__(self, metrics: Metrics) -> None:
+        self.sessions = metrics.gauge("chat_devices", "Devices with CHAT state")
+        self.turns = metrics.counter("chat_turns", "CHAT turns begun")
+        self.standby = metrics.counter(
+            "chat_standby", "Devices sent to standby, by reason", ["reason"]
+        )
+        self.upstream = metrics.counter(
+            "chat_upstream_ends", "Upstream links ended or refused, by reason", ["reason"]
+        )
+        self.frames_up = metrics.counter("chat_frames_up", "Uplink Opus frames bridged upstream")
+        self.frames_down = metrics.counter("chat_frames_down", "Downlink TTS frames sent")
+        self.control_down = metrics.counter(
+            "chat_control_down", "Upstream control messages relayed down", ["type"]
+        )
+        self.dropped = metrics.counter("chat_dropped", "CHAT frames/messages dropped", ["reason"])

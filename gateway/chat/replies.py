@@ -1,0 +1,51 @@
+"""The embedded engine's replies: a few rules and templates, no model (pure).
+
+Offline CHAT must answer something sensible on this machine with no network: greet, tell the
+time, say its name, decline gracefully, echo what it heard otherwise. ``PHRASES`` doubles as
+the ASR hint list (pocketsphinx builds its language model from the hints, so the phrases the
+rules know are the ones it recognises best). Replies never carry a verdict or a score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from gateway.runtime.rules import normalise
+
+PHRASES: tuple[str, ...] = (
+    "hello",
+    "hi there",
+    "good morning",
+    "what time is it",
+    "what is your name",
+    "tell me a story",
+    "thank you",
+    "goodbye",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    text: str
+    end_session: bool = False  # say it, then standby
+
+
+def reply_to(heard: str | None, now: datetime) -> Reply:  # noqa: PLR0911 - one rule per return
+    """What the embedded engine says to ``heard`` (``None``: recognition failed)."""
+    said = normalise(heard or "")
+    if not said:
+        return Reply("Sorry, I did not catch that. Please say it again.")
+    if "bye" in said or "再见" in said:
+        return Reply("Goodbye! Talk to you soon.", end_session=True)
+    if "time" in said or "几点" in said:
+        return Reply(f"It is {now.hour} {now.minute:02d}.")
+    if "name" in said or "你是谁" in said:
+        return Reply("I am your learning speaker.")
+    if "story" in said:
+        return Reply("Once upon a time, a little fox learned a new word every day.")
+    if "thank" in said or "谢谢" in said:
+        return Reply("You are welcome!")
+    if any(word in said for word in ("hello", "hi", "morning", "你好")):
+        return Reply("Hello! Nice to hear you.")
+    return Reply(f"You said: {heard}.")

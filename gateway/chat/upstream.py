@@ -1,0 +1,259 @@
+"""One WebSocket to an upstream xiaozhi server per device voice session (the job the Node
+xiaozhi-mqtt-gateway does; reference §9, §10).
+
+``run()`` connects with the headers a MQTT gateway sends (``Device-Id``, ``Client-Id``,
+``Protocol-Version``, ``Authorization`` when a token is set; ``?from=mqtt_gateway`` with the
+gateway framing), says hello, waits for the server's hello (its ``session_id``), then pumps:
+device control and Opus go up through two bounded queues, server JSON and audio come down
+through callbacks. Session ids are the caller's business (it rewrites them both ways); this
+module stamps the upstream's id on what it sends.
+
+Queues: uplink audio holds ``audio_capacity`` frames and drops the oldest (counted); control is
+never dropped — past ``control_capacity`` pending messages the link fails (the caller says
+goodbye to the device and raises an alarm) instead of silently losing a ``listen stop``.
+
+``run()`` returns when the server ended the session normally (close code 1000 or its
+``goodbye``) or :meth:`close` was called; any other end raises :class:`UpstreamError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+from gateway.chat.framing import AudioFrame, FrameError, Framing, pack, unpack
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 1 << 20
+
+
+class UpstreamError(Exception):
+    """The upstream failed; ``reason`` is a metric/alarm label, ``detail`` for logs."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        self.detail = detail[:200]
+        super().__init__(f"{reason}: {self.detail}" if detail else reason)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    url: str
+    token: str | None = None
+    framing: Framing = Framing.GATEWAY
+    connect_timeout_s: float = 5.0
+    audio_capacity: int = 50
+    control_capacity: int = 64
+    heartbeat_s: float = 20.0
+
+    def request_url(self) -> str:
+        if self.framing is not Framing.GATEWAY:
+            return self.url
+        parts = urlsplit(self.url)
+        query = "&".join(q for q in (parts.query, "from=mqtt_gateway") if q)
+        return urlunsplit(parts._replace(query=query))
+
+    def headers(self, *, device_mac: str, client_id: str) -> dict[str, str]:
+        headers = {
+            "Device-Id": device_mac,
+            "Client-Id": client_id,
+            "Protocol-Version": str(self.framing.protocol_version),
+        }
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+
+def upstream_hello(framing: Framing) -> dict[str, Any]:
+    """The hello the gateway sends for the device (the audio it announced to the device)."""
+    return {
+        "type": "hello",
+        "version": framing.protocol_version,
+        "transport": "websocket",
+        "features": {"mcp": True},
+        "audio_params": {
+            "format": "opus",
+            "sample_rate": 16000,
+            "channels": 1,
+            "frame_duration": 60,
+        },
+    }
+
+
+class UpstreamLink:
+    def __init__(
+        self,
+        *,
+        config: UpstreamConfig,
+        http: aiohttp.ClientSession,
+        device_mac: str,
+        client_id: str,
+        on_json: Callable[[dict[str, Any]], None],
+        on_audio: Callable[[AudioFrame], None],
+        on_ready: Callable[[str], None] = lambda session_id: None,
+        count_drop: Callable[[str], None] = lambda reason: None,
+    ) -> None:
+        self._config = config
+        self._http = http
+        self._headers = config.headers(device_mac=device_mac, client_id=client_id)
+        self._on_json = on_json
+        self._on_audio = on_audio
+        self._on_ready = on_ready
+        self._count_drop = count_drop
+        self._audio: deque[bytes] = deque()  # bounded: audio_capacity, drop oldest
+        self._control: deque[dict[str, Any]] = deque()  # bounded: control_capacity, then fail
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._overflowed = False
+        self._failure: UpstreamError | None = None  # the writer's, reported by the reader
+        self.session_id: str | None = None
+
+    # -- sending (sync, from the loop's callbacks) --------------------------------------------
+
+    def send_audio(self, opus: bytes, timestamp: int = 0) -> None:
+        self._audio.append(pack(self._config.framing, opus, timestamp))
+        if len(self._audio) > self._config.audio_capacity:
+            self._audio.popleft()
+            self._count_drop("uplink_overflow")
+        self._wake.set()
+
+    def send_json(self, message: Mapping[str, Any]) -> None:
+        if len(self._control) >= self._config.control_capacity:
+            self._overflowed = True
+        else:
+            self._control.append(dict(message))
+        self._wake.set()
+
+    def close(self) -> None:
+        """End the link; ``run()`` returns after closing the WebSocket."""
+        self._closing = True
+        self._wake.set()
+
+    # -- the link --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        config = self._config
+        try:
+            async with asyncio.timeout(config.connect_timeout_s):
+                ws = await self._http.ws_connect(
+                    config.request_url(),
+                    headers=self._headers,
+                    heartbeat=config.heartbeat_s,
+                    timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
+                    max_msg_size=MAX_MESSAGE_BYTES,
+                )
+        except TimeoutError:
+            raise UpstreamError("connect_timeout", config.url) from None
+        except aiohttp.WSServerHandshakeError as exc:
+            raise UpstreamError("handshake_refused", f"HTTP {exc.status}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamError("connect_failed", str(exc)) from None
+        async with ws:
+            await ws.send_str(json.dumps(upstream_hello(config.framing), separators=(",", ":")))
+            try:
+                async with asyncio.timeout(config.connect_timeout_s):
+                    self.session_id = await self._await_hello(ws)
+            except TimeoutError:
+                raise UpstreamError("hello_timeout", config.url) from None
+            self._on_ready(self.session_id)
+            failure: UpstreamError | None = None
+            async with asyncio.TaskGroup() as tg:
+                writer = tg.create_task(self._write(ws), name="chat.upstream.writer")
+                try:
+                    await self._read(ws)
+                except UpstreamError as exc:  # raised below: inside, the group would wrap it
+                    failure = exc
+                finally:
+                    writer.cancel()
+            if failure is not None:
+                raise failure
+
+    async def _await_hello(self, ws: aiohttp.ClientWebSocketResponse) -> str:
+        while True:
+            msg = await ws.receive()
+            if msg.type is not aiohttp.WSMsgType.TEXT:
+                self._ended(ws, msg)
+                continue  # a binary frame before hello: ignored
+            body = _json(msg.data)
+            if body is not None and body.get("type") == "hello":
+                sid = body.get("session_id")
+                return sid if isinstance(sid, str) else ""
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        while True:
+            msg = await ws.receive()
+            if self._closing and self._failure is None:
+                return
+            if msg.type is aiohttp.WSMsgType.TEXT:
+                body = _json(msg.data)
+                if body is None:
+                    self._count_drop("bad_json")
+                elif body.get("type") == "goodbye":
+                    return  # the server ended the session
+                elif body.get("type") != "hello":
+                    self._on_json(body)
+            elif msg.type is aiohttp.WSMsgType.BINARY:
+                try:
+                    self._on_audio(unpack(self._config.framing, msg.data))
+                except FrameError as exc:
+                    self._count_drop(f"bad_frame_{exc.reason}")
+            elif self._ended(ws, msg):
+                return
+
+    def _ended(self, ws: aiohttp.ClientWebSocketResponse, msg: aiohttp.WSMessage) -> bool:
+        """True for a normal close; raises for an abnormal one; False for other frames."""
+        if self._failure is not None:
+            raise self._failure
+        if msg.type in (
+            aiohttp.WSMsgType.CLOSE,
+            aiohttp.WSMsgType.CLOSING,
+            aiohttp.WSMsgType.CLOSED,
+        ):
+            if self._closing or ws.close_code == aiohttp.WSCloseCode.OK:
+                return True
+            raise UpstreamError("closed", f"close code {ws.close_code}")
+        if msg.type is aiohttp.WSMsgType.ERROR:
+            raise UpstreamError("error", str(ws.exception()))
+        return False
+
+    async def _write(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        try:
+            await self._pump(ws)
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            self._failure = UpstreamError("send_failed", str(exc))
+            await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR)
+
+    async def _pump(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._overflowed:
+                self._failure = UpstreamError("control_overflow")
+                await ws.close(code=aiohttp.WSCloseCode.TRY_AGAIN_LATER)
+                return
+            if self._closing:
+                await ws.close()
+                return
+            while self._control:
+                message = self._control.popleft()
+                message["session_id"] = self.session_id
+                await ws.send_str(json.dumps(message, ensure_ascii=False, separators=(",", ":")))
+            while self._audio and not self._closing:
+                await ws.send_bytes(self._audio.popleft())
+
+
+def _json(data: str) -> dict[str, Any] | None:
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None

@@ -1,0 +1,155 @@
+"""CHAT bridged to a xiaozhi server: a real gateway between a firmware-like device (MQTT + AES
+UDP) and a real WebSocket peer speaking the xiaozhi server protocol (tests/support).
+
+The uplink Opus reaches the peer byte for byte, the peer's TTS reaches the device decrypted and
+in order, control is relayed both ways with each side's own session id; a lesson suspends the
+bridge and its exit resumes it; the upstream going down ends in a goodbye and an alarm.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gateway.simulators.xiaozhi import encode_pcm
+from tests.support.broker import Broker
+from tests.support.chat_rig import TOKEN, ChatRig, chat_rig
+from tests.support.speech import silence, synthesize
+from tests.support.xiaozhi_server import PeerSession
+
+
+async def _listening(rig: ChatRig) -> PeerSession:
+    """Hello + ``listen start`` (auto); returns the peer session the listen arrived on."""
+    peer = rig.upstream
+    seen = len(peer.sessions)
+    await rig.device.open_audio_channel()
+    await rig.device.listen_start("auto")
+
+    def relayed() -> PeerSession | None:
+        return next((s for s in peer.sessions[seen:] if s.named("listen", state="start")), None)
+
+    await peer.wait_for(lambda: relayed() is not None, "listen start relayed")
+    found = relayed()
+    assert found is not None
+    return found
+
+
+async def test_uplink_byte_for_byte_and_tts_in_order(broker: Broker, tmp_path: Path) -> None:
+    async with chat_rig(broker, tmp_path) as rig:
+        hello = await rig.device.open_audio_channel()
+        peer = await rig.upstream.session(0)
+        # What a MQTT gateway sends the xiaozhi server (reference §9).
+        assert peer.query == {"from": "mqtt_gateway"}
+        assert peer.headers["device-id"] == rig.device.mac
+        assert peer.headers["client-id"] == rig.dev
+        assert peer.headers["protocol-version"] == "2"
+        assert peer.headers["authorization"] == f"Bearer {TOKEN}"
+        assert peer.hello is not None
+        assert peer.hello["transport"] == "websocket"
+        assert peer.hello["audio_params"]["sample_rate"] == 16000
+
+        await rig.device.listen_start("auto")
+        await rig.upstream.wait_for(lambda: bool(peer.named("listen")), "listen relayed")
+        (listen,) = peer.named("listen")
+        assert listen["session_id"] == peer.session_id  # rewritten to the upstream's id
+        assert listen["state"] == "start"
+        assert listen["mode"] == "auto"
+
+        said = encode_pcm(synthesize("Good morning, how are you?"))
+        await rig.device.stream_opus(said)
+        await rig.upstream.wait_for(lambda: len(peer.audio) >= len(said), "uplink frames")
+        assert peer.audio == said  # unchanged: no re-encode, nothing lost, nothing reordered
+        assert peer.bad_frames == 0
+
+        reply = encode_pcm(synthesize("Hello! Nice to hear you. I am fine, thank you."))
+        await peer.speak(reply, heard="good morning how are you")
+        stop = await rig.device.expect("tts", state="stop")
+        assert rig.device.downlink_audio == reply  # decrypted by the device, in order
+        assert rig.device.crypto is not None
+        assert rig.device.crypto.drops == {}
+        for kind in ("stt", "llm", "tts"):
+            msg = await rig.device.expect(kind)
+            assert msg["session_id"] == hello.session_id  # the device's own id again
+        assert stop["session_id"] == hello.session_id
+        assert (await rig.device.expect("stt"))["text"] == "good morning how are you"
+
+        # mcp from the device goes up too (rewritten like every other control message)
+        await rig.device.send_json(
+            type="mcp", payload={"jsonrpc": "2.0", "method": "notifications/x"}
+        )
+        await rig.upstream.wait_for(lambda: bool(peer.named("mcp")), "mcp relayed")
+        assert peer.named("mcp")[0]["session_id"] == peer.session_id
+
+
+async def test_no_uplink_while_tts_plays(broker: Broker, tmp_path: Path) -> None:
+    async with chat_rig(broker, tmp_path) as rig:
+        peer = await _listening(rig)
+        await peer.send_json(type="stt", text="hello")  # the upstream's VAD ended the segment
+        await peer.send_json(type="tts", state="start")
+        await rig.device.expect("tts", state="start")
+        # one turn at a time: the device's audio during the reply is not uploaded
+        await rig.device.stream_opus(encode_pcm(silence(600)), speed=4.0)
+        await peer.send_json(type="tts", state="stop")
+        await rig.device.expect("tts", state="stop")
+        await rig.device.listen_start("auto")  # the firmware listens again after tts stop
+        await rig.upstream.wait_for(lambda: len(peer.named("listen")) >= 2, "second listen")
+        again = encode_pcm(synthesize("Thank you."))
+        await rig.device.stream_opus(again)
+        await rig.upstream.wait_for(lambda: len(peer.audio) >= len(again), "second turn audio")
+        assert peer.audio == again  # only the new turn's frames; none from the reply time
+
+
+async def test_lesson_suspends_chat_and_exit_resumes(broker: Broker, tmp_path: Path) -> None:
+    async with chat_rig(broker, tmp_path) as rig:
+        first = await _listening(rig)
+        reply = await rig.lesson.start(priority=2)
+        assert reply["status"] == "accepted"
+        await rig.upstream.wait_for(lambda: first.closed, "bridge closed by the lesson")
+        assert rig.chat_state() == "suspended"
+        await rig.lesson.wait_command("PLAY_MEDIA")
+        # mid-lesson the device's audio belongs to the lesson, not to the chat server
+        await rig.device.stream_opus(encode_pcm(synthesize("Good morning.")), speed=2.0)
+        assert first.audio == []
+        assert len(rig.upstream.sessions) == 1  # no chat session while the lesson runs
+
+        stopped = await rig.lesson.request("stop", instance_id=reply["instance_id"], priority=2)
+        assert stopped["status"] == "accepted"
+        await rig.lesson.wait_event("instance.cancelled")
+        # back in CHAT: the device talks again within one hello
+        second = await _listening(rig)
+        said = encode_pcm(synthesize("Hello again."))
+        await rig.device.stream_opus(said)
+        await rig.upstream.wait_for(lambda: len(second.audio) >= len(said), "audio after exit")
+        assert second.audio == said
+
+
+async def test_upstream_down_goodbye_and_alarm(broker: Broker, tmp_path: Path) -> None:
+    async with chat_rig(broker, tmp_path) as rig:
+        hello = await rig.device.open_audio_channel()
+        await rig.upstream.session(0)
+        await rig.upstream.stop()
+        bye = await rig.device.expect("goodbye")
+        assert bye["session_id"] == hello.session_id  # honoured by v2.3+ firmware
+        alarm = await rig.lesson.wait_alarm("chat_upstream_lost")
+        assert alarm.body["device"] == rig.dev
+        # the next hello is answered at once with a goodbye while the server stays down
+        seen = len(rig.device.inbox)
+        again = await rig.device.open_audio_channel()
+        bye = await rig.device.expect("goodbye", after=seen)
+        assert bye["session_id"] == again.session_id
+
+
+async def test_silence_goes_to_standby_and_speech_resets_it(broker: Broker, tmp_path: Path) -> None:
+    async with chat_rig(broker, tmp_path, silence_timeout_s=5.0) as rig:
+        peer = await _listening(rig)
+        assert rig.device.hello is not None
+        session_id = rig.device.hello.session_id
+        # ~7 s of speech from the listen start: longer than the timeout, which our VAD resets;
+        # the tail of silence lets the VAD close the utterance, then 5 s of nothing → standby.
+        speech = synthesize("Good morning, how are you? I would like to hear a long story today.")
+        said = encode_pcm(silence(300) + speech + speech + silence(900))
+        await rig.device.stream_opus(said)
+        bye = await rig.device.expect("goodbye", timeout_s=20)
+        assert bye["session_id"] == session_id
+        assert peer.audio == said  # no timeout cut the speech
+        await rig.upstream.wait_for(lambda: peer.closed, "bridge closed at standby")
+        assert rig.lesson.metric('chat_standby_total{reason="silence"}') == 1

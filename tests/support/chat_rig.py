@@ -1,0 +1,82 @@
+"""CHAT end to end: the lesson rig's real gateway, board and backend/ops clients, plus a
+firmware-like Xiaozhi device (the simulator) on the same device id and, when bridged, the
+xiaozhi server peer as the upstream.
+
+    async with chat_rig(broker, tmp_path, upstream=True) as rig:
+        hello = await rig.device.open_audio_channel()
+        peer = await rig.peer.session(0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.simulators.xiaozhi import MqttInfo, XiaozhiDeviceSim
+from tests.support.broker import Broker
+from tests.support.lesson_rig import LessonRig, lesson_rig
+from tests.support.xiaozhi_server import XiaozhiServerPeer, xiaozhi_server
+from topics import mac_colon
+
+TOKEN = "test-token-4b1d"
+
+
+@dataclass
+class ChatRig:
+    lesson: LessonRig
+    device: XiaozhiDeviceSim
+    peer: XiaozhiServerPeer | None
+
+    @property
+    def dev(self) -> str:
+        return self.lesson.dev
+
+    @property
+    def upstream(self) -> XiaozhiServerPeer:
+        assert self.peer is not None, "rig built without an upstream"
+        return self.peer
+
+    def chat_state(self) -> str | None:
+        chat = self.lesson.gw.chat
+        device = chat.device(self.dev) if chat else None
+        return device.core.state.value if device else None
+
+
+@contextlib.asynccontextmanager
+async def chat_rig(
+    broker: Broker,
+    tmp: Path,
+    *,
+    upstream: bool = True,
+    sections: dict[str, Any] | None = None,
+    **chat: Any,
+) -> AsyncIterator[ChatRig]:
+    """``chat`` settings over the rig's; ``sections``: other settings sections (e.g. asr)."""
+    async with contextlib.AsyncExitStack() as stack:
+        peer = await stack.enter_async_context(xiaozhi_server(token=TOKEN)) if upstream else None
+        settings: dict[str, Any] = {"silence_timeout_s": 30.0, **chat}
+        if peer is not None:
+            settings |= {"upstream_url": peer.url, "token": TOKEN, "backoff_min_s": 0.2}
+        rig = await stack.enter_async_context(
+            lesson_rig(
+                broker, tmp, durations_ms=(400, 400, 400, 400), chat=settings, **(sections or {})
+            )
+        )
+        board = rig.board
+        username, password = board._username, board._password
+        device = XiaozhiDeviceSim(mac=mac_colon(rig.dev))
+        device.mqtt_info = MqttInfo(
+            endpoint=f"{broker.host}:{broker.port}",
+            client_id=f"GID_test@@@{rig.dev}@@@{uuid.uuid4()}",
+            username=username,
+            password=password,
+            publish_topic=f"device-server/{rig.dev}",
+            subscribe_topic=f"devices/p2p/{rig.dev}",
+        )
+        await stack.enter_async_context(device)
+        await rig.board_online()
+        yield ChatRig(rig, device, peer)
