@@ -113,17 +113,17 @@ class AudioPipeline:
         self._batch = batch
         self._ready = asyncio.Event()
         self.listening = listening
-        # Every accepted frame, before the listening check (CHAT bridges raw Opus upstream).
+        # Every frame taken while listening (decrypted), as it came (CHAT bridges it upstream).
         self.tap: Callable[[Frame], None] | None = None
 
     def offer(self, frame: Frame) -> None:
         """Called from ``datagram_received``: O(1), never blocks. A frame that arrives while
         nobody listens is only counted (its sequence was already accounted by the receiver)."""
-        if self.tap is not None:
-            self.tap(frame)
         if not self.listening:
             self._counters.frames_skipped(1)
             return
+        if self.tap is not None:
+            self.tap(frame)
         self._queue.append(frame)
         if len(self._queue) > self._capacity:
             dropped = self._queue.popleft()
