@@ -29,6 +29,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from codec.counter_space import (
+    DOWNLINK_FLAGS,
+    MAX_DOWNLINK_SEQ,
+    UPLINK_FLAGS,
+    UPLINK_SSRC_MASK,
+    downlink_ssrc,
+    downlink_timestamp,
+)
 from codec.packet import (
     HEADER_SIZE,
     KEY_SIZE,
@@ -75,11 +83,12 @@ def nonce_for(ssrc: int) -> bytes:
 
 
 def new_session_crypto(rng: TokenSource = secrets) -> SessionCrypto:
-    """A random 16-byte key and a random nonzero ssrc, with the matching nonce."""
+    """A random 16-byte key and a random nonzero 31-bit ssrc (the top bit marks the downlink,
+    :mod:`codec.counter_space`), with the matching nonce."""
     key = rng.token_bytes(KEY_SIZE)
     ssrc = 0
     while ssrc == 0:
-        ssrc = int.from_bytes(rng.token_bytes(4), "big")
+        ssrc = int.from_bytes(rng.token_bytes(4), "big") & UPLINK_SSRC_MASK
     return SessionCrypto(key=key, ssrc=ssrc, nonce=nonce_for(ssrc))
 
 
@@ -106,6 +115,7 @@ class UplinkReceiver:
     key: bytes
     ssrc: int
     max_forward_jump: int = DEFAULT_MAX_FORWARD_JUMP
+    flags: int = UPLINK_FLAGS  # the nonce's flags byte, which devices copy
     last_seq: int = 0
     accepted: int = 0
     lost: int = 0
@@ -130,6 +140,8 @@ class UplinkReceiver:
             return self._drop(header)
         if header.ssrc != self.ssrc:
             return self._drop(DropReason.UNKNOWN_SSRC)
+        if header.flags != self.flags:  # devices copy the nonce's (0x00); 0x80 is downlink
+            return self._drop(DropReason.BAD_FLAGS)
         seq = header.sequence
         if seq <= self.last_seq:
             return self._drop(DropReason.REPLAY)
@@ -149,15 +161,13 @@ class UplinkReceiver:
 
 @dataclass(slots=True)
 class DownlinkSender:
-    """Gateway → device: sequence numbers from 1, exact ``payload_len``, ≤ 1500-byte datagrams.
-
-    The wire format is the same in both directions, so tests also use this class to play a
-    device sending uplink audio.
-    """
+    """Gateway → device, in the downlink counter space (:mod:`codec.counter_space`): flags
+    0x80, the session ssrc with its top bit set, sequence from 1, timestamp 60 ms * sequence,
+    exact ``payload_len``, ≤ 1500-byte datagrams. Devices check none of flags, ssrc or
+    timestamp, so this never shares keystream with the device's uplink."""
 
     key: bytes
-    ssrc: int
-    flags: int = 0
+    ssrc: int  # the session's (uplink) ssrc
     last_seq: int = 0
     sent: int = 0
     drops: Counter[DropReason] = field(default_factory=Counter)
@@ -170,18 +180,56 @@ class DownlinkSender:
     def for_session(cls, crypto: SessionCrypto) -> DownlinkSender:
         return cls(key=crypto.key, ssrc=crypto.ssrc)
 
-    def seal(self, opus_packet: bytes, timestamp: int) -> bytes | DropReason:
-        """The next datagram, or ``DropReason.TOO_LARGE`` (counted; sequence not consumed)."""
+    def seal(self, opus_packet: bytes) -> bytes | DropReason:
+        """The next datagram, or a counted ``DropReason`` (no sequence consumed):
+        ``TOO_LARGE`` past 1484 bytes, ``SEQ_EXHAUSTED`` once the sequence space is used up
+        (2**32 - 93 packets, about 8 years of audio; the session needs a new hello)."""
         if len(opus_packet) > MAX_PAYLOAD:
-            self.drops[DropReason.TOO_LARGE] += 1
-            return DropReason.TOO_LARGE
-        self.last_seq = (self.last_seq + 1) & U32
+            return self._drop(DropReason.TOO_LARGE)
+        if self.last_seq >= MAX_DOWNLINK_SEQ:
+            return self._drop(DropReason.SEQ_EXHAUSTED)
+        self.last_seq += 1
         self.sent += 1
+        header = Header(
+            ssrc=downlink_ssrc(self.ssrc),
+            timestamp=downlink_timestamp(self.last_seq),
+            sequence=self.last_seq,
+            payload_len=len(opus_packet),
+            flags=DOWNLINK_FLAGS,
+        )
+        return seal(self._aes, header, opus_packet)
+
+    def _drop(self, reason: DropReason) -> DropReason:
+        self.drops[reason] += 1
+        return reason
+
+
+@dataclass(slots=True)
+class UplinkSender:
+    """Device → gateway, the way firmware seals (header = the nonce with ``payload_len``,
+    timestamp and sequence filled in). Tests, benchmarks and the demo play devices with it."""
+
+    key: bytes
+    ssrc: int
+    flags: int = UPLINK_FLAGS
+    last_seq: int = 0
+    _aes: CtrCipher = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._aes = aes_key(self.key)
+
+    @classmethod
+    def for_session(cls, crypto: SessionCrypto) -> UplinkSender:
+        return cls(key=crypto.key, ssrc=crypto.ssrc)
+
+    def seal(self, opus_packet: bytes, timestamp: int = 0) -> bytes:
+        """The next datagram (sequence from 1; no size limit: tests send oversized ones)."""
+        self.last_seq = (self.last_seq + 1) & U32
         header = Header(
             ssrc=self.ssrc,
             timestamp=timestamp & U32,
             sequence=self.last_seq,
-            payload_len=len(opus_packet),
+            payload_len=len(opus_packet) & 0xFFFF,
             flags=self.flags,
         )
         return seal(self._aes, header, opus_packet)
@@ -195,6 +243,7 @@ __all__ = [
     "SessionCrypto",
     "TokenSource",
     "UplinkReceiver",
+    "UplinkSender",
     "new_session_crypto",
     "nonce_for",
 ]

@@ -268,7 +268,7 @@ class XiaozhiChannel:
                     opus_packets,
                     pacing=self._pacing,
                     clock=self._clock,
-                    send=lambda packet, ts: udp.send(live, packet, ts),
+                    send=lambda packet: udp.send(live, packet),
                     still_open=lambda: self._live.get(dev) is live,
                 )
             except SpeakInterrupted:

@@ -31,10 +31,6 @@ class Pacing:
         last = self.due(count - 1, start) if count else start
         return last + (self.prebuffer + 2) * self.frame_ms / 1000 if count else start
 
-    def timestamp(self, index: int) -> int:
-        """Downlink header timestamp (ms of stream time, u32)."""
-        return (index * self.frame_ms) & 0xFFFFFFFF
-
 
 @dataclass(frozen=True, slots=True)
 class SpeakResult:
@@ -51,12 +47,12 @@ async def send_paced(
     *,
     pacing: Pacing,
     clock: Callable[[], float],
-    send: Callable[[bytes, int], bool],
+    send: Callable[[bytes], bool],
     still_open: Callable[[], bool],
 ) -> SpeakResult:
     """Send ``packets`` on the pacing deadlines, then wait until ``tts stop`` may follow.
 
-    ``send(packet, timestamp)`` returns False for a refused packet (counted by the caller);
+    ``send(packet)`` returns False for a refused packet (counted by the caller);
     ``still_open()`` is checked before every packet (raises :class:`SpeakInterrupted`).
     """
     start = clock()
@@ -67,7 +63,7 @@ async def send_paced(
             await asyncio.sleep(delay)
         if not still_open():
             raise SpeakInterrupted
-        if send(packet, pacing.timestamp(index)):
+        if send(packet):
             sent += 1
         else:
             dropped += 1

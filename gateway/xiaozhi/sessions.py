@@ -15,6 +15,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from codec.counter_space import UPLINK_SSRC_MASK
+
 KEY_SIZE = 16
 _NONCE = struct.Struct(">BBHIII")  # the UDP header layout (reference §5.1/§5.2)
 _SESSION_ID_BYTES = 16
@@ -139,9 +141,10 @@ class SessionTable:
         return session
 
     def _fresh_ssrc(self) -> int:
-        # 0 is never handed out; a collision with a live session draws again.
+        # 0 is never handed out; a collision with a live session draws again. The top bit is
+        # the downlink's (codec.counter_space): a reflected downlink datagram routes nowhere.
         for _ in range(64):
-            ssrc = self._rand.ssrc() & 0xFFFFFFFF
+            ssrc = self._rand.ssrc() & UPLINK_SSRC_MASK
             if ssrc and ssrc not in self._by_ssrc:
                 return ssrc
         raise RuntimeError("could not draw a free ssrc in 64 attempts")

@@ -122,13 +122,13 @@ class UdpEndpoint(asyncio.DatagramProtocol):
 
     # -- sending ---------------------------------------------------------------------------
 
-    def send(self, live: LiveSession, opus_packet: bytes, timestamp: int) -> bool:
+    def send(self, live: LiveSession, opus_packet: bytes) -> bool:
         """Seal and send one downlink packet; ``False`` (counted) if it could not go out."""
         address = live.binding.address
         if address is None or self._transport is None:
             self._stats.udp_dropped.labels(NO_ADDRESS).inc()
             return False
-        datagram = live.sender.seal(opus_packet, timestamp)
+        datagram = live.sender.seal(opus_packet)
         if isinstance(datagram, DropReason):
             self._stats.udp_dropped.labels(f"out_{datagram.value}").inc()
             return False

@@ -14,8 +14,8 @@ import opuslib
 from opuslib.api import ctl
 from opuslib.api import encoder as encoder_api
 
-from codec.packet import DropReason
-from codec.udp import DownlinkSender
+from codec.packet import MAX_PAYLOAD
+from codec.udp import UplinkSender
 from tests.support.speech import RATE, frames
 
 FRAME_MS = 60
@@ -66,11 +66,10 @@ def datagrams(
     packets: Iterable[bytes], *, key: bytes, ssrc: int, timestamp: int = 0
 ) -> list[bytes]:
     """Seal packets as a device's uplink: sequence 1, 2, ...; ``timestamp`` as devices send it."""
-    sender = DownlinkSender(key=key, ssrc=ssrc)
+    sender = UplinkSender(key=key, ssrc=ssrc)
     out: list[bytes] = []
     for packet in packets:
-        datagram = sender.seal(packet, timestamp)
-        if isinstance(datagram, DropReason):
-            raise ValueError(f"packet of {len(packet)} bytes does not fit a datagram")  # noqa: TRY004 - a size error, not a type error
-        out.append(datagram)
+        if len(packet) > MAX_PAYLOAD:
+            raise ValueError(f"packet of {len(packet)} bytes does not fit a datagram")
+        out.append(sender.seal(packet, timestamp))
     return out

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from codec.opus import OpusStreamDecoder, has_lbrr
 from codec.packet import DropReason, peek_ssrc
-from codec.udp import Accepted, DownlinkSender, Dropped, UplinkReceiver
+from codec.udp import Accepted, Dropped, UplinkReceiver, UplinkSender
 from codec.vad import VadSegmenter
 
 KEY = bytes(range(16))
@@ -53,8 +53,7 @@ def test_receiver_never_raises_and_keeps_its_invariants(datagrams: list[bytes]) 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=1484), st.integers(0, 2**32 - 1), st.integers(0, 1600))
 def test_round_trip_and_truncation(payload: bytes, timestamp: int, cut: int) -> None:
-    sealed = DownlinkSender(key=KEY, ssrc=SSRC).seal(payload, timestamp)
-    assert isinstance(sealed, bytes)
+    sealed = UplinkSender(key=KEY, ssrc=SSRC).seal(payload, timestamp)
     assert UplinkReceiver(key=KEY, ssrc=SSRC).accept(sealed) == Accepted(payload, 1, timestamp, 0)
     truncated = sealed[:cut]
     result = UplinkReceiver(key=KEY, ssrc=SSRC).accept(truncated)
@@ -67,11 +66,11 @@ def test_round_trip_and_truncation(payload: bytes, timestamp: int, cut: int) -> 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(datagram, max_size=10))
 def test_replayed_stream_is_rejected_entirely(datagrams: list[bytes]) -> None:
-    sender = DownlinkSender(key=KEY, ssrc=SSRC)
-    sealed = [sender.seal(d[:1484], 0) for d in datagrams]
+    sender = UplinkSender(key=KEY, ssrc=SSRC)
+    sealed = [sender.seal(d[:1484]) for d in datagrams]
     receiver = UplinkReceiver(key=KEY, ssrc=SSRC)
-    assert all(isinstance(receiver.accept(s), Accepted) for s in sealed)  # type: ignore[arg-type]
-    assert all(receiver.accept(s) == Dropped(DropReason.REPLAY) for s in sealed)  # type: ignore[arg-type]
+    assert all(isinstance(receiver.accept(s), Accepted) for s in sealed)
+    assert all(receiver.accept(s) == Dropped(DropReason.REPLAY) for s in sealed)
 
 
 @settings(max_examples=400, deadline=None)

@@ -20,12 +20,14 @@ from codec.packet import (
     open_payload,
     peek_ssrc,
 )
+from codec.counter_space import DOWNLINK_FLAGS, MAX_DOWNLINK_SEQ, downlink_ssrc
 from codec.udp import (
     Accepted,
     DownlinkSender,
     Dropped,
     SessionCrypto,
     UplinkReceiver,
+    UplinkSender,
     new_session_crypto,
     nonce_for,
 )
@@ -111,10 +113,8 @@ def test_framing_checks(datagram: bytes, reason: DropReason | None) -> None:
 
 
 def stream(n: int, key: bytes = KEY, ssrc: int = SSRC) -> list[bytes]:
-    sender = DownlinkSender(key=key, ssrc=ssrc)
-    out = [sender.seal(bytes([i % 256]) * (i + 1), 60 * i) for i in range(n)]
-    assert all(isinstance(d, bytes) for d in out)
-    return out  # type: ignore[return-value]
+    sender = UplinkSender(key=key, ssrc=ssrc)
+    return [sender.seal(bytes([i % 256]) * (i + 1), 60 * i) for i in range(n)]
 
 
 def test_round_trip_in_order() -> None:
@@ -175,24 +175,52 @@ def test_payload_decrypts_with_the_header_as_counter() -> None:
     assert open_payload(aes_key(bytes(16)), d) != b"\x01\x01"
 
 
-def test_sender_numbers_from_one_and_sets_exact_length() -> None:
-    sender = DownlinkSender(key=KEY, ssrc=SSRC, flags=3)
-    first, second = sender.seal(b"x" * 10, 2**32 + 5), sender.seal(b"", 0)
+def test_downlink_numbers_from_one_in_the_downlink_counter_space() -> None:
+    sender = DownlinkSender(key=KEY, ssrc=SSRC)
+    first, second = sender.seal(b"x" * 10), sender.seal(b"")
     assert isinstance(first, bytes)
     assert isinstance(second, bytes)
-    assert check_header(first) == Header(SSRC, 5, 1, 10, flags=3)
-    assert check_header(second) == Header(SSRC, 0, 2, 0, flags=3)
+    assert check_header(first) == Header(downlink_ssrc(SSRC), 60, 1, 10, flags=DOWNLINK_FLAGS)
+    assert check_header(second) == Header(downlink_ssrc(SSRC), 120, 2, 0, flags=DOWNLINK_FLAGS)
+    assert downlink_ssrc(SSRC) == SSRC | 0x8000_0000
     assert sender.sent == 2
 
 
-def test_sender_refuses_oversized_payloads_without_consuming_a_sequence() -> None:
+def test_downlink_refuses_oversized_payloads_without_consuming_a_sequence() -> None:
     sender = DownlinkSender(key=KEY, ssrc=SSRC)
-    assert sender.seal(bytes(MAX_PAYLOAD + 1), 0) is DropReason.TOO_LARGE
-    biggest = sender.seal(bytes(MAX_PAYLOAD), 0)
+    assert sender.seal(bytes(MAX_PAYLOAD + 1)) is DropReason.TOO_LARGE
+    biggest = sender.seal(bytes(MAX_PAYLOAD))
     assert isinstance(biggest, bytes)
     assert len(biggest) == MAX_DATAGRAM
-    assert check_header(biggest) == Header(SSRC, 0, 1, MAX_PAYLOAD)
+    assert check_header(biggest) == Header(downlink_ssrc(SSRC), 60, 1, MAX_PAYLOAD, flags=0x80)
     assert sender.drops == {DropReason.TOO_LARGE: 1}
+
+
+def test_downlink_stops_before_its_counter_could_carry_out_of_the_sequence() -> None:
+    sender = DownlinkSender(key=KEY, ssrc=SSRC, last_seq=MAX_DOWNLINK_SEQ - 1)
+    last = sender.seal(bytes(MAX_PAYLOAD))
+    assert isinstance(last, bytes)
+    assert check_header(last).sequence == MAX_DOWNLINK_SEQ == 2**32 - 93  # type: ignore[union-attr]
+    assert sender.seal(b"x") is DropReason.SEQ_EXHAUSTED
+    assert sender.drops == {DropReason.SEQ_EXHAUSTED: 1}
+    assert sender.last_seq == MAX_DOWNLINK_SEQ
+
+
+def test_uplink_sender_copies_the_nonce_like_a_device() -> None:
+    crypto = new_session_crypto(ScriptedTokens(zero_draws=0, seed=3))
+    device = UplinkSender.for_session(crypto)
+    datagram = device.seal(b"\xf8\xff\xfe", 2**32 + 7)
+    assert datagram[:16] == nonce_for(crypto.ssrc)[:2] + bytes.fromhex("0003") + crypto.nonce[
+        4:8
+    ] + bytes.fromhex("00000007 00000001")
+
+
+def test_receiver_refuses_flags_other_than_the_nonces() -> None:
+    receiver = UplinkReceiver(key=KEY, ssrc=SSRC)
+    assert receiver.accept(raw(flags=0x80)) == Dropped(DropReason.BAD_FLAGS)
+    assert receiver.accept(raw(flags=1)) == Dropped(DropReason.BAD_FLAGS)
+    assert receiver.last_seq == 0
+    assert isinstance(receiver.accept(raw()), Accepted)
 
 
 @pytest.mark.parametrize("size", [0, 15, 17, 32])
@@ -235,15 +263,15 @@ def test_session_crypto_default_source_is_fresh_each_time() -> None:
 def test_session_crypto_interoperates_with_a_device_sender() -> None:
     crypto = new_session_crypto(ScriptedTokens(zero_draws=0, seed=2))
     # A device copies type, flags and ssrc from the nonce (reference §5.2).
-    device = DownlinkSender(key=bytes.fromhex(crypto.key_hex), ssrc=int(crypto.nonce_hex[8:16], 16))
+    device = UplinkSender(key=bytes.fromhex(crypto.key_hex), ssrc=int(crypto.nonce_hex[8:16], 16))
     receiver = UplinkReceiver.for_session(crypto, max_forward_jump=10)
     assert receiver.max_forward_jump == 10
-    assert DownlinkSender.for_session(crypto).seal(b"\xf8\xff\xfe", 0) == device.seal(
-        b"\xf8\xff\xfe", 0
-    )
-    device = DownlinkSender(key=crypto.key, ssrc=crypto.ssrc)
-    datagram = device.seal(b"\xf8\xff\xfe", 0)
-    assert isinstance(datagram, bytes)
+    assert UplinkSender.for_session(crypto).seal(b"\xf8\xff\xfe") == device.seal(b"\xf8\xff\xfe")
+    down = DownlinkSender.for_session(crypto).seal(b"\xf8\xff\xfe")
+    assert isinstance(down, bytes)
+    assert peek_ssrc(down) == crypto.ssrc | 0x8000_0000
+    device = UplinkSender(key=crypto.key, ssrc=crypto.ssrc)
+    datagram = device.seal(b"\xf8\xff\xfe")
     assert peek_ssrc(datagram) == crypto.ssrc
     assert receiver.accept(datagram) == Accepted(b"\xf8\xff\xfe", 1, 0, 0)
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from codec.packet import Header, aes_key, seal
-from codec.udp import Accepted, DownlinkSender, UplinkReceiver, nonce_for
+from codec.udp import Accepted, UplinkReceiver, UplinkSender, nonce_for
 
 VECTORS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "udp_vectors.json").read_text()
@@ -60,7 +60,7 @@ def test_codec_seal_matches_openssl(v: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("v", VECTORS, ids=_ids)
 def test_receiver_decrypts_vector(v: dict[str, Any]) -> None:
-    receiver = UplinkReceiver(key=bytes.fromhex(v["key"]), ssrc=v["ssrc"])
+    receiver = UplinkReceiver(key=bytes.fromhex(v["key"]), ssrc=v["ssrc"], flags=v["flags"])
     receiver.last_seq = v["sequence"] - 1
     result = receiver.accept(bytes.fromhex(v["datagram"]))
     assert result == Accepted(bytes.fromhex(v["plaintext"]), v["sequence"], v["timestamp"], 0)
@@ -69,7 +69,7 @@ def test_receiver_decrypts_vector(v: dict[str, Any]) -> None:
 
 def test_sender_first_datagram_matches_openssl() -> None:
     key = bytes(range(16))
-    sender = DownlinkSender(key=key, ssrc=0xCAFEBABE)
+    sender = UplinkSender(key=key, ssrc=0xCAFEBABE)
     payload = b"\xfc" + bytes(range(99))
     datagram = sender.seal(payload, 4242)
     assert isinstance(datagram, bytes)

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from codec.packet import DropReason
-from codec.udp import DownlinkSender, UplinkReceiver
+from codec.udp import UplinkSender
+from gateway.simulators.xiaozhi import DeviceUdpCrypto
 from gateway.xiaozhi.live import LiveSession
 from gateway.xiaozhi.ratelimit import TokenBucket
 from gateway.xiaozhi.udp import UdpEndpoint
@@ -40,9 +40,9 @@ class Rig:
         )
         self.endpoint.connection_made(self.transport)
 
-    def open(self, dev: str) -> tuple[LiveSession, DownlinkSender]:
+    def open(self, dev: str) -> tuple[LiveSession, UplinkSender]:
         live = self.channel.open_session(dev, self.clock())
-        return live, DownlinkSender(key=live.session.key, ssrc=live.session.ssrc)
+        return live, UplinkSender(key=live.session.key, ssrc=live.session.ssrc)
 
     def feed(self, data: bytes, addr: tuple[str, int]) -> None:
         self.endpoint.datagram_received(data, addr)
@@ -51,10 +51,8 @@ class Rig:
         return sample(self.metrics, "xiaozhi_udp_dropped_total", reason=reason)
 
 
-def seal(device: DownlinkSender, opus: bytes = b"\xf8\xff\xfe") -> bytes:
-    datagram = device.seal(opus, 0)
-    assert not isinstance(datagram, DropReason)
-    return datagram
+def seal(device: UplinkSender, opus: bytes = b"\xf8\xff\xfe") -> bytes:
+    return device.seal(opus)
 
 
 def test_first_valid_datagram_binds_and_reaches_pipeline() -> None:
@@ -144,18 +142,17 @@ def test_unknown_and_other_sessions_ssrc() -> None:
 def test_downlink_needs_address_then_seals_from_sequence_one() -> None:
     rig = Rig()
     live, device = rig.open(DEV)
-    assert rig.endpoint.send(live, b"tts-1", 0) is False
+    assert rig.endpoint.send(live, b"tts-1") is False
     assert rig.dropped("no_address") == 1
     rig.feed(seal(device), HOME)
-    assert rig.endpoint.send(live, b"tts-1", 0) is True
-    assert rig.endpoint.send(live, b"tts-2", 60) is True
-    assert rig.endpoint.send(live, bytes(1485), 120) is False
+    assert rig.endpoint.send(live, b"tts-1") is True
+    assert rig.endpoint.send(live, b"tts-2") is True
+    assert rig.endpoint.send(live, bytes(1485)) is False
     assert rig.dropped("out_too_large") == 1
     datagrams = [d for d, addr in rig.transport.sent if addr == HOME]
-    receiver = UplinkReceiver(key=live.session.key, ssrc=live.session.ssrc)
-    opened = [receiver.accept(d) for d in datagrams]
-    assert [getattr(o, "seq", None) for o in opened] == [1, 2]
-    assert [getattr(o, "opus_payload", None) for o in opened] == [b"tts-1", b"tts-2"]
+    device_rx = DeviceUdpCrypto(key=live.session.key, nonce=live.session.nonce)
+    assert [struct.unpack_from(">I", d, 12)[0] for d in datagrams] == [1, 2]
+    assert [device_rx.open(d) for d in datagrams] == [b"tts-1", b"tts-2"]
     assert all(len(d) == 16 + struct.unpack_from(">H", d, 2)[0] for d in datagrams)
     assert sample(rig.metrics, "xiaozhi_udp_packets_out_total") == 2
 
@@ -166,7 +163,7 @@ def test_socket_errors_are_counted_not_raised() -> None:
     assert rig.dropped("socket_error") == 1
     rig.endpoint.connection_lost(None)
     live, _ = rig.open(DEV)
-    assert rig.endpoint.send(live, b"x", 0) is False
+    assert rig.endpoint.send(live, b"x") is False
 
 
 def test_closed_session_stops_routing() -> None:
