@@ -10,6 +10,9 @@ firmware needs the subscribe patch to work with a standard broker).
 The UDP packet code here is written from the reference directly on ``cryptography`` — the header
 is built the firmware's way, by overwriting fields of the server's nonce — and shares nothing
 with ``codec/``, so tests that pair this simulator with the gateway check interoperability.
+Receiving is firmware-exact too (78/xiaozhi-esp32 HEAD 48142026): size, type, exact length and
+``seq > last`` are checked, the received 16 header bytes are the counter block, and flags, ssrc
+and timestamp are not looked at (the gateway's downlink relies on that: codec/counter_space.py).
 """
 
 from __future__ import annotations
@@ -226,6 +229,7 @@ class XiaozhiDeviceSim:
         self.ignored_hellos = 0
         self.downlink_audio: list[bytes] = []  # played (queued while speaking) packets
         self.downlink_discarded = 0
+        self.raw_downlink: list[bytes] | None = None  # set to [] to record every datagram
         self._changed = asyncio.Event()
         self._client: aiomqtt.Client | None = None
         self._udp: asyncio.DatagramTransport | None = None
@@ -415,6 +419,8 @@ class XiaozhiDeviceSim:
         self._changed.set()
 
     def _on_datagram(self, datagram: bytes) -> None:
+        if self.raw_downlink is not None:
+            self.raw_downlink.append(datagram)
         if self.crypto is None:
             return
         opus = self.crypto.open(datagram)

@@ -9,6 +9,7 @@ import struct
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from codec.counter_space import DOWNLINK_FLAGS, MAX_DOWNLINK_SEQ, downlink_ssrc
 from codec.packet import (
     HEADER_SIZE,
     MAX_DATAGRAM,
@@ -20,7 +21,6 @@ from codec.packet import (
     open_payload,
     peek_ssrc,
 )
-from codec.counter_space import DOWNLINK_FLAGS, MAX_DOWNLINK_SEQ, downlink_ssrc
 from codec.udp import (
     Accepted,
     DownlinkSender,

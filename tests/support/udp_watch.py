@@ -1,0 +1,47 @@
+"""Wake a test whenever the gateway's real UDP endpoint has handled a datagram.
+
+UDP gives a sender no acknowledgement, so a test that fires datagrams at the gateway needs
+another way to know they were processed before it reads counters. This wraps the running
+endpoint's ``datagram_received`` (the asyncio transport looks the method up on the protocol
+instance for every datagram): after the original handler returns, ``handled`` is bumped and
+waiters re-check their condition. Nothing about the handling changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from gateway.xiaozhi.channel import XiaozhiChannel
+from gateway.xiaozhi.udp import UdpEndpoint
+
+WAIT_S = 30.0
+
+
+class DatagramWatch:
+    def __init__(self, channel: XiaozhiChannel) -> None:
+        endpoint = channel._udp  # the running endpoint (bound by the channel's run())
+        if not isinstance(endpoint, UdpEndpoint):
+            raise TypeError("the channel has no running UDP endpoint")
+        self.handled = 0
+        self._changed = asyncio.Event()
+        original = endpoint.datagram_received
+
+        def observed(data: bytes, addr: tuple[str | int, ...]) -> None:
+            try:
+                original(data, addr)
+            finally:
+                self.handled += 1
+                self._changed.set()
+
+        endpoint.datagram_received = observed  # type: ignore[method-assign]
+
+    async def until(self, condition: Callable[[], bool], wait_s: float = WAIT_S) -> None:
+        """Return once ``condition()`` holds (checked after every handled datagram)."""
+        async with asyncio.timeout(wait_s):
+            while not condition():
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def handled_at_least(self, count: int, wait_s: float = WAIT_S) -> None:
+        await self.until(lambda: self.handled >= count, wait_s)
