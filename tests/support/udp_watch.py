@@ -1,10 +1,11 @@
-"""Wake a test whenever the gateway's real UDP endpoint has handled a datagram.
+"""Wake a test whenever the gateway's real UDP endpoint has handled datagrams.
 
 UDP gives a sender no acknowledgement, so a test that fires datagrams at the gateway needs
 another way to know they were processed before it reads counters. This wraps the running
 endpoint's ``datagram_received`` (the asyncio transport looks the method up on the protocol
-instance for every datagram): after the original handler returns, ``handled`` is bumped and
-waiters re-check their condition. Nothing about the handling changes.
+instance on every readiness event; the endpoint then drains what else is queued): after the
+original handler returns, waiters re-check their condition (typically on the channel's
+metrics). Nothing about the handling changes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ class DatagramWatch:
         endpoint = channel._udp  # the running endpoint (bound by the channel's run())
         if not isinstance(endpoint, UdpEndpoint):
             raise TypeError("the channel has no running UDP endpoint")
-        self.handled = 0
         self._changed = asyncio.Event()
         original = endpoint.datagram_received
 
@@ -31,7 +31,6 @@ class DatagramWatch:
             try:
                 original(data, addr)
             finally:
-                self.handled += 1
                 self._changed.set()
 
         endpoint.datagram_received = observed  # type: ignore[method-assign]
@@ -42,6 +41,3 @@ class DatagramWatch:
             while not condition():
                 self._changed.clear()
                 await self._changed.wait()
-
-    async def handled_at_least(self, count: int, wait_s: float = WAIT_S) -> None:
-        await self.until(lambda: self.handled >= count, wait_s)
