@@ -50,6 +50,10 @@ class ActorMetrics:
         self.lateness = metrics.quantiles(
             "window_lateness_ms", "Listen window close: actual minus planned (ms)"
         )
+        self.next_clip_gap = metrics.quantiles(
+            "next_clip_gap_ms",
+            "Listen window close to the board's ack of the next clip's play command (ms)",
+        )
         self.windows = metrics.counter("windows_closed", "Listen windows closed by the timer")
         self.ignored = metrics.counter("runtime_ignored", "Events that changed nothing", ["reason"])
         self.dropped = metrics.counter("runtime_inbox_dropped", "Events dropped: actor inbox full")
@@ -101,6 +105,9 @@ class DeviceActor:
         self._utterances: OrderedDict[str, bytes] = OrderedDict()
         self._steps: OrderedDict[tuple[str, int], StoreStep] = OrderedDict()
         self._log = DeviceLog(log, {"device": device})
+        # The next clip's play command after a window close → that close (monotonic ms); at
+        # most one entry lives at a time (one lesson per device), removed by its outcome.
+        self._gap_from: dict[str, float] = {}
 
     def post(self, event: Event) -> bool:
         try:
@@ -117,7 +124,17 @@ class DeviceActor:
             self._utterances.popitem(last=False)
 
     def perform(self, effects: list[Effect]) -> None:
+        closed_at: float | None = None  # a close and the next clip's play come in one batch
         for effect in effects:
+            if isinstance(effect, WindowClosed):
+                closed_at = effect.actual_ms
+            elif (
+                closed_at is not None
+                and isinstance(effect, SendCommand)
+                and effect.cmd.startswith("PLAY")
+            ):
+                self._gap_from = {effect.command_id: closed_at}
+                closed_at = None
             self._perform(effect)
             self._tell_modes(effect)
 
@@ -199,6 +216,9 @@ class DeviceActor:
             self._m.step_failures.labels(reason).inc()
 
     def _on_outcome(self, ref: str, outcome: Outcome) -> None:
+        closed_at = self._gap_from.pop(ref, None)
+        if closed_at is not None and outcome is Outcome.ACKED:
+            self._m.next_clip_gap.observe(asyncio.get_running_loop().time() * 1000.0 - closed_at)
         self.post(CommandOutcome(ref, outcome))
 
     def _submit(self, effect: SubmitUtterance) -> None:

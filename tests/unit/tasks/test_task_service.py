@@ -104,6 +104,9 @@ async def test_lesson_steps_on_the_timer_and_completes(rig: Rig) -> None:
     snap = rig.metrics.snapshot()
     assert snap["snlpgw_windows_closed_total"] == 4.0
     assert snap['snlpgw_window_lateness_ms{stat="count"}'] == 4.0
+    # the next clip follows three of the four closes; each gap is measured to its ack
+    assert snap['snlpgw_next_clip_gap_ms{stat="count"}'] == 3.0
+    assert snap['snlpgw_next_clip_gap_ms{stat="max"}'] >= 0.0
     assert snap['snlpgw_runtime_task_events_total{event="step.played"}'] == 4.0
     assert snap['snlpgw_runtime_instances{state="idle"}'] == 1.0
     assert snap['snlpgw_runtime_instances{state="listening"}'] == 0.0
