@@ -33,7 +33,7 @@ class VoiceChannel(Protocol):
 
     def publish(self, dev: str, payload: bytes) -> None: ...
 
-    def send_audio(self, dev: str, session_id: str, opus_packet: bytes, timestamp: int) -> bool: ...
+    def send_audio(self, dev: str, session_id: str, opus_packet: bytes) -> bool: ...
 
     def close_session(self, dev: str) -> bool: ...
 
@@ -238,9 +238,9 @@ class DeviceChat:
 
     # -- downlink ----------------------------------------------------------------------------
 
-    def _send_audio(self, opus: bytes, timestamp: int) -> bool:
+    def _send_audio(self, opus: bytes) -> bool:
         sid = self.session_id
-        sent = sid is not None and self._p.channel.send_audio(self.dev, sid, opus, timestamp)
+        sent = sid is not None and self._p.channel.send_audio(self.dev, sid, opus)
         if sent:
             self._p.metrics.frames_down.inc()
         return sent

@@ -39,7 +39,7 @@ class Player:
         self,
         *,
         publish: Callable[[bytes], None],
-        send_audio: Callable[[bytes, int], bool],
+        send_audio: Callable[[bytes], bool],
         on_tts: Callable[[str], None],
         clock: Callable[[], float],
         count_drop: Callable[[str], None] = lambda reason: None,
@@ -60,7 +60,6 @@ class Player:
         self._wake = asyncio.Event()
         self._start = 0.0  # burst start (monotonic s)
         self._index = 0  # frames into the burst
-        self._sent = 0  # frames in the stream (header timestamps)
         self._last_due: float | None = None
         self.speaking = False
 
@@ -126,9 +125,8 @@ class Player:
     def _play(self, item: Audio) -> None:
         self._last_due = self._pacing.due(self._index, self._start)
         self._index += 1
-        if not self._send_audio(item.opus, self._pacing.timestamp(self._sent)):
+        if not self._send_audio(item.opus):  # the sender stamps headers (codec.counter_space)
             self._count_drop("downlink_refused")
-        self._sent += 1
 
     def _control(self, item: Json) -> None:
         self._publish(item.payload)

@@ -239,13 +239,13 @@ class XiaozhiChannel:
             self._teardown(session, "gateway", announce=True)
         return session is not None
 
-    def send_audio(self, dev: str, session_id: str, opus_packet: bytes, timestamp: int) -> bool:
+    def send_audio(self, dev: str, session_id: str, opus_packet: bytes) -> bool:
         """One downlink Opus packet to ``dev``'s session ``session_id`` (the caller paces);
         ``False`` if that session is gone or the packet could not go out (counted)."""
         live = self._live.get(dev)
         if live is None or live.session_id != session_id or self._udp is None:
             return False
-        return self._udp.send(live, opus_packet, timestamp)
+        return self._udp.send(live, opus_packet)  # header timestamps: codec.counter_space
 
     async def speak(self, dev: str, opus_packets: Iterable[bytes]) -> SpeakResult:
         """``tts start`` → paced downlink frames → ``tts stop``. Raises :class:`NoSession` if the
