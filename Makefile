@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # postgresql (the store's PostgreSQL tests start a throw-away server; the default is SQLite).
 APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox systemd postgresql
 
-.PHONY: run test check lint typecheck unit integration setup system-deps venv bench demo asyncapi clean
+.PHONY: run test check lint typecheck unit integration setup system-deps venv bench load demo asyncapi clean
 
 setup: system-deps venv
 
@@ -41,7 +41,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,asr]'
+	$(BIN)/pip install -q -e '.[dev,asr,bench]'
 	@touch $(STAMP)
 
 # Local broker with the project's configuration (auth + ACLs on), then the gateway, both
@@ -76,6 +76,13 @@ bench: setup
 	$(BIN)/python -m bench.assessment_bench
 	$(BIN)/python -m bench.timer_bench
 	$(BIN)/python -m bench.scale_bench
+	$(BIN)/python -m bench.load
+
+# Load harness alone (bench/load): broker, gateway and simulated boards/devices as separate
+# processes; N = 200/500/1,000 lessons, 1,000 Xiaozhi sessions, streaming vs the floor.
+# Results, plots: bench/results/load/. A few minutes; stops by itself.
+load: setup
+	$(BIN)/python -m bench.load
 
 demo: setup
 	$(BIN)/python -m gateway.demo

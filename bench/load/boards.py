@@ -1,0 +1,185 @@
+"""Board worker process: many simulated boards, each a real MQTT connection, running lessons.
+
+``python -m bench.load.boards SPEC.json`` (started by the harness, one per share of the boards).
+It connects its boards (:class:`gateway.simulators.board.BoardSimulator`, the project's board
+simulator, reused as a library; TCP_NODELAY on their sockets as board firmware should set),
+prints ``{"ready": n}``, waits for ``go T0`` on stdin, then a backend client starts each board's
+lesson at ``T0 + offset`` (``snlpgw/v1/ctl/{dev}``). Every board notes, on its own clock, when
+it published each ``audio.completed`` and when each command reached it; the figure is
+
+    error = next PLAY_MEDIA received - (audio.completed published + listen window T)
+
+with ``T`` from the SPEC formula and the duration the board reported: 0 would be a perfect
+gateway and broker; it holds both hops (board → gateway, gateway → board) and timer lateness.
+The last window of a lesson is closed by LISTEN_STOP alone (no next clip). The worker prints
+one JSON document and exits when every lesson has ended or its deadline passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+
+from gateway.runtime.rules import listen_window_ms
+from gateway.simulators.board import BoardSimulator, SimOptions
+
+CONNECT_TIMEOUT_S = 120.0
+
+
+class LoadBoard(BoardSimulator):
+    """Board simulator that timestamps what the latency figure needs (monotonic clock, ms)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.completed: list[tuple[float, int]] = []  # (published at, duration_ms)
+        self.plays: list[float] = []
+        self.stops: list[float] = []
+        self.done = asyncio.Event()
+        self.clips = 0
+
+    def _on_command(self, payload: bytes) -> None:
+        now = time.monotonic() * 1000
+        if b'"PLAY_MEDIA"' in payload:
+            self.plays.append(now)
+        elif b'"LISTEN_STOP"' in payload:
+            self.stops.append(now)
+            if len(self.stops) >= self.clips:
+                self.done.set()
+        super()._on_command(payload)
+
+    async def _publisher(self, client: aiomqtt.Client) -> None:
+        while True:
+            topic, payload, qos, retain = await self._out.get()
+            if b'"audio.completed"' in payload:
+                body = json.loads(payload)
+                self.completed.append((time.monotonic() * 1000, int(body["data"]["duration_ms"])))
+            await client.publish(topic, payload, qos=qos, retain=retain)
+
+
+def set_nodelay(client: aiomqtt.Client | None) -> None:
+    sock = None if client is None else client._client.socket()  # private: bench probe only
+    if isinstance(sock, socket.socket):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def errors(board: LoadBoard, ratio: float, min_window_ms: int) -> tuple[list[float], list[float]]:
+    """(completed → next PLAY_MEDIA errors, last completed → LISTEN_STOP errors), ms."""
+    to_play, to_stop = [], []
+    for i, (at, duration) in enumerate(board.completed):
+        due = at + listen_window_ms(duration, ratio, min_window_ms)
+        if i + 1 < len(board.plays):
+            to_play.append(board.plays[i + 1] - due)
+        elif i < len(board.stops):
+            to_stop.append(board.stops[i] - due)
+    return to_play, to_stop
+
+
+async def lag_monitor(samples: list[float], period_s: float = 0.05) -> None:
+    """How late this worker's own loop wakes up (its share of any board-side delay)."""
+    while True:
+        t0 = time.monotonic()
+        await asyncio.sleep(period_s)
+        samples.append((time.monotonic() - t0 - period_s) * 1000)
+
+
+async def start_lessons(spec: dict[str, Any], t0: float, refused: list[str]) -> None:
+    lesson = spec["lesson"]
+    async with aiomqtt.Client(
+        spec["host"], spec["port"], username=spec["backend"][0], password=spec["backend"][1],
+        identifier=f"load-backend-{spec['worker']}", max_queued_outgoing_messages=100_000,
+    ) as client, asyncio.TaskGroup() as tg:  # fmt: skip
+        await client.subscribe("snlpgw/v1/reply/+", qos=1)
+        mine = set(spec["devices"])
+
+        async def replies() -> None:
+            async for msg in client.messages:
+                body = json.loads(msg.payload if isinstance(msg.payload, bytes) else b"{}")
+                dev = msg.topic.value.rsplit("/", 1)[1]
+                if dev in mine and body.get("status") != "accepted":
+                    refused.append(dev)
+
+        listener = tg.create_task(replies(), name="load.replies")
+        for i, (dev, offset) in enumerate(zip(spec["devices"], spec["offsets_s"], strict=True)):
+            delay = t0 + offset - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            req = {"v": 1, "id": f"start-{spec['worker']}-{i}", "action": "start",
+                   "app_id": lesson["app"], "task_id": lesson["task"],
+                   "lesson_id": lesson["lesson"], "source": "load"}  # fmt: skip
+            tg.create_task(
+                client.publish(f"snlpgw/v1/ctl/{dev}", json.dumps(req), qos=1),
+                name=f"load.start[{dev}]",
+            )
+        await asyncio.sleep(spec["deadline_s"])
+        listener.cancel()
+
+
+async def run(spec: dict[str, Any]) -> dict[str, Any]:
+    lesson = spec["lesson"]
+    durations = dict.fromkeys(lesson["paths"], lesson["clip_ms"])
+    boards = []
+    for dev, password in spec["devices"].items():
+        board = LoadBoard(dev, host=spec["host"], port=spec["port"], username=dev,
+                          password=password, options=SimOptions(durations=durations))  # fmt: skip
+        board.clips = len(lesson["paths"])
+        boards.append(board)
+    lags: list[float] = []
+    refused: list[str] = []
+    async with asyncio.TaskGroup() as tg:
+        running = [tg.create_task(b.run(), name=f"load.board[{b.dev}]") for b in boards]
+        monitor = tg.create_task(lag_monitor(lags), name="load.lag")
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            for board in boards:
+                await board.connected.wait()
+        for board in boards:
+            set_nodelay(board._client)  # private attribute: bench probe only
+        sys.stdout.write(json.dumps({"ready": len(boards)}) + "\n")
+        sys.stdout.flush()
+        line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        t0 = float(line.split()[1])
+        lags.clear()
+        starter = tg.create_task(start_lessons(spec, t0, refused), name="load.starter")
+        try:
+            async with asyncio.timeout(spec["deadline_s"]):
+                for board in boards:
+                    await board.done.wait()
+        except TimeoutError:
+            pass
+        starter.cancel()
+        monitor.cancel()
+        for task in running:
+            task.cancel()
+    to_play: list[float] = []
+    to_stop: list[float] = []
+    for board in boards:
+        p, s = errors(board, lesson["ratio"], lesson["min_window_ms"])
+        to_play += p
+        to_stop += s
+    return {
+        "boards": len(boards),
+        "lessons_completed": sum(b.done.is_set() for b in boards),
+        "plays": sum(len(b.plays) for b in boards),
+        "refused": refused,
+        "completed_to_play_error_ms": to_play,
+        "completed_to_stop_error_ms": to_stop,
+        "loop_lag_ms": lags,
+    }
+
+
+def main() -> int:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    spec["devices"] = dict(spec["devices"])
+    result = asyncio.run(run(spec))
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

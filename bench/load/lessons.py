@@ -1,0 +1,134 @@
+"""Lesson phase: N concurrent shadowing lessons, boards in worker processes, gateway alone.
+
+Per N and start pattern, a fresh broker and gateway: the boards connect, then every lesson
+starts at once (``simultaneous``: every window closes in the same few milliseconds, the worst
+case) or spread evenly over one step period (``staggered``, the usual case). Measured from the
+boards: audio.completed → next PLAY_MEDIA error (see :mod:`bench.load.boards`); from /proc:
+gateway, broker and board-worker CPU over the lessons, gateway RSS before and at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.load.procs import Meter, rss_bytes
+from bench.load.stack import base_settings, gateway_process, split, workers
+from bench.load.stats import summary
+from gateway.credentials import provision
+from gateway.demo_env import LocalBroker, local_broker, wait_connectable
+from gateway.runtime.rules import listen_window_ms
+
+APP, TASK, LESSON = "load", "shadowing", "l1"
+RATIO, MIN_WINDOW_MS = 1.2, 800  # SPEC defaults
+START_LEAD_S = 1.0
+
+
+def device_ids(n: int) -> list[str]:
+    return [f"b1_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(n)]
+
+
+def write_catalog(path: Path, clips: int) -> list[str]:
+    names = [f"c{i + 1:02d}.mp3" for i in range(clips)]
+    task = {
+        "app_id": APP, "task_id": TASK, "interaction_mode": "SHADOWING",
+        "listen_ratio": RATIO, "min_window_ms": MIN_WINDOW_MS,
+        "assessment": {"enabled": False, "methods": [], "defer": True},
+        "lessons": [{"lesson_id": LESSON, "clips": names, "sentences": [f"s{c}" for c in names]}],
+    }  # fmt: skip
+    path.write_text(json.dumps([task]))
+    return [f"/{APP}/{TASK}/lessons/{LESSON}/{name}" for name in names]
+
+
+def provision_all(broker: LocalBroker, names: list[str], role: str = "device") -> dict[str, str]:
+    """Broker accounts for every name with one reload at the end (not one per device)."""
+    out = {}
+    for name in names:
+        password = provision(broker.data_dir, name, role=role, reload=None).password  # type: ignore[arg-type]
+        assert password is not None
+        out[name] = password
+    broker.reload()
+    return out
+
+
+async def sample_rss(pid: int, out: list[int], period_s: float = 0.5) -> None:
+    while True:
+        await asyncio.sleep(period_s)
+        out.append(rss_bytes(pid))
+
+
+async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
+              worker_count: int) -> dict[str, Any]:  # fmt: skip
+    step_s = (clip_ms + listen_window_ms(clip_ms, RATIO, MIN_WINDOW_MS)) / 1000
+    spread_s = step_s if pattern == "staggered" else 0.0
+    deadline_s = spread_s + clips * step_s + 30.0
+    async with local_broker(root / "data") as broker:
+        paths = write_catalog(root / "catalog.json", clips)
+        devs = await asyncio.to_thread(provision_all, broker, device_ids(n))
+        backends = await asyncio.to_thread(
+            provision_all, broker, [f"load-backend-{w}" for w in range(worker_count)], "backend"
+        )
+        name, password = next(iter(backends.items()))
+        await wait_connectable(broker, name, password)
+        settings = base_settings(broker, runtime={"catalog_path": str(root / "catalog.json")})
+        offsets = [spread_s * i / n for i in range(n)]
+        lesson = {"app": APP, "task": TASK, "lesson": LESSON, "paths": paths,
+                  "clip_ms": clip_ms, "ratio": RATIO, "min_window_ms": MIN_WINDOW_MS}  # fmt: skip
+        specs = []
+        for w, (share, offs) in enumerate(
+            zip(split(list(devs.items()), worker_count), split(offsets, worker_count), strict=True)
+        ):
+            specs.append({"worker": w, "host": broker.host, "port": broker.port,
+                          "devices": dict(share), "offsets_s": offs, "lesson": lesson,
+                          "backend": [f"load-backend-{w}", backends[f"load-backend-{w}"]],
+                          "deadline_s": deadline_s})  # fmt: skip
+        async with (
+            gateway_process(root, settings) as gw,
+            workers("bench.load.boards", specs, root) as procs,
+        ):
+            for proc in procs:
+                await proc.line(180)
+            rss_idle = rss_bytes(gw.pid)
+            pids = {"gateway": gw.pid, "broker": broker.proc.pid}
+            pids |= {f"boards{i}": p.pid for i, p in enumerate(procs)}
+            meter = Meter(pids)
+            t0 = time.time() + START_LEAD_S
+            meter.start()
+            for proc in procs:
+                proc.go(t0)
+            peak = [rss_idle]
+            sampler = asyncio.create_task(sample_rss(gw.pid, peak), name="load.rss")
+            try:
+                found = [await proc.line(deadline_s + 60) for proc in procs]
+            finally:
+                sampler.cancel()
+            cpu = meter.stop()
+            rss_end = max(peak)
+    to_play = [x for f in found for x in f["completed_to_play_error_ms"]]
+    to_stop = [x for f in found for x in f["completed_to_stop_error_ms"]]
+    lags = [x for f in found for x in f["loop_lag_ms"]]
+    board_cpu = sum(v for k, v in cpu.items() if k.startswith("boards") and k.endswith("_cpu_s"))
+    return {
+        "lessons": n,
+        "start": pattern,
+        "clips": clips,
+        "clip_ms": clip_ms,
+        "window_ms": listen_window_ms(clip_ms, RATIO, MIN_WINDOW_MS),
+        "lessons_completed": sum(f["lessons_completed"] for f in found),
+        "refused_starts": sum(len(f["refused"]) for f in found),
+        "steps_measured": len(to_play),
+        "steps_expected": n * (clips - 1),
+        "completed_to_next_play_error_ms": summary(to_play),
+        "last_window_to_listen_stop_error_ms": summary(to_stop),
+        "board_worker_loop_lag_ms": summary(lags),
+        "gateway_rss_idle_mb": round(rss_idle / 2**20, 1),
+        "gateway_rss_peak_mb": round(rss_end / 2**20, 1),
+        "gateway_rss_per_lesson_kb": round((rss_end - rss_idle) / 1024 / n, 1),
+        "board_workers": len(found),
+        "board_workers_cpu_s": round(board_cpu, 2),
+        **{k: v for k, v in cpu.items() if not k.startswith("boards")},
+        "samples_ms": to_play,
+    }

@@ -1,0 +1,84 @@
+"""Process accounting from /proc (Linux): CPU seconds and RSS of one process, machine load.
+
+No psutil: ``/proc/<pid>/stat`` fields 14-15 (utime, stime, clock ticks) and ``/proc/<pid>/status``
+``VmRSS`` are all the harness needs, for the gateway, the broker and its own worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (all its threads)."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs since boot, from the first line of /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    total = sum(values[:8])
+    return float(total - idle), float(total)
+
+
+@dataclass
+class Meter:
+    """CPU used by a set of processes and by the whole machine between start and stop."""
+
+    pids: dict[str, int]
+    wall0: float = 0.0
+    cpu0: dict[str, float] | None = None
+    busy0: tuple[float, float] = (0.0, 0.0)
+
+    def start(self) -> None:
+        self.wall0 = time.monotonic()
+        self.cpu0 = {name: cpu_s(pid) for name, pid in self.pids.items()}
+        self.busy0 = machine_busy()
+
+    def stop(self) -> dict[str, float]:
+        """Per process: CPU seconds and share of one core; machine: busy share of all cores,
+        and the share used by processes outside this set (the other engineers' load)."""
+        assert self.cpu0 is not None, "start() first"
+        wall = time.monotonic() - self.wall0
+        busy, total = machine_busy()
+        out: dict[str, float] = {"wall_s": round(wall, 3)}
+        ours = 0.0
+        for name, pid in self.pids.items():
+            used = cpu_s(pid) - self.cpu0[name]
+            ours += used
+            out[f"{name}_cpu_s"] = round(used, 3)
+            out[f"{name}_core_share"] = round(used / wall, 3) if wall else 0.0
+        cores = os.cpu_count() or 1
+        d_busy, d_total = busy - self.busy0[0], total - self.busy0[1]
+        machine = d_busy / d_total if d_total else 0.0
+        out["machine_busy_share"] = round(machine, 3)
+        out["others_core_share"] = round(max(0.0, machine * cores - ours / wall), 3)
+        return out
+
+
+def load_conditions() -> dict[str, object]:
+    """What else the machine was doing when a run started (it is shared)."""
+    busy0 = machine_busy()
+    time.sleep(1.0)
+    busy1 = machine_busy()
+    share = (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1])
+    return {
+        "cpus": os.cpu_count(),
+        "loadavg_1_5_15": [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]],
+        "busy_share_before_run": round(share, 3),
+    }

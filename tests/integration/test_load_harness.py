@@ -1,0 +1,67 @@
+"""The load harness (bench/load) end to end at tiny sizes: it runs, stops by itself, and writes
+the result files with the structure the README and plots rely on. No figure is judged here
+(timings are the benchmark's business, recorded under bench/results/load/)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.mark.timeout(600)
+def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "load"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.load", "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((out / "load.json").read_text())
+
+    (lessons_staggered, lessons_simultaneous) = doc["lessons"]
+    assert {lessons_staggered["start"], lessons_simultaneous["start"]} == {
+        "staggered",
+        "simultaneous",
+    }
+    for run in doc["lessons"]:
+        assert run["lessons"] == 5
+        assert run["lessons_completed"] == 5
+        assert run["refused_starts"] == 0
+        # 2 clips: one completed → next PLAY_MEDIA per lesson, one last window per lesson.
+        assert run["steps_measured"] == run["steps_expected"] == 5
+        assert run["completed_to_next_play_error_ms"]["count"] == 5
+        assert run["last_window_to_listen_stop_error_ms"]["count"] == 5
+        assert {"p50", "p99", "max"} <= run["completed_to_next_play_error_ms"].keys()
+        assert run["gateway_cpu_s"] > 0
+        assert "samples_ms" not in run
+
+    hellos = doc["hellos"]
+    assert hellos["sessions"] == 5
+    assert hellos["staggered"]["hellos"] == 10
+    assert hellos["burst"]["hellos"] == 5
+    assert hellos["staggered"]["no_reply"] == hellos["burst"]["no_reply"] == 0
+
+    stream = doc["stream"]
+    (run,) = stream["runs"]
+    assert run["sessions_opened"] == 5
+    assert run["frames_decoded_in_window"] > 0
+    assert stream["floor"]["sessions_per_core"] > 0
+    assert stream["ratio_to_floor"] > 0
+
+    text = (out / "load.md").read_text()
+    for heading in ("## Streaming", "## Lessons", "## Xiaozhi hello"):
+        assert heading in text
+    for png in ("latency_cdf.png", "cpu_vs_n.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
