@@ -5,9 +5,10 @@ service starts and call :meth:`MqttConnection.publish`, which never blocks and n
 
 * Handlers are plain functions run on the loop; they must only parse and enqueue (a handler
   that raises is logged with the topic and counted; the connection goes on).
-* Publishes go through a bounded outbound queue that is drained while connected and kept
-  while the broker is away. Overflow policy: the oldest message is dropped and counted.
-  A publish in flight when the connection breaks is put back at the head of the queue.
+* Publishes go through a bounded outbound queue (:mod:`gateway.mqtt_outbound`) that is drained
+  while connected, ``mqtt.max_inflight`` publishes at a time in queue order, and kept while the
+  broker is away. Overflow policy: the oldest message is dropped and counted. Publishes in
+  flight when the connection breaks are put back at the head of the queue, in order.
 * Inbound payloads over ``max_payload_bytes`` are dropped and counted before any parsing.
 * Reconnect with capped exponential back-off and jitter; every route is resubscribed and the
   retained gateway presence republished on each connect. The presence LWT is registered with
@@ -25,16 +26,14 @@ import secrets
 import socket
 import ssl
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import aiomqtt
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from gateway.metrics import Metrics
+from gateway.mqtt_outbound import Outbound, OutboundCounters, OutboundQueue
 from gateway.settings import MqttSettings
 from topics import GatewayStatus, encode
 
@@ -56,16 +55,6 @@ class Inbound:
 
 
 Handler = Callable[[Inbound], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Outbound:
-    topic: str
-    payload: bytes
-    qos: int = 0
-    retain: bool = False
-    correlation_data: bytes | None = None
-    expiry_s: int | None = None
 
 
 class Publisher(Protocol):
@@ -126,9 +115,6 @@ class MqttConnection:
         self._presence_topic = presence_topic
         self._presence_payload = presence_payload
         self._routes: list[_Route] = []
-        # Bounded; overflow drops the oldest (counted). Presence is re-sent on every connect.
-        self._outbox: deque[Outbound] = deque()
-        self._outbox_ready = asyncio.Event()
         self._connected = asyncio.Event()
         self._disconnected = asyncio.Event()
         self._disconnected.set()
@@ -146,6 +132,14 @@ class MqttConnection:
             "mqtt_messages_out_dropped", "Outbound messages dropped (queue overflow)"
         )
         self.m_out_queue = metrics.gauge("mqtt_outbound_queue", "Publishes waiting for the broker")
+        # Bounded; overflow drops the oldest (counted). Presence is re-sent on every connect.
+        self._outbox = OutboundQueue(
+            limit=settings.outbound_queue,
+            window=settings.max_inflight,
+            counters=OutboundCounters(
+                dropped=self._dropped, published=self.m_out.inc, depth=self.m_out_queue.set
+            ),
+        )
 
     # -- component API ---------------------------------------------------------------------
 
@@ -182,13 +176,11 @@ class MqttConnection:
         expiry_s: int | None = None,
     ) -> None:
         data = payload.encode() if isinstance(payload, str) else payload
-        self._outbox.append(Outbound(topic, data, qos, retain, correlation_data, expiry_s))
-        if len(self._outbox) > self._settings.outbound_queue:
-            dropped = self._outbox.popleft()
-            self.m_out_dropped.inc()
-            log.warning("outbound queue full: dropped oldest publish on %s", dropped.topic)
-        self.m_out_queue.set(len(self._outbox))
-        self._outbox_ready.set()
+        self._outbox.put(Outbound(topic, data, qos, retain, correlation_data, expiry_s))
+
+    def _dropped(self, msg: Outbound) -> None:
+        self.m_out_dropped.inc()
+        log.warning("outbound queue full: dropped oldest publish on %s", msg.topic)
 
     # -- service task ----------------------------------------------------------------------
 
@@ -253,7 +245,7 @@ class MqttConnection:
                     "connected to broker %s as %s", self._settings.url, self._settings.username
                 )
                 async with asyncio.TaskGroup() as tg:
-                    tg.create_task(self._publish_loop(client), name="mqtt.publish")
+                    tg.create_task(self._outbox.pump(client), name="mqtt.publish")
                     tg.create_task(self._receive_loop(client), name="mqtt.receive")
             except* aiomqtt.MqttError as group:
                 raise group.exceptions[0] from None
@@ -276,40 +268,16 @@ class MqttConnection:
             ),
             tls_context=tls,
             timeout=10,
-            # Commands are small and acked one at a time per board: without TCP_NODELAY each
-            # ack round trip can wait on Nagle + delayed ACK (~85 ms a step, bench/timer.md).
+            # Commands are small and latency-bound: without TCP_NODELAY a publish can wait on
+            # Nagle + delayed ACK (~85 ms a step, bench/timer.md).
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            max_inflight_messages=s.max_inflight,
         )
 
     def _mark_disconnected(self) -> None:
         self._connected.clear()
         self._disconnected.set()
         self.m_connected.set(0)
-
-    async def _publish_loop(self, client: aiomqtt.Client) -> None:
-        baseline = _cancel_count()
-        while True:
-            if not self._outbox:
-                self._outbox_ready.clear()
-                await self._outbox_ready.wait()
-                continue
-            msg = self._outbox[0]
-            props: Properties | None = None
-            if msg.correlation_data is not None or msg.expiry_s is not None:
-                props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]  # paho is untyped here
-                if msg.correlation_data is not None:
-                    props.CorrelationData = msg.correlation_data
-                if msg.expiry_s is not None:
-                    props.MessageExpiryInterval = msg.expiry_s
-            # On failure the message stays at the head and goes out after the reconnect.
-            await client.publish(
-                msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props
-            )
-            _honour_lost_cancel(baseline)
-            if self._outbox and self._outbox[0] is msg:
-                self._outbox.popleft()
-            self.m_out.inc()
-            self.m_out_queue.set(len(self._outbox))
 
     async def _receive_loop(self, client: aiomqtt.Client) -> None:
         limit = self._settings.max_payload_bytes

@@ -37,6 +37,9 @@ class MqttSettings(_Section):
     outbound_queue: int = Field(
         10_000, ge=100, description="Publishes buffered while the broker is away (drop-oldest)."
     )
+    max_inflight: int = Field(
+        20, ge=1, description="Publishes awaiting the broker's PUBACK at once (sent in order)."
+    )
     max_payload_bytes: int = Field(
         8192, ge=512, description="Inbound payloads over this are dropped."
     )

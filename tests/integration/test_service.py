@@ -106,3 +106,19 @@ async def test_crash_leaves_the_lwt_offline(fresh_broker: Broker, tmp_path: Path
         assert offline["online"] is False
         online_again = json.loads((await watcher.expect(topic, wait_s=10)).payload)
         assert online_again["online"] is True  # and the gateway came back by itself
+
+
+async def test_a_burst_of_publishes_reaches_a_board_complete_and_in_order(
+    broker: Broker, tmp_path: Path, device_id: str
+) -> None:
+    """Many QoS 1 publishes in flight at once (mqtt.max_inflight) keep their order end to end."""
+    settings = gateway_settings(broker, tmp_path, mqtt={"max_inflight": 20})
+    board = broker.provision(device_id)
+    topic = f"snlp/v1/{device_id}/cmd"
+    async with running(settings) as svc, mqtt_client(broker, board) as client:
+        await client.subscribe(topic)
+        for i in range(500):
+            svc.mqtt.publish(topic, str(i), qos=1)
+        got = [int((await client.expect(topic)).payload) for _ in range(500)]
+        assert got == list(range(500))
+        assert svc.metrics.snapshot()["snlpgw_mqtt_messages_out_total"] >= 500

@@ -33,7 +33,7 @@ def test_outbound_queue_drops_oldest_when_full_and_counts() -> None:
     for i in range(105):
         conn.publish("t/x", f"{i}")
     assert len(conn._outbox) == 100
-    assert conn._outbox[0].payload == b"5"  # the five oldest went
+    assert conn._outbox.queued()[0].payload == b"5"  # the five oldest went
     assert metrics.snapshot()["snlpgw_mqtt_messages_out_dropped_total"] == 5.0
 
 
