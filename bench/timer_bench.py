@@ -39,11 +39,12 @@ from gateway.simulators.board import BoardSimulator, SimOptions
 
 RESULTS = Path(__file__).parent / "results"
 SIZES = (1, 50, 200)
-# (sockets, board.max_in_flight). Sockets "default": the boards' and the broker's sockets as
-# they open them (Nagle on; the gateway always sets TCP_NODELAY on its own); "nodelay":
-# TCP_NODELAY on the boards' and the broker's sockets too. max_in_flight 1 is the old
-# one-command-at-a-time outbox (PLAY_MEDIA waits for LISTEN_STOP's ack), 4 the pipelined default.
-VARIANTS = (("nodelay", 1), ("default", 4), ("nodelay", 4))
+# (sockets, in flight). Sockets "default": the boards' and the broker's sockets as they open
+# them (Nagle on; the gateway always sets TCP_NODELAY on its own); "nodelay": TCP_NODELAY on the
+# boards' and the broker's sockets too. In flight (board.max_in_flight / mqtt.max_inflight):
+# 1/1 is the old way (a board's PLAY_MEDIA waits for LISTEN_STOP's ack, and every gateway
+# publish waits for the previous one's PUBACK), 4/20 the pipelined defaults.
+VARIANTS = (("nodelay", (1, 1)), ("default", (4, 20)), ("nodelay", (4, 20)))
 CLIPS = 8
 CLIP_MS = 250
 WINDOW_MS = 300  # max(min_window_ms=300, 1.2 x 250)
@@ -100,14 +101,17 @@ def set_nodelay(client: aiomqtt.Client | None) -> None:
 
 
 class TimedBoard(BoardSimulator):
-    """A board simulator that notes the wall-clock receipt time of every PLAY_MEDIA."""
+    """A board simulator that notes the wall-clock time each clip's PLAY_MEDIA first reached it
+    (a resend of the same command, same id, does not count again)."""
 
-    plays: list[float]
+    plays: dict[int, float]  # clip index → first receipt, epoch ms
 
     def _on_command(self, payload: bytes) -> None:
         now_ms = time.time() * 1000
         if b'"PLAY_MEDIA"' in payload:
-            self.plays.append(now_ms)
+            name = json.loads(payload)["params"]["name"]
+            clip = int(name.rsplit("/c", 1)[1].removesuffix(".mp3")) - 1
+            self.plays.setdefault(clip, now_ms)
         super()._on_command(payload)
 
 
@@ -118,9 +122,10 @@ async def child(spec: dict[str, Any]) -> dict[str, Any]:
     for dev, password in devs.items():
         board = TimedBoard(dev, host=host, port=port, username=dev, password=password,
                            options=SimOptions(durations=durations))  # fmt: skip
-        board.plays = []
+        board.plays = {}
         boards.append(board)
-    closes: dict[str, list[tuple[int, int]]] = defaultdict(list)  # dev → (lateness, actual)
+    # dev → step index → (lateness, actual close)
+    closes: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)
     refused: list[dict[str, Any]] = []
     async with (
         aiomqtt.Client(
@@ -148,19 +153,21 @@ async def child(spec: dict[str, Any]) -> dict[str, Any]:
             await _collect(client, len(devs), closes, refused)
         for task in tasks:
             task.cancel()
-    lateness = [float(lat) for per in closes.values() for lat, _ in per]
+    lateness = [float(lat) for per in closes.values() for lat, _ in per.values()]
     to_play: list[float] = []
     for board in boards:
         # Close of window k is followed by the PLAY_MEDIA of clip k+1 (the last close ends it).
-        for (_, actual), play in zip(closes[board.dev], board.plays[1:], strict=False):
-            to_play.append(play - actual)
-    return {"lateness": lateness, "close_to_play": to_play, "refused": refused}
+        for step, (_, actual) in closes[board.dev].items():
+            if step + 1 in board.plays:
+                to_play.append(board.plays[step + 1] - actual)
+    resent = sum(b.stats["ack_duplicate"] for b in boards)
+    return {"lateness": lateness, "close_to_play": to_play, "refused": refused, "resent": resent}
 
 
 async def _collect(
     client: aiomqtt.Client,
     lessons: int,
-    closes: dict[str, list[tuple[int, int]]],
+    closes: dict[str, dict[int, tuple[int, int]]],
     refused: list[dict[str, Any]],
 ) -> None:
     ended = 0
@@ -172,14 +179,15 @@ async def _collect(
                 ended += 1
         elif body.get("event") == "window.closed":
             data = body["data"]
-            closes[body["device"]].append((data["lateness_ms"], data["actual_close_ms"]))
+            step = body["step_index"]
+            closes[body["device"]][step] = (data["lateness_ms"], data["actual_close_ms"])
         elif body.get("event") in ("instance.completed", "instance.cancelled"):
             ended += 1
         if ended >= lessons:
             return
 
 
-async def run_size(n: int, variant: str, window: int, root: Path) -> dict[str, Any]:
+async def run_size(n: int, variant: str, window: tuple[int, int], root: Path) -> dict[str, Any]:
     nodelay = variant == "nodelay"
     load0 = os.getloadavg()[0]
     extra = "set_tcp_nodelay true\n" if nodelay else ""
@@ -192,7 +200,8 @@ async def run_size(n: int, variant: str, window: int, root: Path) -> dict[str, A
             runtime={"catalog_path": write_catalog(root / "catalog.json"), "min_window_ms": 0},
             asr={"engine": "none"},
             ops={"metrics_interval_s": 60.0},
-            board={"max_in_flight": window},
+            board={"max_in_flight": window[0]},
+            mqtt={"max_inflight": window[1]},
         )
         spec = {"host": broker.host, "port": broker.port, "devices": devs,
                 "backend": [backend.username, backend.password], "nodelay": nodelay}  # fmt: skip
@@ -221,13 +230,14 @@ async def run_size(n: int, variant: str, window: int, root: Path) -> dict[str, A
     found = json.loads(out)
     return {
         "variant": variant,
-        "max_in_flight": window,
+        "in_flight_board_mqtt": list(window),
         "devices": n,
         "windows_expected": n * CLIPS,
         "lateness": summary(found["lateness"]),
         "close_to_next_play": summary(found["close_to_play"]),
         "gateway_lateness_quantiles": gauge,
         "refused_starts": len(found["refused"]),
+        "commands_resent_to_boards": found["resent"],
         "gateway_cpu_s": round(cpu, 2),
         "boards_process_cpu_s": round(child_cpu, 2),
         "wall_s": round(wall, 2),
@@ -266,17 +276,19 @@ def write_results(runs: list[dict[str, Any]]) -> None:
         f"N boards each run a shadowing lesson ({CLIPS} clips of {CLIP_MS} ms, {WINDOW_MS} ms "
         "windows), all started at once; gateway in-process, boards + observer in a child "
         "process, local Mosquitto. `python -m bench.timer_bench`. Budget (SPEC §2.1): ±200 ms.\n",
-        "| sockets | in flight | boards | windows | lateness p50 | p99 | max "
-        "| close→next PLAY_MEDIA p50 | p99 | max | CPU s: gateway / boards / wall s | load 1m |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| sockets | in flight board/mqtt | boards | windows | lateness p50 | p99 | max "
+        "| close→next PLAY_MEDIA p50 | p99 | max | resends | CPU s: gateway / boards / wall s "
+        "| load 1m before → after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         lat, play = r["lateness"], r["close_to_next_play"]
         load = " → ".join(str(x) for x in r["loadavg_1m_before_after"])
         rows.append(
-            f"| {r['variant']} | {r['max_in_flight']} | {r['devices']} | "
-            f"{lat['count']}/{r['windows_expected']} | {lat['p50_ms']} | {lat['p99_ms']} | "
-            f"{lat['max_ms']} | {play['p50_ms']} | {play['p99_ms']} | {play['max_ms']} | "
+            f"| {r['variant']} | {'/'.join(map(str, r['in_flight_board_mqtt']))} | "
+            f"{r['devices']} | {lat['count']}/{r['windows_expected']} | {lat['p50_ms']} | "
+            f"{lat['p99_ms']} | {lat['max_ms']} | {play['p50_ms']} | {play['p99_ms']} | "
+            f"{play['max_ms']} | {r['commands_resent_to_boards']} | "
             f"{r['gateway_cpu_s']} / {r['boards_process_cpu_s']} / {r['wall_s']} | {load} |"
         )
     rows.append(NOTES)
