@@ -117,9 +117,7 @@ class XiaozhiServerPeer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         """Go down like a server process would: every WebSocket closed (GOING_AWAY)."""

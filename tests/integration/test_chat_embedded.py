@@ -1,0 +1,43 @@
+"""CHAT offline (no ``chat.upstream_url``): the embedded engine answers a spoken turn end to end
+— device speech over encrypted UDP → the gateway's VAD ends the segment → pocketsphinx in the
+assessment pool's worker → a rule reply → espeak-ng → Opus → paced down to the device."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import opuslib
+
+from gateway.chat.replies import PHRASES, reply_to
+from gateway.simulators.xiaozhi import FRAME_SAMPLES, RATE, encode_pcm
+from tests.support.broker import Broker
+from tests.support.chat_rig import chat_rig
+from tests.support.speech import silence, synthesize
+
+
+async def test_spoken_turn_answered_offline(broker: Broker, tmp_path: Path) -> None:
+    sections = {"asr": {"engine": "pocketsphinx", "workers": 1}}
+    async with chat_rig(broker, tmp_path, upstream=False, sections=sections) as rig:
+        hello = await rig.device.open_audio_channel()
+        await rig.device.listen_start("auto")
+        await rig.device.stream_opus(encode_pcm(silence(300) + synthesize("hello") + silence(900)))
+
+        start = await rig.device.expect("tts", state="start", timeout_s=60)
+        sentence = await rig.device.expect("tts", state="sentence_start")
+        await rig.device.expect("tts", state="stop", timeout_s=30)
+        assert start["session_id"] == hello.session_id
+        # the device saw what was heard (stt) and the rule reply to it (no verdict, no score)
+        (stt,) = [m for m in rig.device.inbox if m["type"] == "stt"]
+        assert stt["text"] in PHRASES  # recognised against the rules' phrases
+        assert sentence["text"] == reply_to(stt["text"], datetime.now()).text
+
+        # the reply is real speech the device can decode: 60 ms frames, not silence
+        audio = rig.device.downlink_audio
+        assert len(audio) >= 5
+        decoder = opuslib.Decoder(RATE, 1)
+        pcm = b"".join(decoder.decode(frame, FRAME_SAMPLES) for frame in audio)
+        assert len(pcm) == len(audio) * FRAME_SAMPLES * 2
+        assert max(abs(int.from_bytes(pcm[i : i + 2], "little", signed=True))
+                   for i in range(0, len(pcm), 2)) > 1000  # fmt: skip
+        assert rig.chat_state() == "prompt_listen"  # auto mode: the next turn is open
