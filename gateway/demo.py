@@ -1,4 +1,5 @@
-"""`make demo`: one shadowing lesson end to end on this machine, printed as a timeline.
+"""`make demo`: a shadowing lesson end to end on this machine, then a lesson exited mid-way
+and a spoken CHAT turn (:mod:`gateway.demo_chat`), printed as a timeline.
 
 A local Mosquitto (project config, free port), the composed gateway in-process (ephemeral ports),
 a board simulator and a Xiaozhi device simulator for the same device id. The teacher's clips and
@@ -26,6 +27,7 @@ import aiomqtt
 
 from gateway import demo_audio as audio
 from gateway.app import Gateway
+from gateway.demo_chat import exit_then_chat
 from gateway.demo_env import (
     LocalBroker,
     StackError,
@@ -70,6 +72,7 @@ class DemoResult:
     completed: bool = False
     assessments: dict[int, dict[str, Any]] = field(default_factory=dict)
     stored: dict[str, Any] = field(default_factory=dict)
+    chat_reply: str = ""  # what the device said in the CHAT turn after the exit
     lines: list[str] = field(default_factory=list)
 
 
@@ -178,6 +181,10 @@ async def _lesson(
                     uplink=uplink,
                     deadline=deadline,
                 )
+            result.chat_reply = await exit_then_chat(
+                client=client, device=device, uplink=uplink, tl=tl, dev=dev, start=request,
+                fail=DemoError,
+            )  # fmt: skip
         except TimeoutError:
             raise DemoError(
                 f"timed out: completed={result.completed}, "
@@ -273,7 +280,10 @@ def main() -> int:
     except (DemoError, StackError, audio.SpeechToolsMissingError, OSError) as exc:
         sys.stderr.write(f"demo failed: {exc}\n")
         return 1
-    _say("\ndemo finished: lesson completed, assessments received, everything stopped")
+    _say(
+        "\ndemo finished: lesson completed, assessments received, exit back to CHAT, "
+        "a spoken chat turn answered, everything stopped"
+    )
     return 0
 
 

@@ -48,6 +48,10 @@ async def test_demo_lesson_runs_to_completion(tmp_path: Path) -> None:
     assert "lesson completed" in text
     assert "state=completed steps=4" in text
     assert "text_similarity_v0=" in text
+    # Then a lesson exited mid-way returns to CHAT, and a spoken chat turn is answered.
+    assert "lesson cancelled (stopped): back in CHAT" in text
+    assert result.chat_reply
+    assert "Opus frames played" in text
 
 
 def test_demo_module_fails_clearly_without_espeak(tmp_path: Path) -> None:
