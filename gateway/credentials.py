@@ -44,6 +44,7 @@ from gateway.broker_files import (
     render_acl,
     render_config,
     render_passwd,
+    verify_password,
 )
 from gateway.broker_io import (
     Reloader,
@@ -64,6 +65,7 @@ __all__ = [
     "Reloader",
     "Role",
     "command_reloader",
+    "ensure_password",
     "gateway_password",
     "init_broker_files",
     "local_broker_url",
@@ -217,6 +219,32 @@ def provision(
     if reload is not None:
         reload()
     return _credentials(name, role, password)
+
+
+def ensure_password(
+    data_dir: Path, name: str, password: str, *, role: Role = Role.DEVICE, reload: Reloader | None
+) -> bool:
+    """Make ``password`` the password of ``name`` (created if missing). Returns False, having
+    written nothing, when the stored hash already matches; True after writing and reloading."""
+    check_name(name, role)
+    files = BrokerFiles.at(data_dir)
+    with locked(files.lock_file):
+        registry, hashes = _load(files)
+        existing = registry.users.get(name)
+        if existing is not None and existing.role is not role:
+            raise CredentialsError(name, f"already registered as {existing.role.value}")
+        if existing is not None and verify_password(password, hashes.get(name, "")):
+            return False
+        _ensure_gateway_user(files, registry, hashes)
+        now = int(time.time() * 1000)
+        created = existing.created_ms if existing else now
+        registry.users[name] = _Entry(role=role, created_ms=created, rotated_ms=now)
+        hashes[name] = hash_password(password)
+        _store(files, registry, hashes)
+    log.info("broker user %s (%s) set", name, role.value)
+    if reload is not None:
+        reload()
+    return True
 
 
 def revoke(data_dir: Path, name: str, *, reload: Reloader | None) -> bool:

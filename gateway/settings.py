@@ -109,6 +109,40 @@ class XiaozhiSettings(_Section):
         description="Keep-alive given to devices by OTA (broker max_keepalive is 600).",
     )
     firmware_version: str = Field("0.0.0", description="Firmware version reported by OTA.")
+    ota_policy: Literal["open", "bind", "allowlist"] = Field(
+        "bind",
+        description="OTA trust: bind = first Client-Id per MAC, others need approval; "
+        "allowlist = bind, and only listed MACs; open = anyone (lab only).",
+    )
+    ota_allowlist: tuple[str, ...] = Field((), description="MACs allowed by policy allowlist.")
+    ota_allowlist_file: Path | None = Field(
+        None, description="File of allowed MACs, one a line (policy allowlist; read at start)."
+    )
+    ota_hmac_keys_file: Path | None = Field(
+        None,
+        description='JSON {"serial": "hex key"} of boards answering HMAC challenges '
+        "(Activation-Version 2).",
+    )
+    ota_code_ttl_s: float = Field(600.0, gt=0, description="Activation codes expire after this.")
+    ota_max_pending: int = Field(256, ge=1, le=10_000, description="Activation codes pending.")
+    ota_users_per_hour: int = Field(
+        60, ge=1, description="New devices (broker users) OTA may create per hour."
+    )
+    ota_max_devices: int = Field(10_000, ge=1, description="Devices OTA may bind in all.")
+    ota_ip_per_min: float = Field(
+        60.0, gt=0, description="OTA requests per minute per client IP (token bucket)."
+    )
+    ota_ip_burst: int = Field(60, ge=1, description="OTA request burst per client IP.")
+    ota_mac_per_min: float = Field(
+        30.0, gt=0, description="OTA requests per minute per MAC (a board polls every 3 s)."
+    )
+    ota_mac_burst: int = Field(15, ge=1, description="OTA request burst per MAC.")
+    ota_workers: int = Field(
+        2, ge=1, le=16, description="Threads of the OTA executor (files, broker reload, polls)."
+    )
+    ota_max_inflight: int = Field(
+        16, ge=1, description="OTA requests in progress at once; more get 503."
+    )
 
 
 class BoardSettings(_Section):

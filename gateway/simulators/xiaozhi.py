@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import re
@@ -213,14 +215,37 @@ def encode_pcm(pcm: bytes) -> list[bytes]:
     ]
 
 
-class XiaozhiDeviceSim:
-    """One simulated device. Use ``async with`` after :meth:`provision`."""
+class ActivationRequired(RuntimeError):
+    """The OTA answer carries ``activation`` (code, challenge) instead of ``mqtt``."""
 
-    def __init__(self, *, mac: str, board: str = "sim-board", firmware: str = "2.4.2") -> None:
+    def __init__(self, activation: dict[str, Any]) -> None:
+        super().__init__(f"OTA answer asks for activation (code {activation.get('code')})")
+        self.activation = activation
+
+
+class XiaozhiDeviceSim:
+    """One simulated device. Use ``async with`` after :meth:`provision`.
+
+    ``client_id``: the UUID the firmware keeps in NVS (default: a fresh one); ``serial`` and
+    ``hmac_key``: an efuse serial number and HMAC key (then ``Activation-Version: 2``)."""
+
+    def __init__(
+        self,
+        *,
+        mac: str,
+        board: str = "sim-board",
+        firmware: str = "2.4.2",
+        client_id: str | None = None,
+        serial: str | None = None,
+        hmac_key: bytes | None = None,
+    ) -> None:
         self.mac = mac.lower()
         self.board = board
         self.firmware = firmware
-        self.uuid = str(uuid.uuid4())
+        self.uuid = client_id or str(uuid.uuid4())
+        self.serial = serial
+        self.hmac_key = hmac_key
+        self.activation: dict[str, Any] | None = None
         self.mqtt_info: MqttInfo | None = None
         self.hello: ServerHello | None = None
         self.crypto: DeviceUdpCrypto | None = None
@@ -235,25 +260,33 @@ class XiaozhiDeviceSim:
         self._udp: asyncio.DatagramTransport | None = None
         self._tg: asyncio.TaskGroup | None = None
 
-    async def provision(self, ota_url: str) -> MqttInfo:
+    def ota_headers(self) -> dict[str, str]:
         headers = {
-            "Activation-Version": "2",
+            "Activation-Version": "2" if self.serial else "1",
             "Device-Id": self.mac,
             "Client-Id": self.uuid,
             "User-Agent": f"{self.board}/{self.firmware}",
             "Accept-Language": "en-US",
             "Content-Type": "application/json",
         }
+        if self.serial:
+            headers["Serial-Number"] = self.serial
+        return headers
+
+    async def provision(self, ota_url: str) -> MqttInfo:
+        """The firmware's version check; raises :class:`ActivationRequired` when the answer
+        asks for activation (remembered in :attr:`activation` for :meth:`activate`)."""
         body = {"mac_address": self.mac, "application": {"version": self.firmware}}
         async with (
             aiohttp.ClientSession() as http,
-            http.post(ota_url, headers=headers, json=body) as resp,
+            http.post(ota_url, headers=self.ota_headers(), json=body) as resp,
         ):
             payload = await resp.json(content_type=None)
             if resp.status != 200:
                 raise RuntimeError(f"OTA refused ({resp.status}): {payload}")
         if "activation" in payload:
-            raise RuntimeError("OTA answer asks for activation")
+            self.activation = payload["activation"]
+            raise ActivationRequired(payload["activation"])
         m = payload["mqtt"]
         self.mqtt_info = MqttInfo(
             endpoint=m["endpoint"],
@@ -265,6 +298,27 @@ class XiaozhiDeviceSim:
             keepalive=int(m.get("keepalive", 240)),
         )
         return self.mqtt_info
+
+    async def activate(self, ota_url: str, *, signature: str | None = None) -> int:
+        """One ``POST <ota>/activate`` as ``Ota::Activate`` sends it; returns the HTTP status
+        (200 activated, 202 still waiting). ``signature`` overrides the computed HMAC."""
+        challenge = (self.activation or {}).get("challenge", "")
+        payload: dict[str, str] = {}
+        if self.serial:
+            digest = hmac.new(self.hmac_key or b"", challenge.encode(), hashlib.sha256)
+            payload = {
+                "algorithm": "hmac-sha256",
+                "serial_number": self.serial,
+                "challenge": challenge,
+                "hmac": signature if signature is not None else digest.hexdigest(),
+            }
+        url = ota_url + ("activate" if ota_url.endswith("/") else "/activate")
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(url, headers=self.ota_headers(), json=payload) as resp,
+        ):
+            await resp.read()
+            return resp.status
 
     async def __aenter__(self) -> XiaozhiDeviceSim:
         info = self._info()
@@ -448,8 +502,19 @@ def read_wav(path: Path) -> bytes:
 
 
 async def simulate(args: argparse.Namespace) -> dict[str, Any]:
-    sim = XiaozhiDeviceSim(mac=args.mac, board=args.board)
-    await sim.provision(args.ota_url)
+    # Like the firmware's NVS UUID, the simulated board keeps one Client-Id per MAC across runs.
+    client_id = args.client_id or str(uuid.uuid5(uuid.NAMESPACE_OID, f"snlpgw-sim/{args.mac}"))
+    sim = XiaozhiDeviceSim(mac=args.mac, board=args.board, client_id=client_id)
+    try:
+        await sim.provision(args.ota_url)
+    except ActivationRequired as pending:
+        code = pending.activation.get("code")
+        log.warning("activation needed: approve with `snlpgw device approve %s`", code)
+        for _ in range(200):  # the firmware polls every 3 s (here up to 10 minutes)
+            if await sim.activate(args.ota_url) == 200:
+                break
+            await asyncio.sleep(3)
+        await sim.provision(args.ota_url)
     async with sim:
         hello = await sim.open_audio_channel()
         await sim.listen_start(args.mode)
@@ -474,6 +539,7 @@ def add_xiaozhi_simulator_command(subparsers: Any) -> None:
     p.add_argument("--wav", type=Path, required=True, help="16 kHz mono 16-bit WAV to speak")
     p.add_argument("--mac", default="24:0a:c4:5e:00:01", help="device MAC (Device-Id)")
     p.add_argument("--board", default="sim-board", help="board name for User-Agent")
+    p.add_argument("--client-id", default=None, help="Client-Id UUID (default: fixed per MAC)")
     p.add_argument("--mode", default="auto", choices=["auto", "manual", "realtime"])
     p.add_argument(
         "--speed",

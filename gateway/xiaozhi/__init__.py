@@ -5,8 +5,8 @@ from gateway.xiaozhi.channel import NoSession, XiaozhiChannel
 from gateway.xiaozhi.control import SessionEvents
 from gateway.xiaozhi.downlink import SpeakResult
 from gateway.xiaozhi.mcp import McpError, McpTimeout
-from gateway.xiaozhi.ota import Provisioner
 from gateway.xiaozhi.pipeline import VoiceSink, utterance_id
+from gateway.xiaozhi.provisioning import Provisioner
 
 __all__ = [
     "McpError",

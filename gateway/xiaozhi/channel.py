@@ -24,9 +24,10 @@ from gateway.xiaozhi.control import ControlHandler, SessionEvents
 from gateway.xiaozhi.downlink import Pacing, SpeakInterrupted, SpeakResult, send_paced
 from gateway.xiaozhi.live import LiveFactory, LiveSession
 from gateway.xiaozhi.mcp import McpClient
-from gateway.xiaozhi.ota import OtaEndpoint, Provisioner
+from gateway.xiaozhi.ota import OtaEndpoint
+from gateway.xiaozhi.ota_admin import OtaAdmin
 from gateway.xiaozhi.pipeline import Frame, Segmenter, VoiceSink
-from gateway.xiaozhi.provisioning import broker_provisioner
+from gateway.xiaozhi.provisioning import Provisioner, broker_provisioner
 from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
 from gateway.xiaozhi.stats import ChannelStats
 from gateway.xiaozhi.udp import UdpEndpoint, open_socket
@@ -96,6 +97,7 @@ class XiaozhiChannel:
         self._new_live: LiveFactory | None = None
         self.control: ControlHandler | None = None
         self.mcp: McpClient | None = None
+        self.ota: OtaEndpoint | None = None
 
     # -- component contract ---------------------------------------------------------------
 
@@ -105,7 +107,9 @@ class XiaozhiChannel:
         provision = self._provision or broker_provisioner(
             data_dir=self._settings.data_dir, mqtt=self._settings.mqtt
         )
-        OtaEndpoint(settings=self._settings, provision=provision, stats=self.stats).attach(ctx.http)
+        self.ota = OtaEndpoint(settings=self._settings, provision=provision, stats=self.stats)
+        self.ota.attach(ctx.http)
+        OtaAdmin(self.ota).attach(ctx.admin)
         ctx.http.add_health("xiaozhi", self._health)
 
     def bind(self, mqtt: Publisher, stats: ChannelStats) -> ControlHandler:
@@ -165,6 +169,8 @@ class XiaozhiChannel:
             for session in self.table.close_all():
                 self._teardown(session, "gateway", announce=False)
             udp.close()
+            if self.ota is not None:
+                self.ota.close()
 
     async def wait_ready(self) -> None:
         await self._udp_ready.wait()

@@ -1,188 +1,309 @@
-"""``POST|GET /xiaozhi/ota/``: device provisioning the way xiaozhi firmware expects (ref. §2).
+"""``/xiaozhi/ota/`` and ``/xiaozhi/ota/activate`` on the device listener: the asyncio shell
+around the trust book (:mod:`trust`), the rate limits (:mod:`ota_limits`) and the wire format
+(:mod:`ota_wire`).
 
-The ``Device-Id`` header (the board's MAC) decides whose credentials are created or rotated;
-a body that names another MAC is refused, so a device never receives another device's secret.
-The answer carries the ``mqtt`` object (endpoint, ``GID_<board>@@@{dev}@@@<uuid>`` client id,
-username ``{dev}``, a fresh password, per-device topics, keep-alive), ``server_time`` and
-``firmware``, and deliberately no ``activation`` object (its presence starts activation).
-Provisioning touches files and signals the broker, so it runs in a worker thread.
+Per request, in order: parse (400), per-IP then per-MAC token bucket (429), the trust book's
+verdict (credentials, an activation, or a refusal: 403 / 429), then the blocking part — persist
+a changed binding, make the broker accept the device's derived password — on the endpoint's
+own small executor (``xiaozhi.ota_workers`` threads, never the loop's default executor), at
+most ``xiaozhi.ota_max_inflight`` requests at a time (more get 503). A bound board asking
+again gets the same password and costs a locked read of the broker files, no write, no reload.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import concurrent.futures
 import logging
-import re
+import secrets
+import threading
 import time
-import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from pathlib import Path
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 from gateway.http import HttpServer
 from gateway.settings import Settings
+from gateway.xiaozhi import ota_wire as wire
+from gateway.xiaozhi.ota_limits import OtaLimitConfig, OtaLimits
+from gateway.xiaozhi.ota_stats import OtaStats
+from gateway.xiaozhi.provisioning import Provisioner
 from gateway.xiaozhi.stats import ChannelStats
-from topics.tree import build_xiaozhi_topic
+from gateway.xiaozhi.trust import (
+    Activation,
+    Binding,
+    Policy,
+    TrustBook,
+    TrustConfig,
+)
+from gateway.xiaozhi.trust_store import (
+    HmacKey,
+    bindings_path,
+    device_key,
+    device_password,
+    load_allowlist,
+    load_bindings,
+    load_hmac_keys,
+    save_bindings,
+)
 
 log = logging.getLogger(__name__)
 
-OTA_PATHS = ("/xiaozhi/ota/", "/xiaozhi/ota")
-_MAC_RE = re.compile(r"[0-9A-Fa-f]{2}([:-])[0-9A-Fa-f]{2}(\1[0-9A-Fa-f]{2}){4}")
-_BOARD_RE = re.compile(r"[^A-Za-z0-9_.\-]")
-_BOARD_MAX = 64
+T = TypeVar("T")
+
+_ACTIVATION_MESSAGE = "Ask a parent to approve this device with code {code}"
+_RETRY_AFTER_S = "30"
+_ACTIVATE_STATUS = {
+    Activation.DONE: 200,
+    Activation.PENDING: 202,
+    Activation.UNKNOWN: 404,
+    Activation.BAD_HMAC: 403,
+}
 
 
-class ProvisionedCredentials(Protocol):
-    @property
-    def username(self) -> str: ...
-
-    @property
-    def password(self) -> str | None: ...
-
-
-Provisioner = Callable[[str], ProvisionedCredentials]
-"""Create or rotate a device's broker user (blocking; called in a worker thread)."""
-
-
-class OtaRefused(ValueError):
-    """A request we answer with 400 and ``{"error": message}``."""
-
-
-def device_id_from_mac(mac: str | None) -> str:
-    """``AA:BB:CC:DD:EE:FF`` → ``aa_bb_cc_dd_ee_ff``; refuses malformed and non-unicast MACs."""
-    if not mac:
-        raise OtaRefused("missing Device-Id header (the board's MAC address)")
-    text = mac.strip()
-    if not _MAC_RE.fullmatch(text):
-        raise OtaRefused(f"malformed Device-Id {text[:40]!r}: expected aa:bb:cc:dd:ee:ff")
-    octets = bytes.fromhex(re.sub(r"[:-]", "", text))
-    if octets[0] & 0x01 or octets == bytes(6):
-        raise OtaRefused(f"unknown Device-Id {text!r}: not a unicast device MAC")
-    return octets.hex("_")
-
-
-def board_name(user_agent: str | None) -> str:
-    """``<BOARD_NAME>/<version>`` → the board part, ``':'``/``' '`` → ``'_'`` (like the
-    reference server), anything else unsafe in a client id → ``'_'``; ``unknown`` if absent."""
-    board = (user_agent or "").split("/", 1)[0].strip()
-    board = board.replace(":", "_").replace(" ", "_")
-    board = _BOARD_RE.sub("_", board)[:_BOARD_MAX]
-    return board or "unknown"
-
-
-def client_uuid(header: str | None) -> str:
-    if not header:
-        raise OtaRefused("missing Client-Id header (the device's UUID)")
-    try:
-        return str(uuid.UUID(header.strip()))
-    except ValueError:
-        raise OtaRefused(f"malformed Client-Id {header[:40]!r}: expected a UUID") from None
-
-
-def body_macs(body: bytes) -> list[str]:
-    """MACs the system-info body names (firmware ``mac_address``, py-xiaozhi ``board.mac``)."""
-    if not body.strip():
-        return []
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        raise OtaRefused("body is not JSON") from None
-    if not isinstance(obj, dict):
-        raise OtaRefused("body must be a JSON object")
-    found = [obj.get("mac_address"), obj.get("mac")]
-    board = obj.get("board")
-    if isinstance(board, dict):
-        found.append(board.get("mac"))
-    return [m for m in found if m is not None]
-
-
-def check_body(body: bytes, dev: str) -> None:
-    """Refuse a body whose MAC names another device than the ``Device-Id`` header."""
-    for mac in body_macs(body):
-        if not isinstance(mac, str) or _safe_dev(mac) != dev:
-            raise OtaRefused("the body's MAC does not match the Device-Id header")
-
-
-def mqtt_endpoint(settings: Settings) -> str:
-    if settings.xiaozhi.ota_mqtt_endpoint:
-        return settings.xiaozhi.ota_mqtt_endpoint
-    parts = urlsplit(settings.mqtt.url)
-    return f"{parts.hostname}:{settings.mqtt.port}"
-
-
-def ota_response(
-    *, settings: Settings, dev: str, board: str, uuid_text: str, password: str, now_ms: int
-) -> dict[str, Any]:
+def trust_book_from(settings: Settings, data_dir: Path) -> TrustBook:
+    """The trust book with the persisted bindings and the operator's allowlist (blocking)."""
     x = settings.xiaozhi
-    return {
-        "mqtt": {
-            "endpoint": mqtt_endpoint(settings),
-            "client_id": f"GID_{board}@@@{dev}@@@{uuid_text}",
-            "username": dev,
-            "password": password,
-            "publish_topic": build_xiaozhi_topic(x.uplink_topic, dev),
-            "subscribe_topic": build_xiaozhi_topic(x.downlink_topic, dev),
-            "keepalive": x.ota_keepalive_s,
-        },
-        "server_time": {
-            "timestamp": now_ms,
-            "timezone_offset": (time.localtime().tm_gmtoff or 0) // 60,
-        },
-        "firmware": {"version": x.firmware_version, "url": ""},
-    }
+    config = TrustConfig(
+        policy=Policy(x.ota_policy),
+        allowlist=load_allowlist(x.ota_allowlist, x.ota_allowlist_file),
+        code_ttl_s=x.ota_code_ttl_s,
+        max_pending=x.ota_max_pending,
+        users_per_hour=x.ota_users_per_hour,
+        max_devices=x.ota_max_devices,
+    )
+    return TrustBook(
+        config,
+        bindings=load_bindings(bindings_path(data_dir)),
+        new_code=lambda: f"{secrets.randbelow(1_000_000):06d}",
+        new_challenge=lambda: secrets.token_hex(16),
+    )
 
 
 class OtaEndpoint:
     def __init__(
-        self, *, settings: Settings, provision: Provisioner | None, stats: ChannelStats
+        self,
+        *,
+        settings: Settings,
+        provision: Provisioner | None,
+        stats: ChannelStats,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        x = settings.xiaozhi
         self._settings = settings
-        self._provision = provision
+        self._configured = provision is not None
+        self._provision: Provisioner = provision or _unconfigured
         self._stats = stats
+        self.stats = OtaStats(stats.metrics)
+        self.clock = clock
+        self._data_dir = Path(settings.data_dir)
+        self.book = trust_book_from(settings, self._data_dir)
+        self._key = device_key(self._data_dir)
+        self._hmac_keys = load_hmac_keys(x.ota_hmac_keys_file)
+        self._limits = OtaLimits(
+            OtaLimitConfig(
+                ip_per_min=x.ota_ip_per_min,
+                ip_burst=x.ota_ip_burst,
+                mac_per_min=x.ota_mac_per_min,
+                mac_burst=x.ota_mac_burst,
+                max_keys=4096,
+            )
+        )
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=x.ota_workers, thread_name_prefix="snlpgw-ota"
+        )
+        self._max_inflight = x.ota_max_inflight
+        self._inflight = 0
+        self._saved_revision = self.book.revision
+        self._save_lock = threading.Lock()
 
     def attach(self, http: HttpServer) -> None:
-        for path in OTA_PATHS:
+        for path in wire.OTA_PATHS:
             http.add_route("POST", path, self.handle)
             http.add_route("GET", path, self.handle)
+        for path in wire.ACTIVATE_PATHS:
+            http.add_route("POST", path, self.handle_activate)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- handlers ------------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.Response:
         try:
-            dev = device_id_from_mac(request.headers.get("Device-Id"))
-            uuid_text = client_uuid(request.headers.get("Client-Id"))
-            check_body(await request.read(), dev)
-        except OtaRefused as exc:
-            return self._reply(400, {"error": str(exc)})
-        if self._provision is None:
-            return self._reply(503, {"error": "device provisioning is not configured"})
+            dev, client, now = await self._admit(request, wire.check_body)
+        except _Early as early:
+            return early.response
+        serial = wire.serial_number(request.headers.get("Serial-Number"))
+        proven = serial if self._key_for(serial, dev) is not None else None
+        decision = self.book.request(dev, client, serial=proven, now=now)
+        if decision.refusal is not None:  # Verdict.REFUSE
+            reason = decision.refusal.value
+            return self._refuse(403 if reason == "not_allowlisted" else 429, reason)
+        if decision.pending is not None:  # Verdict.ACTIVATE
+            return self._activation(dev, decision.pending.code, decision.pending.challenge)
+        if decision.new_binding:
+            log.info("OTA binds %s to its first Client-Id", dev)
+        board = wire.board_name(request.headers.get("User-Agent"))
+        return await self._credentials(dev, client, board, decision.generation)
+
+    async def handle_activate(self, request: web.Request) -> web.Response:
+        claim = wire.ActivateBody()
+
+        def parse(body: bytes, _: str) -> None:
+            nonlocal claim
+            claim = wire.activate_body(body)
+
         try:
-            creds = await asyncio.to_thread(self._provision, dev)
+            dev, client, now = await self._admit(request, parse)
+        except _Early as early:
+            return early.response
+        key = self._key_for(claim.serial, dev)
+        outcome = self.book.activate(
+            dev,
+            client,
+            challenge=claim.challenge,
+            signature=claim.signature,
+            key=key.key if key is not None else None,
+            now=now,
+        )
+        self.stats.activations.labels(f"activate_{outcome.value}").inc()
+        try:
+            await self.persist()
+        except _Busy:
+            return self._refuse(503, "busy")
+        except OSError:
+            log.exception("saving OTA bindings failed")
+            return self._reply(500, {"error": "activation could not be saved"})
+        return self._reply(_ACTIVATE_STATUS[outcome], {"status": outcome.value})
+
+    # -- used by the admin API too ---------------------------------------------------------------
+
+    async def persist(self) -> None:
+        """Write the bindings if they changed since the last write (on the OTA executor)."""
+        unsaved = self._unsaved()
+        if unsaved is not None:
+            await self._run(self._save, *unsaved)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    async def _admit(
+        self, request: web.Request, check: Callable[[bytes, str], None]
+    ) -> tuple[str, str, float]:
+        """Headers, body, rate limits: ``(dev, client uuid, now)`` or :class:`_Early`."""
+        try:
+            dev = wire.device_id_from_mac(request.headers.get("Device-Id"))
+            client = wire.client_uuid(request.headers.get("Client-Id"))
+            check(await request.read(), dev)
+        except wire.OtaRefused as exc:
+            raise _Early(self._reply(400, {"error": str(exc)})) from None
+        now = self.clock()
+        limited = self._limits.check(ip=request.remote or "-", dev=dev, now=now)
+        if limited is not None:
+            raise _Early(self._refuse(429, limited.value))
+        if not self._configured:
+            raise _Early(self._reply(503, {"error": "device provisioning is not configured"}))
+        return dev, client, now
+
+    async def _credentials(
+        self, dev: str, client: str, board: str, generation: int
+    ) -> web.Response:
+        password = device_password(self._key, dev, generation)
+        try:
+            await self._run(self._provision_job, self._unsaved(), self._provision, dev, password)
+        except _Busy:
+            return self._refuse(503, "busy")
         except Exception:
             log.exception("provisioning %s failed", dev)
             return self._reply(500, {"error": "provisioning failed"})
-        if creds.password is None or creds.username != dev:
-            log.error("provisioner returned unusable credentials for %s", dev)
-            return self._reply(500, {"error": "provisioning failed"})
-        body = ota_response(
+        body = wire.ota_response(
             settings=self._settings,
             dev=dev,
-            board=board_name(request.headers.get("User-Agent")),
-            uuid_text=uuid_text,
-            password=creds.password,
+            board=board,
+            uuid_text=client,
+            password=password,
             now_ms=time.time_ns() // 1_000_000,
         )
-        log.info("OTA provisioned %s (%s)", dev, request.headers.get("User-Agent", "-")[:60])
         return self._reply(200, body)
 
-    def _reply(self, status: int, body: dict[str, Any]) -> web.Response:
+    def _activation(self, dev: str, code: str, challenge: str) -> web.Response:
+        self.stats.activations.labels("issued").inc()
+        log.info("OTA: %s asks with an unbound Client-Id; activation pending", dev)
+        x = self._settings.xiaozhi
+        body = wire.activation_response(
+            code=code,
+            challenge=challenge,
+            message=_ACTIVATION_MESSAGE.format(code=code),
+            timeout_ms=int(x.ota_code_ttl_s * 1000),
+            now_ms=time.time_ns() // 1_000_000,
+            firmware=x.firmware_version,
+        )
+        return self._reply(200, body)
+
+    def _key_for(self, serial: str | None, dev: str) -> HmacKey | None:
+        key = self._hmac_keys.get(serial) if serial is not None else None
+        if key is None or (key.dev is not None and key.dev != dev):
+            return None
+        return key
+
+    def _unsaved(self) -> tuple[int, dict[str, Binding]] | None:
+        revision = self.book.revision
+        return None if revision == self._saved_revision else (revision, self.book.bindings)
+
+    def _provision_job(
+        self,
+        unsaved: tuple[int, dict[str, Binding]] | None,
+        provision: Provisioner,
+        dev: str,
+        password: str,
+    ) -> None:
+        if unsaved is not None:  # a new binding is on disk before its credentials leave
+            self._save(*unsaved)
+        provision(dev, password)
+
+    def _save(self, revision: int, snapshot: dict[str, Binding]) -> None:
+        with self._save_lock:  # two workers: never let an older snapshot land last
+            if revision <= self._saved_revision:
+                return
+            save_bindings(bindings_path(self._data_dir), snapshot)
+            self._saved_revision = revision
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the OTA executor; :class:`_Busy` past ``ota_max_inflight``."""
+        if self._inflight >= self._max_inflight:
+            raise _Busy
+        self._inflight += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, fn, *args)
+        finally:
+            self._inflight -= 1
+
+    def _refuse(self, status: int, reason: str) -> web.Response:
+        self.stats.refused.labels(reason).inc()
+        headers = {"Retry-After": _RETRY_AFTER_S} if status in (429, 503) else None
+        return self._reply(status, {"error": reason}, headers)
+
+    def _reply(
+        self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> web.Response:
         self._stats.ota_requests.labels(str(status)).inc()
-        return web.json_response(body, status=status)
+        return web.json_response(body, status=status, headers=headers)
 
 
-def _safe_dev(mac: str) -> str | None:
-    try:
-        return device_id_from_mac(mac)
-    except OtaRefused:
-        return None
+def _unconfigured(dev: str, password: str) -> None:
+    raise RuntimeError("device provisioning is not configured")
+
+
+class _Early(Exception):
+    """A request answered before the trust book is asked (400, 429, 503)."""
+
+    def __init__(self, response: web.Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+class _Busy(Exception):
+    """More OTA requests in progress than ``xiaozhi.ota_max_inflight``."""

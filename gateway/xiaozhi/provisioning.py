@@ -1,11 +1,14 @@
-"""The OTA endpoint's provisioner: create or rotate a device's broker user, then make sure the
-broker already accepts the new password before the device is told it.
+"""The OTA endpoint's provisioner: make the broker accept a device's (derived) password, and
+make sure it already does before the device is told it.
 
+When the password file already holds a matching hash nothing is written, signalled or polled:
+a bound board asking OTA again costs one locked read of the files. Otherwise the user is
+created or its hash replaced (``gateway.credentials.ensure_password``) and the broker reloaded.
 Mosquitto re-reads its password file on SIGHUP in its own loop, a moment after the signal; a
 device that connects within that moment would be refused and (on real firmware) wait about
-10 s to retry. So after ``gateway.credentials.provision`` the provisioner probes with an MQTT
-CONNECT as the device (distinct client id) until CONNACK 0 or ``verify_s``. Blocking: the OTA
-handler runs it in a worker thread.
+10 s to retry. So after a change the provisioner probes with an MQTT CONNECT as the device
+(distinct client id) until CONNACK 0 or ``verify_s``. Blocking: the OTA endpoint runs it on
+its own small executor.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from paho.mqtt.client import Client, ConnectFlags
@@ -22,11 +26,14 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from gateway.broker_io import pid_file_reloader
-from gateway.credentials import BrokerFiles, Credentials, Reloader, provision
+from gateway.credentials import BrokerFiles, Reloader, ensure_password
 from gateway.settings import MqttSettings
-from gateway.xiaozhi.ota import Provisioner
 
 log = logging.getLogger(__name__)
+
+Provisioner = Callable[[str, str], None]
+"""``(dev, password)``: make the broker accept ``password`` for device ``dev`` (blocking,
+idempotent; raises when it cannot)."""
 
 _RETRY_GAP_S = 0.02
 
@@ -75,13 +82,13 @@ def broker_provisioner(
     reload: Reloader | None = None,
     verify_s: float = 3.0,
 ) -> Provisioner:
-    """A :data:`~gateway.xiaozhi.ota.Provisioner` over the gateway's broker files."""
+    """A :data:`Provisioner` over the gateway's broker files."""
     reloader = reload or pid_file_reloader(BrokerFiles.at(data_dir).pid_file)
 
-    def provision_device(dev: str) -> Credentials:
-        creds = provision(data_dir, dev, role="device", rotate=True, reload=reloader)
-        if verify_s <= 0 or creds.password is None:
-            return creds
+    def provision_device(dev: str, password: str) -> None:
+        changed = ensure_password(data_dir, dev, password, reload=reloader)
+        if not changed or verify_s <= 0:
+            return
         deadline = time.monotonic() + verify_s
         while time.monotonic() < deadline:
             if broker_accepts(
@@ -89,12 +96,11 @@ def broker_provisioner(
                 port=mqtt.port,
                 tls=mqtt.tls,
                 username=dev,
-                password=creds.password,
+                password=password,
                 timeout_s=max(0.1, deadline - time.monotonic()),
             ):
-                return creds
+                return
             threading.Event().wait(_RETRY_GAP_S)  # worker thread: spaces refused attempts
         log.warning("broker did not accept the new password of %s within %.1fs", dev, verify_s)
-        return creds
 
     return provision_device

@@ -28,11 +28,16 @@ class TokenBucket:
 
     def allow(self, now: float) -> bool:
         """Take one token if there is one; refill by elapsed time first."""
-        if self.last is not None and now > self.last:
-            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.tokens = self.level(now)
         if self.last is None or now > self.last:
             self.last = now
         if self.tokens >= 1:
             self.tokens -= 1
             return True
         return False
+
+    def level(self, now: float) -> float:
+        """Tokens there would be at ``now`` (nothing taken, nothing changed)."""
+        if self.last is not None and now > self.last:
+            return min(self.burst, self.tokens + (now - self.last) * self.rate)
+        return self.tokens

@@ -99,18 +99,24 @@ class Gateway:
     def ota_url(self) -> str:
         return f"http://127.0.0.1:{self.service.http.port}/xiaozhi/ota/"
 
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.service.admin.port}"
+
     def metric(self, name: str, **labels: str) -> float:
         value = self.service.metrics.registry.get_sample_value(f"snlpgw_{name}", labels)
         return 0.0 if value is None else value
 
 
-def gateway_settings(broker: Broker, **xiaozhi: Any) -> Settings:
+def gateway_settings(
+    broker: Broker, *, http: dict[str, Any] | None = None, **xiaozhi: Any
+) -> Settings:
     creds = broker.gateway_credentials()
     return Settings(
         gateway_id=f"gw-{secrets.token_hex(3)}",
         data_dir=broker.data_dir,
         mqtt={"url": broker.url, "username": creds.username, "password": creds.password},
-        http={"host": "127.0.0.1", "port": 0, "admin_port": 0},
+        http={"host": "127.0.0.1", "port": 0, "admin_port": 0, **(http or {})},
         udp={"host": "127.0.0.1", "port": 0},
         xiaozhi=xiaozhi,
     )
@@ -127,11 +133,13 @@ async def running_gateway(
     *,
     udp_rate_pps: float = FAST_STREAM_PPS,
     production_provisioner: bool = False,
+    http: dict[str, Any] | None = None,
     **xiaozhi: Any,
 ) -> AsyncIterator[Gateway]:
     """``production_provisioner``: the channel's own default (broker files under data_dir,
-    reload through the broker's pid file) instead of the harness's reload hook."""
-    settings = gateway_settings(broker, **xiaozhi)
+    reload through the broker's pid file) instead of the harness's reload hook; ``http``:
+    settings of the HTTP listeners (e.g. ``admin_token``); ``xiaozhi``: that section."""
+    settings = gateway_settings(broker, http=http, **xiaozhi)
     recorder = Recorder()
     channel = XiaozhiChannel(
         settings=settings,

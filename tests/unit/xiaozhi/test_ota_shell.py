@@ -1,8 +1,14 @@
-"""The OTA HTTP handler with a fake provisioner (aiohttp's in-process test server)."""
+"""The OTA HTTP shell with a fake provisioner (aiohttp's in-process test server): trust book
+verdicts mapped to HTTP, bindings persisted, rate limits, the dedicated executor, approvals."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -10,50 +16,76 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.metrics import Metrics
 from gateway.settings import Settings
-from gateway.xiaozhi.ota import OtaEndpoint, Provisioner
+from gateway.xiaozhi.ota import OtaEndpoint
+from gateway.xiaozhi.ota_admin import OtaAdmin
+from gateway.xiaozhi.provisioning import Provisioner
 from gateway.xiaozhi.stats import ChannelStats
 from tests.unit.xiaozhi.fakes import sample
 
 MAC = "24:0a:c4:12:34:56"
 DEV = "24_0a_c4_12_34_56"
+BOARD_UUID = "3f2504e0-4f89-41d3-9a0c-0305e82c3301"
+SPOOF_UUID = "9b2c6a2e-1111-4222-8333-444455556666"
 HEADERS = {
     "Device-Id": MAC,
-    "Client-Id": "3f2504e0-4f89-41d3-9a0c-0305e82c3301",
+    "Client-Id": BOARD_UUID,
     "User-Agent": "bread-compact-wifi/2.4.2",
-    "Activation-Version": "2",
+    "Activation-Version": "1",
 }
-
-
-@dataclass(frozen=True)
-class Creds:
-    username: str
-    password: str | None
+SPOOFED = {**HEADERS, "Client-Id": SPOOF_UUID}
 
 
 class FakeProvisioner:
     def __init__(self) -> None:
-        self.calls: list[str] = []
+        self.calls: list[tuple[str, str, str]] = []
 
-    def __call__(self, dev: str) -> Creds:
-        self.calls.append(dev)
-        return Creds(dev, f"pw-{len(self.calls)}")
-
-
-@pytest.fixture
-def metrics() -> Metrics:
-    return Metrics()
+    def __call__(self, dev: str, password: str) -> None:
+        self.calls.append((dev, password, threading.current_thread().name))
 
 
-async def client_for(provision: Provisioner | None, metrics: Metrics) -> TestClient:
+def settings_for(tmp_path: Path, **xiaozhi: Any) -> Settings:
+    return Settings(mqtt={"url": "mqtt://10.1.2.3:1883"}, data_dir=tmp_path, xiaozhi=xiaozhi)
+
+
+class Rig:
+    def __init__(self, client: TestClient, endpoint: OtaEndpoint, metrics: Metrics) -> None:
+        self.client, self.endpoint, self.metrics = client, endpoint, metrics
+
+    async def ota(self, headers: dict[str, str], **kw: Any) -> tuple[int, dict[str, Any]]:
+        resp = await self.client.post("/xiaozhi/ota/", headers=headers, **kw)
+        return resp.status, await resp.json()
+
+    async def activate(self, headers: dict[str, str], body: Any = None) -> int:
+        resp = await self.client.post("/xiaozhi/ota/activate", headers=headers, json=body or {})
+        return resp.status
+
+    async def approve(self, code: str) -> tuple[int, dict[str, Any]]:
+        resp = await self.client.post("/admin/devices/approve", json={"code": code})
+        return resp.status, await resp.json()
+
+    def metric(self, name: str, **labels: str) -> float:
+        return sample(self.metrics, name, **labels)
+
+
+async def start(settings: Settings, provision: Provisioner | None) -> AsyncIterator[Rig]:
+    metrics = Metrics()
+    endpoint = OtaEndpoint(settings=settings, provision=provision, stats=ChannelStats(metrics))
     app = web.Application()
-    endpoint = OtaEndpoint(
-        settings=Settings(mqtt={"url": "mqtt://10.1.2.3:1883"}),
-        provision=provision,
-        stats=ChannelStats(metrics),
-    )
-    app.router.add_route("POST", "/xiaozhi/ota/", endpoint.handle)
+    for path in ("/xiaozhi/ota/", "/xiaozhi/ota/activate"):
+        app.router.add_route(
+            "POST", path, endpoint.handle if path.endswith("ota/") else endpoint.handle_activate
+        )
     app.router.add_route("GET", "/xiaozhi/ota/", endpoint.handle)
-    return TestClient(TestServer(app))
+    admin = OtaAdmin(endpoint)
+    app.router.add_route("POST", "/admin/devices/approve", admin.approve)
+    app.router.add_route("GET", "/admin/devices/pending", admin.pending)
+    app.router.add_route("GET", "/admin/devices", admin.devices)
+    app.router.add_route("POST", "/admin/devices/{dev}/rotate", admin.rotate)
+    try:
+        async with TestClient(TestServer(app)) as client:
+            yield Rig(client, endpoint, metrics)
+    finally:
+        endpoint.close()
 
 
 @pytest.fixture
@@ -61,51 +93,170 @@ def fake() -> FakeProvisioner:
     return FakeProvisioner()
 
 
-async def test_provisions_the_header_device_and_rotates_each_time(
-    fake: FakeProvisioner, metrics: Metrics
+@pytest.fixture
+async def rig(tmp_path: Path, fake: FakeProvisioner) -> AsyncIterator[Rig]:
+    async for r in start(settings_for(tmp_path), fake):
+        yield r
+
+
+async def test_first_contact_binds_and_the_same_password_is_served_again(
+    rig: Rig, fake: FakeProvisioner, tmp_path: Path
 ) -> None:
-    async with await client_for(fake, metrics) as client:
-        first = await (
-            await client.post("/xiaozhi/ota/", headers=HEADERS, json={"mac_address": MAC})
-        ).json()
-        second = await (await client.get("/xiaozhi/ota/", headers=HEADERS)).json()
-    assert fake.calls == [DEV, DEV]
-    assert first["mqtt"]["password"] == "pw-1"
-    assert second["mqtt"]["password"] == "pw-2"
-    assert first["mqtt"]["client_id"] == f"GID_bread-compact-wifi@@@{DEV}@@@{HEADERS['Client-Id']}"
+    status, first = await rig.ota(HEADERS, json={"mac_address": MAC})
+    assert status == 200
+    second = await (await rig.client.get("/xiaozhi/ota/", headers=HEADERS)).json()
+    assert first["mqtt"]["password"] == second["mqtt"]["password"]  # nothing rotated
+    assert first["mqtt"]["client_id"] == f"GID_bread-compact-wifi@@@{DEV}@@@{BOARD_UUID}"
     assert first["mqtt"]["endpoint"] == "10.1.2.3:1883"
     assert "activation" not in first
-    assert sample(metrics, "xiaozhi_ota_requests_total", status="200") == 2
+    password = first["mqtt"]["password"]
+    assert [c[:2] for c in fake.calls] == [(DEV, password), (DEV, password)]
+    assert all(c[2].startswith("snlpgw-ota") for c in fake.calls)  # the OTA executor
+    stored = json.loads((tmp_path / "xiaozhi" / "bindings.json").read_text())
+    assert stored["devices"][DEV] == {"client_id": BOARD_UUID, "generation": 1, "serial": None}
+    assert (tmp_path / "xiaozhi" / "bindings.json").stat().st_mode & 0o777 == 0o600
+    assert password not in json.dumps(stored)
+
+
+async def test_bindings_survive_a_restart(tmp_path: Path, fake: FakeProvisioner) -> None:
+    async for rig in start(settings_for(tmp_path), fake):
+        _, first = await rig.ota(HEADERS)
+    async for rig in start(settings_for(tmp_path), fake):
+        _, again = await rig.ota(HEADERS)
+        assert again["mqtt"]["password"] == first["mqtt"]["password"]
+        _, spoofed = await rig.ota(SPOOFED)
+        assert "mqtt" not in spoofed
+        assert set(spoofed["activation"]) == {"message", "code", "challenge", "timeout_ms"}
+
+
+async def test_spoofed_client_gets_an_activation_and_approval_moves_the_binding(
+    rig: Rig, fake: FakeProvisioner
+) -> None:
+    _, real = await rig.ota(HEADERS)
+    _, spoofed = await rig.ota(SPOOFED)
+    code = spoofed["activation"]["code"]
+    assert len(code) == 6
+    assert code.isdigit()
+    assert spoofed["activation"]["timeout_ms"] == 600_000
+    assert len(fake.calls) == 1  # the activation reached no provisioner
+    assert await rig.activate(SPOOFED) == 202
+    pending = await (await rig.client.get("/admin/devices/pending")).json()
+    assert [(p["code"], p["device"]) for p in pending["pending"]] == [(code, DEV)]
+    assert await rig.approve("000000" if code != "000000" else "000001") == (
+        404,
+        {"error": "unknown", "detail": "no such code"},
+    )
+    status, approved = await rig.approve(code)
+    assert (status, approved["device"], approved["client_id"]) == (200, DEV, SPOOF_UUID)
+    assert await rig.activate(SPOOFED) == 200
+    _, now_bound = await rig.ota(SPOOFED)
+    assert now_bound["mqtt"]["password"] != real["mqtt"]["password"]  # generation 2
+    _, old = await rig.ota(HEADERS)
+    assert "activation" in old
+    devices = await (await rig.client.get("/admin/devices")).json()
+    assert devices["devices"][DEV]["generation"] == 2
+    assert rig.metric("xiaozhi_ota_approvals_total", outcome="approved") == 1
+    assert rig.metric("xiaozhi_ota_activations_total", outcome="activate_done") == 1
+
+
+async def test_rotate_gives_the_bound_board_its_next_password(rig: Rig) -> None:
+    _, before = await rig.ota(HEADERS)
+    resp = await rig.client.post(f"/admin/devices/{DEV}/rotate")
+    assert (resp.status, await resp.json()) == (200, {"device": DEV, "generation": 2})
+    _, after = await rig.ota(HEADERS)
+    assert after["mqtt"]["password"] != before["mqtt"]["password"]
+    assert (await rig.client.post("/admin/devices/aa_bb_cc_dd_ee_ff/rotate")).status == 404
+    assert (await rig.client.post("/admin/devices/nope/rotate")).status == 400
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"code": 123456}', b'{"code": "12345"}', b"[]"])
+async def test_malformed_approvals_are_400(rig: Rig, body: bytes) -> None:
+    resp = await rig.client.post("/admin/devices/approve", data=body)
+    assert resp.status == 400
+
+
+async def test_wrong_codes_lock_approval(rig: Rig) -> None:
+    await rig.ota(HEADERS)
+    _, spoofed = await rig.ota(SPOOFED)
+    code = spoofed["activation"]["code"]
+    wrong = [f"{n:06d}" for n in range(12) if f"{n:06d}" != code][:11]
+    statuses = [(await rig.approve(c))[0] for c in wrong]
+    assert statuses == [404] * 10 + [429]
+    assert (await rig.approve(code))[0] == 429
 
 
 @pytest.mark.parametrize(
     ("provision", "status", "message"),
     [
         (None, 503, "not configured"),
-        (lambda dev: (_ for _ in ()).throw(OSError("disk full")), 500, "provisioning failed"),
-        (lambda dev: Creds(dev, None), 500, "provisioning failed"),
-        (lambda dev: Creds("someone_else", "pw"), 500, "provisioning failed"),
+        (lambda dev, pw: (_ for _ in ()).throw(OSError("disk full")), 500, "provisioning failed"),
     ],
 )
 async def test_provisioning_failures_are_clear_errors(
-    provision: Provisioner | None, status: int, message: str, metrics: Metrics
+    tmp_path: Path, provision: Provisioner | None, status: int, message: str
 ) -> None:
-    async with await client_for(provision, metrics) as client:
-        resp = await client.post("/xiaozhi/ota/", headers=HEADERS)
-        body = await resp.json()
-    assert resp.status == status
-    assert message in body["error"]
-    assert "mqtt" not in body
-    assert sample(metrics, "xiaozhi_ota_requests_total", status=str(status)) == 1
+    async for rig in start(settings_for(tmp_path), provision):
+        code, body = await rig.ota(HEADERS)
+        assert code == status
+        assert message in body["error"]
+        assert "mqtt" not in body
+        assert rig.metric("xiaozhi_ota_requests_total", status=str(status)) == 1
 
 
 async def test_refused_requests_never_reach_the_provisioner(
-    fake: FakeProvisioner, metrics: Metrics
+    rig: Rig, fake: FakeProvisioner
 ) -> None:
-    async with await client_for(fake, metrics) as client:
-        other = {"mac_address": "24:0a:c4:99:99:99"}
-        resp = await client.post("/xiaozhi/ota/", headers=HEADERS, json=other)
-        assert resp.status == 400
-        resp = await client.post("/xiaozhi/ota/", headers={**HEADERS, "Device-Id": "nope"})
-        assert resp.status == 400
+    assert (await rig.ota(HEADERS, json={"mac_address": "24:0a:c4:99:99:99"}))[0] == 400
+    assert (await rig.ota({**HEADERS, "Device-Id": "nope"}))[0] == 400
+    assert (await rig.ota({**HEADERS, "Client-Id": "not-a-uuid"}))[0] == 400
+    resp = await rig.client.post("/xiaozhi/ota/activate", headers=HEADERS, data=b"[1]")
+    assert resp.status == 400
     assert fake.calls == []
+
+
+async def test_rate_limits_answer_429_with_retry_after(
+    tmp_path: Path, fake: FakeProvisioner
+) -> None:
+    settings = settings_for(tmp_path, ota_mac_burst=2, ota_ip_burst=4)
+    async for rig in start(settings, fake):
+        assert [(await rig.ota(HEADERS))[0] for _ in range(3)] == [200, 200, 429]
+        resp = await rig.client.post(
+            "/xiaozhi/ota/", headers={**HEADERS, "Device-Id": "24:0a:c4:00:00:01"}
+        )
+        assert resp.status == 200
+        resp = await rig.client.post(
+            "/xiaozhi/ota/activate", headers={**HEADERS, "Device-Id": "24:0a:c4:00:00:02"}
+        )
+        assert (resp.status, resp.headers["Retry-After"]) == (429, "30")
+        assert rig.metric("xiaozhi_ota_refused_total", reason="rate_mac") == 1
+        assert rig.metric("xiaozhi_ota_refused_total", reason="rate_ip") == 1
+        assert len(fake.calls) == 3
+
+
+async def test_requests_beyond_the_inflight_bound_get_503(tmp_path: Path) -> None:
+    release, entered = threading.Event(), threading.Event()
+
+    def slow(dev: str, password: str) -> None:
+        entered.set()
+        release.wait(10)
+
+    async for rig in start(settings_for(tmp_path, ota_max_inflight=1), slow):
+        first = asyncio.ensure_future(rig.ota(HEADERS))
+        await asyncio.to_thread(entered.wait, 10)
+        status, body = await rig.ota(HEADERS)
+        assert (status, body) == (503, {"error": "busy"})
+        release.set()
+        assert (await first)[0] == 200
+
+
+async def test_allowlist_policy_refuses_unlisted_macs(
+    tmp_path: Path, fake: FakeProvisioner
+) -> None:
+    allow = tmp_path / "allow.txt"
+    allow.write_text(f"# boards we sold\n{MAC}  # bedroom\n\n")
+    settings = settings_for(tmp_path, ota_policy="allowlist", ota_allowlist_file=allow)
+    async for rig in start(settings, fake):
+        assert (await rig.ota(HEADERS))[0] == 200
+        status, body = await rig.ota({**HEADERS, "Device-Id": "24:0a:c4:00:00:09"})
+        assert (status, body) == (403, {"error": "not_allowlisted"})
+    assert len(fake.calls) == 1

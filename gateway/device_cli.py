@@ -1,0 +1,74 @@
+"""``snlpgw device approve CODE | pending | list | rotate DEV``: the running gateway's device
+approval API (admin listener, ``gateway.xiaozhi.ota_admin``) from the command line.
+
+The admin URL and token come from the settings (``http.admin_host``, ``http.admin_port``,
+``http.admin_token``, e.g. ``SNLPGW_HTTP__ADMIN_TOKEN``) unless ``--admin-url`` is given.
+Answers are printed as JSON; the exit status is 0 on success, 1 when the gateway said no, 2 when
+it could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+from gateway.settings import load_settings
+
+Subparsers = Any  # argparse's _SubParsersAction is private; typed loosely on purpose
+_TIMEOUT_S = 10.0
+
+
+def add_device_commands(sub: Subparsers) -> None:
+    device = sub.add_parser("device", help="approve devices (the gateway's admin API)")
+    device.add_argument("--admin-url", default=None, help="default: from the settings")
+    actions = device.add_subparsers(dest="device_command", required=True)
+    approve = actions.add_parser("approve", help="approve the 6-digit code a device shows")
+    approve.add_argument("code")
+    approve.set_defaults(func=_approve)
+    actions.add_parser("pending", help="activation codes waiting").set_defaults(func=_pending)
+    actions.add_parser("list", help="bound devices").set_defaults(func=_list)
+    rotate = actions.add_parser("rotate", help="give a bound device its next password")
+    rotate.add_argument("dev", help="device id aa_bb_cc_dd_ee_ff")
+    rotate.set_defaults(func=_rotate)
+
+
+def _approve(args: argparse.Namespace) -> int:
+    return _call(args, "POST", "/admin/devices/approve", {"code": args.code})
+
+
+def _pending(args: argparse.Namespace) -> int:
+    return _call(args, "GET", "/admin/devices/pending")
+
+
+def _list(args: argparse.Namespace) -> int:
+    return _call(args, "GET", "/admin/devices")
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    return _call(args, "POST", f"/admin/devices/{args.dev}/rotate", {})
+
+
+def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> int:
+    settings = load_settings(getattr(args, "config", None))
+    http = settings.http
+    base = args.admin_url or f"http://{http.admin_host}:{http.admin_port}"
+    headers = {"Content-Type": "application/json"}
+    if http.admin_token is not None:
+        headers["Authorization"] = f"Bearer {http.admin_token.get_secret_value()}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base + path, data=data, headers=headers, method=method)  # noqa: S310 - operator-given admin URL
+    try:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as resp:  # noqa: S310
+            sys.stdout.write(resp.read().decode() + "\n")
+            return 0
+    except urllib.error.HTTPError as exc:
+        sys.stdout.write(exc.read().decode() + "\n")
+        sys.stderr.write(f"snlpgw device: the gateway answered {exc.code}\n")
+        return 1
+    except OSError as exc:
+        sys.stderr.write(f"snlpgw device: cannot reach {base}: {exc}\n")
+        return 2

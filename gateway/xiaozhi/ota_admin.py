@@ -1,0 +1,96 @@
+"""Device approval on the admin listener (bearer token when ``http.admin_token`` is set).
+
+* ``GET  /admin/devices`` — bound devices: ``{dev: {client_id, generation, serial}}``.
+* ``GET  /admin/devices/pending`` — activation codes waiting: device, Client-Id, seconds left.
+* ``POST /admin/devices/approve`` ``{"code": "123456"}`` — binds the code's device to the
+  Client-Id that asked; its next OTA request gets credentials (a new password generation).
+  404 for an unknown or expired code, 429 while too many wrong codes were tried lately.
+* ``POST /admin/devices/{dev}/rotate`` — next password generation for a bound device (its
+  next OTA request fetches it; the old password stops working then).
+
+``snlpgw device approve CODE`` (and ``pending``, ``list``, ``rotate``) calls these routes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from aiohttp import web
+
+from gateway.http import HttpServer
+from gateway.xiaozhi.ota import OtaEndpoint
+from gateway.xiaozhi.trust import Approval
+
+log = logging.getLogger(__name__)
+
+_CODE_RE = re.compile(r"[0-9]{6}")
+_DEV_RE = re.compile(r"[0-9a-f]{2}(_[0-9a-f]{2}){5}")
+_APPROVE_STATUS = {Approval.APPROVED: 200, Approval.UNKNOWN: 404, Approval.LOCKED: 429}
+
+
+class OtaAdmin:
+    def __init__(self, ota: OtaEndpoint) -> None:
+        self._ota = ota
+
+    def attach(self, admin: HttpServer) -> None:
+        admin.add_route("GET", "/admin/devices", self.devices)
+        admin.add_route("GET", "/admin/devices/pending", self.pending)
+        admin.add_route("POST", "/admin/devices/approve", self.approve)
+        admin.add_route("POST", "/admin/devices/{dev}/rotate", self.rotate)
+
+    async def devices(self, _: web.Request) -> web.Response:
+        out = {
+            dev: {"client_id": b.client_id, "generation": b.generation, "serial": b.serial}
+            for dev, b in sorted(self._ota.book.bindings.items())
+        }
+        return web.json_response({"devices": out})
+
+    async def pending(self, _: web.Request) -> web.Response:
+        now = self._ota.clock()
+        out = [
+            {
+                "code": p.code,
+                "device": p.dev,
+                "client_id": p.client_id,
+                "serial": p.serial,
+                "expires_in_s": round(p.expires - now, 1),
+            }
+            for p in self._ota.book.pending(now)
+        ]
+        return web.json_response({"pending": out})
+
+    async def approve(self, request: web.Request) -> web.Response:
+        try:
+            body: Any = json.loads(await request.read() or b"{}")
+        except ValueError:
+            body = None
+        code = body.get("code") if isinstance(body, dict) else None
+        if not isinstance(code, str) or not _CODE_RE.fullmatch(code):
+            return _error(400, "bad_request", 'expected {"code": "<6 digits>"}')
+        outcome, pending = self._ota.book.approve(code, self._ota.clock())
+        self._ota.stats.approvals.labels(outcome.value).inc()
+        if pending is None:
+            detail = "too many wrong codes; wait a minute" if outcome is Approval.LOCKED else ""
+            return _error(_APPROVE_STATUS[outcome], outcome.value, detail or "no such code")
+        await self._ota.persist()
+        log.info("OTA: %s approved for a new Client-Id", pending.dev)
+        return web.json_response(
+            {"status": outcome.value, "device": pending.dev, "client_id": pending.client_id}
+        )
+
+    async def rotate(self, request: web.Request) -> web.Response:
+        dev = request.match_info["dev"]
+        if not _DEV_RE.fullmatch(dev):
+            return _error(400, "bad_request", "device id: aa_bb_cc_dd_ee_ff")
+        binding = self._ota.book.rotate(dev)
+        if binding is None:
+            return _error(404, "not_found", "device not bound")
+        await self._ota.persist()
+        return web.json_response({"device": dev, "generation": binding.generation})
+
+
+def _error(status: int, error: str, detail: str) -> web.Response:
+    return web.json_response({"error": error, "detail": detail}, status=status)
