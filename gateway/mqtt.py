@@ -10,6 +10,13 @@ service starts and call :meth:`MqttConnection.publish`, which never blocks and n
   broker is away. Overflow policy: the oldest message is dropped and counted. Publishes in
   flight when the connection breaks are put back at the head of the queue, in order.
 * Inbound payloads over ``max_payload_bytes`` are dropped and counted before any parsing.
+* Received messages wait for the loop in a queue of ``inbound_queue`` messages. Overflow
+  policy: the newest message is dropped and counted (``mqtt_messages_in_dropped{reason=
+  "queue_full"}``); a flood costs its own messages, and acks already queued still go through.
+* A publish bigger than the broker's ``max_packet_size`` is dropped and counted: the broker
+  would disconnect the gateway for it.
+* Retained messages are delivered with ``Inbound.retain`` set; handlers of device topics
+  ignore them (a device could otherwise have its events replayed at every resubscribe).
 * Reconnect with capped exponential back-off and jitter; every route is resubscribed and the
   retained gateway presence republished on each connect. The presence LWT is registered with
   the broker so a crash shows ``online: false``.
@@ -119,6 +126,7 @@ class MqttConnection:
         self._disconnected = asyncio.Event()
         self._disconnected.set()
         self._connections = 0
+        self._in_overflows = 0
         self._backoff = Backoff(settings.reconnect_min_s, settings.reconnect_max_s)
 
         self.m_connected = metrics.gauge("mqtt_connected", "1 while connected to the broker")
@@ -132,6 +140,10 @@ class MqttConnection:
             "mqtt_messages_out_dropped", "Outbound messages dropped (queue overflow)"
         )
         self.m_out_queue = metrics.gauge("mqtt_outbound_queue", "Publishes waiting for the broker")
+        self.m_out_oversize = metrics.counter(
+            "mqtt_messages_out_oversize",
+            "Publishes dropped as bigger than the broker's max_packet_size",
+        )
         # Bounded; overflow drops the oldest (counted). Presence is re-sent on every connect.
         self._outbox = OutboundQueue(
             limit=settings.outbound_queue,
@@ -176,6 +188,13 @@ class MqttConnection:
         expiry_s: int | None = None,
     ) -> None:
         data = payload.encode() if isinstance(payload, str) else payload
+        # The broker disconnects a client for a packet over its max_packet_size; refuse it here
+        # (counted) so one oversized message never costs the connection. 256 bytes cover the
+        # fixed header and properties.
+        if len(data) + len(topic.encode()) + 256 > self._settings.broker_max_packet_bytes:
+            self.m_out_oversize.inc()
+            log.error("dropped %d-byte publish on %s: over the broker's limit", len(data), topic)
+            return
         self._outbox.put(Outbound(topic, data, qos, retain, correlation_data, expiry_s))
 
     def _dropped(self, msg: Outbound) -> None:
@@ -254,6 +273,7 @@ class MqttConnection:
 
     def _make_client(self) -> aiomqtt.Client:
         s = self._settings
+        on_overflow = self._inbound_overflow
         tls: ssl.SSLContext | None = ssl.create_default_context() if s.tls else None
         return aiomqtt.Client(
             s.host,
@@ -272,7 +292,20 @@ class MqttConnection:
             # Nagle + delayed ACK (~85 ms a step, bench/timer.md).
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             max_inflight_messages=s.max_inflight,
+            queue_type=_bounded_queue(on_overflow),
+            max_queued_incoming_messages=s.inbound_queue,
         )
+
+    def _inbound_overflow(self, message: aiomqtt.Message) -> None:
+        self.m_in_dropped.labels("queue_full").inc()
+        self._in_overflows += 1
+        if self._in_overflows % _LOG_EVERY == 1:
+            log.warning(
+                "inbound queue full (%d): dropped a message on %s (%d so far)",
+                self._settings.inbound_queue,
+                message.topic.value,
+                self._in_overflows,
+            )
 
     def _mark_disconnected(self) -> None:
         self._connected.clear()
@@ -318,6 +351,25 @@ class MqttConnection:
                     log.exception("handler for %s failed on %s", route.topic_filter, inbound.topic)
         if not matched:
             self.m_in_dropped.labels("no_route").inc()
+
+
+_LOG_EVERY = 1000
+
+
+def _bounded_queue(
+    on_overflow: Callable[[aiomqtt.Message], None],
+) -> type[asyncio.Queue[aiomqtt.Message]]:
+    """aiomqtt's inbound queue class: bounded by ``maxsize``; when full, the newest message is
+    dropped and reported to ``on_overflow`` (instead of aiomqtt logging every drop)."""
+
+    class BoundedInbound(asyncio.Queue[aiomqtt.Message]):
+        def put_nowait(self, item: aiomqtt.Message) -> None:
+            if self.full():
+                on_overflow(item)
+                return
+            super().put_nowait(item)
+
+    return BoundedInbound
 
 
 def _cancel_count() -> int:

@@ -21,8 +21,9 @@ from typing import Protocol
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
 from gateway.mqtt import MqttConnection, gateway_client_id, presence_payload
+from gateway.ops_snapshot import capped_snapshot
 from gateway.settings import Settings
-from topics import OpsEvent, OpsMetrics, TopicKind, build_topic, encode
+from topics import OpsEvent, TopicKind, build_topic, encode
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,10 @@ class Service:
         self._started_mono = time.monotonic()
         self._uptime = self.metrics.gauge("uptime_seconds", "Seconds since the service started")
         self._snapshots = self.metrics.counter("metrics_snapshots", "Metrics snapshots published")
+        self._snapshot_dropped = self.metrics.counter(
+            "metrics_snapshot_series_dropped",
+            "Series left out of retained snapshots to stay under ops.snapshot_max_bytes",
+        )
         self.http.add_health("mqtt", lambda: {"ok": self.mqtt.connected})
         for component in self.components:
             component.attach(self.ctx)
@@ -164,10 +169,15 @@ class Service:
         while True:
             self._uptime.set(time.monotonic() - self._started_mono)
             self._snapshots.inc()
-            body = OpsMetrics.from_snapshot(
-                self.metrics.snapshot(), gateway_id=gw, ts=_now_ms(), interval_s=interval
+            body, dropped = capped_snapshot(
+                self.metrics.snapshot(),
+                gateway_id=gw,
+                ts=_now_ms(),
+                interval_s=interval,
+                max_bytes=self.settings.ops.snapshot_max_bytes,
             )
-            self.mqtt.publish(
-                build_topic(TopicKind.OPS_METRICS, gw=gw), encode(body), qos=0, retain=True
-            )
+            if dropped:
+                self._snapshot_dropped.inc(dropped)
+                log.warning("metrics snapshot over its cap: %d series left out", dropped)
+            self.mqtt.publish(build_topic(TopicKind.OPS_METRICS, gw=gw), body, qos=0, retain=True)
             await asyncio.sleep(interval)

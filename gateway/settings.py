@@ -43,6 +43,17 @@ class MqttSettings(_Section):
     max_payload_bytes: int = Field(
         8192, ge=512, description="Inbound payloads over this are dropped."
     )
+    inbound_queue: int = Field(
+        10_000,
+        ge=100,
+        description="Received messages waiting for the loop (overflow: newest dropped, counted).",
+    )
+    broker_max_packet_bytes: int = Field(
+        65_536,
+        ge=4096,
+        description="The broker's max_packet_size: a bigger publish is dropped (counted), "
+        "since the broker would disconnect the gateway for it.",
+    )
 
     @field_validator("url")
     @classmethod
@@ -237,6 +248,12 @@ class OpsSettings(_Section):
     log_level: str = Field("INFO", description="Log level.")
     log_json: bool = Field(False, description="Structured JSON logs.")
     shutdown_timeout_s: float = Field(5.0, gt=0, description="Graceful shutdown budget.")
+    snapshot_max_bytes: int = Field(
+        32_768,
+        ge=2048,
+        description="Cap of the retained metrics snapshot (below the broker's max_packet_size); "
+        "beyond it the most detailed series are left out, counted.",
+    )
 
 
 class ChatSettings(_Section):

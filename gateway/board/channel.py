@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from gateway import labels
 from gateway.board import wire
 from gateway.board.device import Device, Download, ProgressCallback
 from gateway.board.metrics import BoardMetrics
@@ -279,6 +280,11 @@ class BoardChannel:
         if topic.kind not in UPLINK_KINDS or topic.dev is None:
             self._drop(topic.kind.value, "not_uplink", msg, None)
             return
+        if msg.retain and topic.kind is not TopicKind.STATUS:
+            # A retained ack/rpt/evt/hb would be replayed at every (re)subscribe; only the
+            # retained status means something (presence, SPEC §3).
+            self._drop(topic.kind.value, "retained", msg, None)
+            return
         try:
             parsed = wire.parse(topic.kind, msg.payload, max_bytes=self._max_payload)
         except PayloadError as exc:
@@ -321,7 +327,8 @@ class BoardChannel:
         self._apply(device, effects)
 
     def _on_report(self, device: Device, report: Report) -> None:
-        self.m.reports.labels(report.cmd or "?", report.stage).inc()
+        m_cmd = labels.bounded(report.cmd, labels.COMMANDS)
+        self.m.reports.labels(m_cmd, labels.bounded(report.stage, labels.REPORT_STAGES)).inc()
         download = device.downloads.get(report.ref)
         if download is None:
             self.m.unmatched.labels("rpt").inc()
@@ -336,7 +343,9 @@ class BoardChannel:
 
     def _on_event(self, device: Device, parsed: wire.ParsedEvent, msg: Inbound) -> None:
         evt = getattr(parsed.body, "kind", None) or getattr(parsed.body, "evt", "button")
-        self.m.events.labels(str(evt), "legacy" if parsed.legacy else "structured").inc()
+        self.m.events.labels(
+            labels.board_event(evt), "legacy" if parsed.legacy else "structured"
+        ).inc()
         event = BoardEvent(
             dev=device.dev,
             body=parsed.body,

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway import labels
 from gateway.logs import DeviceLog
 from gateway.metrics import Metrics
 from gateway.runtime import (
@@ -55,7 +56,9 @@ class ActorMetrics:
             "Listen window close to the board's ack of the next clip's play command (ms)",
         )
         self.windows = metrics.counter("windows_closed", "Listen windows closed by the timer")
-        self.ignored = metrics.counter("runtime_ignored", "Events that changed nothing", ["reason"])
+        self.ignored = metrics.counter(
+            "runtime_ignored", "Events that changed nothing, by event type", ["event"]
+        )
         self.dropped = metrics.counter("runtime_inbox_dropped", "Events dropped: actor inbox full")
         self.commands = metrics.counter(
             "runtime_commands", "Commands asked by the runtime", ["cmd"]
@@ -204,16 +207,17 @@ class DeviceActor:
                 p.mic.set_listening(self.device, False)
                 self._log.info("instance %s ended; back to CHAT", effect.instance_id)
             case Ignored():
-                self._m.ignored.labels(effect.reason[:60]).inc()
+                # The reason may name a command id: it goes to the log, never into a label.
+                self._m.ignored.labels(labels.bounded(effect.event, labels.RUNTIME_EVENTS)).inc()
                 self._log.debug("ignored %s in %s: %s", effect.event, effect.state, effect.reason)
 
     def _count(self, effect: PublishTaskEvent) -> None:
         self._m.task_events.labels(effect.event).inc()
-        reason = str(effect.data.get("reason", "unknown"))[:40]
+        reason = effect.data.get("reason")
         if effect.event == "instance.cancelled":
-            self._m.cancelled.labels(reason).inc()
+            self._m.cancelled.labels(labels.bounded(reason, labels.CANCEL_REASONS)).inc()
         elif effect.event == "step.failed":
-            self._m.step_failures.labels(reason).inc()
+            self._m.step_failures.labels(labels.bounded(reason, labels.STEP_FAILURES)).inc()
 
     def _on_outcome(self, ref: str, outcome: Outcome) -> None:
         closed_at = self._gap_from.pop(ref, None)

@@ -200,6 +200,9 @@ class TaskService:
             return
         if topic.kind is not TopicKind.CTL or topic.dev is None:
             return
+        if msg.retain:  # a retained request would run again at every (re)subscribe
+            self._m_ctl_invalid.labels("retained").inc()
+            return
         device = topic.dev
         try:
             req = parse_ctl_request(msg.payload)

@@ -74,6 +74,9 @@ class ControlHandler:
         except TopicError:
             stats.control_dropped.labels("bad_topic").inc()
             return
+        if inbound.retain:  # replayed at every (re)subscribe: never a live request
+            stats.control_dropped.labels("retained").inc()
+            return
         try:
             msg = messages.parse_device_message(inbound.payload)
         except ControlError as exc:
