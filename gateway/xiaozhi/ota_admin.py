@@ -75,7 +75,8 @@ class OtaAdmin:
         if pending is None:
             detail = "too many wrong codes; wait a minute" if outcome is Approval.LOCKED else ""
             return _error(_APPROVE_STATUS[outcome], outcome.value, detail or "no such code")
-        await self._ota.persist()
+        if not await self._persisted():
+            return _error(503, "unavailable", "approved, but the binding could not be saved yet")
         log.info("OTA: %s approved for a new Client-Id", pending.dev)
         return web.json_response(
             {"status": outcome.value, "device": pending.dev, "client_id": pending.client_id}
@@ -88,8 +89,18 @@ class OtaAdmin:
         binding = self._ota.book.rotate(dev)
         if binding is None:
             return _error(404, "not_found", "device not bound")
-        await self._ota.persist()
+        if not await self._persisted():
+            return _error(503, "unavailable", "rotated, but the binding could not be saved yet")
         return web.json_response({"device": dev, "generation": binding.generation})
+
+    async def _persisted(self) -> bool:
+        """Save the bindings now; on failure the next OTA or admin change saves them."""
+        try:
+            await self._ota.persist()
+        except Exception:
+            log.exception("saving OTA bindings failed")
+            return False
+        return True
 
 
 def _error(status: int, error: str, detail: str) -> web.Response:
