@@ -42,5 +42,8 @@ def add_domain_commands(sub: Subparsers) -> None:
 
     add_credentials_commands(sub)
     add_device_commands(sub)
+    from gateway.doctor import add_doctor_command  # noqa: PLC0415
+
+    add_doctor_command(sub)
     add_catalog_commands(sub)
     add_simulator_commands(sub)

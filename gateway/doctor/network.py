@@ -1,0 +1,154 @@
+"""Doctor checks against the running system: broker, gateway HTTP listeners, UDP audio port."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.doctor.report import Row, fail, ok, skip
+from gateway.probe import connack
+from gateway.settings import Settings
+
+TIMEOUT_S = 3.0
+SEEN_WITHIN_S = 3.0
+_CONNACK_MEANING = {
+    134: "bad user name or password",
+    135: "not authorised (wrong password?)",
+    133: "client id not valid",
+    136: "server unavailable",
+}
+_DROPS = re.compile(r"^snlpgw_xiaozhi_udp_dropped_total\{[^}]*\} ([0-9.e+]+)$", re.MULTILINE)
+
+
+@dataclass
+class Findings:
+    """What later checks need from earlier ones."""
+
+    broker_up: bool = False
+    gateway_login: bool = False
+    server_date: str | None = None
+    metrics_text: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def gateway_password(settings: Settings) -> str | None:
+    if settings.mqtt.password is not None:
+        return settings.mqtt.password
+    path = Path(settings.data_dir) / "secrets" / "gateway.password"
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+
+
+def local(host: str) -> str:
+    """Where to reach a listener bound to ``host`` (a wildcard bind answers on loopback)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)  # noqa: S104
+
+
+def check_broker(settings: Settings, found: Findings) -> list[Row]:
+    mqtt = settings.mqtt
+    where = f"{mqtt.host}:{mqtt.port}"
+    try:
+        with socket.create_connection((mqtt.host, mqtt.port), timeout=TIMEOUT_S) as sock:
+            if mqtt.tls:
+                ssl.create_default_context().wrap_socket(sock, server_hostname=mqtt.host).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return [
+            fail("broker reachable", f"{where}: {reason}"),
+            skip("broker credentials", "broker unreachable"),
+        ]
+    found.broker_up = True
+    rows = [ok("broker reachable", f"{where} accepts {'TLS' if mqtt.tls else 'TCP'}")]
+    password = gateway_password(settings)
+    code = connack(mqtt.host, mqtt.port, mqtt.username, password, tls=mqtt.tls, timeout_s=5)
+    if code == 0:
+        found.gateway_login = True
+        rows.append(ok("broker credentials", f"user {mqtt.username} logged in"))
+    elif code is None:
+        rows.append(fail("broker credentials", "no CONNACK from the broker"))
+    else:
+        meaning = _CONNACK_MEANING.get(code, "refused")
+        rows.append(fail("broker credentials", f"user {mqtt.username}: {meaning} ({code})"))
+    return rows
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, str, str | None]:
+    request = urllib.request.Request(url)  # noqa: S310 - http(s) URL built from settings
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:  # noqa: S310
+            return resp.status, resp.read().decode(errors="replace"), resp.headers.get("Date")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace"), exc.headers.get("Date")
+
+
+def check_gateway_http(settings: Settings, found: Findings) -> list[Row]:
+    http = settings.http
+    health = f"http://{local(http.host)}:{http.port}/healthz"
+    try:
+        status, body, found.server_date = _get(health)
+    except OSError as exc:
+        row = fail("gateway health", f"{health}: {getattr(exc, 'reason', exc)}")
+    else:
+        row = (ok if status == 200 else fail)("gateway health", f"{health}: {status} {body[:120]}")
+    metrics = f"http://{local(http.admin_host)}:{http.admin_port}/metrics"
+    token = http.admin_token.get_secret_value() if http.admin_token else None
+    try:
+        status, body, _ = _get(metrics, token)
+    except OSError as exc:
+        return [row, fail("admin metrics", f"{metrics}: {getattr(exc, 'reason', exc)}")]
+    if status != 200:
+        hint = " (set http.admin_token as the gateway has it)" if status == 401 else ""
+        return [row, fail("admin metrics", f"{metrics}: HTTP {status}{hint}")]
+    found.metrics_text = body
+    return [row, ok("admin metrics", f"{metrics}: {body.count(chr(10))} lines")]
+
+
+def _udp_drops(text: str | None) -> float | None:
+    if text is None:
+        return None
+    return sum(float(v) for v in _DROPS.findall(text))
+
+
+def check_udp(settings: Settings, found: Findings) -> Row:
+    """One junk datagram: refused (ICMP) means nothing is bound; the gateway counts it as a drop."""
+    udp, http = settings.udp, settings.http
+    host = local(udp.host)
+    before = _udp_drops(found.metrics_text)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(0.5)
+        s.connect((host, udp.port))
+        try:
+            s.send(b"\x00snlpgw-doctor")  # not a Xiaozhi packet: dropped as malformed
+            s.recv(2048)
+        except ConnectionRefusedError:
+            return fail("UDP audio port", f"{host}:{udp.port}: nothing bound (port unreachable)")
+        except TimeoutError:
+            pass  # no reply and no ICMP error: something is bound
+    if before is None:
+        return ok(
+            "UDP audio port",
+            f"{host}:{udp.port} bound (admin metrics unreadable: owner unconfirmed)",
+        )
+    token = http.admin_token.get_secret_value() if http.admin_token else None
+    url = f"http://{local(http.admin_host)}:{http.admin_port}/metrics"
+    deadline = time.monotonic() + SEEN_WITHIN_S
+    while time.monotonic() < deadline:  # the count is the event waited for; bounded polling
+        with contextlib.suppress(OSError):
+            after = _udp_drops(_get(url, token)[1])
+            if after is not None and after > before:
+                return ok("UDP audio port", f"{host}:{udp.port}: the gateway counted the probe")
+        time.sleep(0.1)
+    return fail(
+        "UDP audio port", f"{host}:{udp.port} bound, but the gateway did not count the probe"
+    )
