@@ -39,11 +39,10 @@ def add_simulator_commands(sub: Subparsers) -> None:
 def add_domain_commands(sub: Subparsers) -> None:
     from gateway.credentials_cli import add_credentials_commands  # noqa: PLC0415
     from gateway.device_cli import add_device_commands  # noqa: PLC0415
+    from gateway.doctor import add_doctor_command  # noqa: PLC0415
 
     add_credentials_commands(sub)
     add_device_commands(sub)
-    from gateway.doctor import add_doctor_command  # noqa: PLC0415
-
     add_doctor_command(sub)
     add_catalog_commands(sub)
     add_simulator_commands(sub)
