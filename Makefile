@@ -77,6 +77,7 @@ bench: setup
 	$(BIN)/python -m bench.assessment_bench
 	$(BIN)/python -m bench.timer_bench
 	$(BIN)/python -m bench.scale_bench
+	$(BIN)/python -m bench.chat_bench
 	$(BIN)/python -m bench.load
 
 # Load harness alone (bench/load): broker, gateway and simulated boards/devices as separate

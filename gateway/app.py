@@ -99,6 +99,9 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     components: list[Component] = [*parts.components, board, xiaozhi, assessment, tasks]
     if chat is not None:
         chat.channel = xiaozhi
+        if settings.chat.voice_task:
+            app_id, task_id, lesson_id = settings.chat.voice_task.split("/")
+            chat.start_task = lambda dev: tasks.start_by_voice(dev, app_id, task_id, lesson_id)
         components.append(chat)
     service = Service(settings, components)
     return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat)

@@ -287,6 +287,25 @@ class ChatSettings(_Section):
         500, ge=1, description="Downlink frames queued per session (overflow: drop newest)."
     )
     voice: str = Field("en-us", description="espeak-ng voice of the embedded engine.")
+    voice_task: str = Field(
+        "english_learning/shadowing/unit01",
+        description='app/task/lesson that a spoken "start the lesson" starts (priority 1, '
+        "source voice; embedded engine); empty: off.",
+    )
+
+    @field_validator("voice_task")
+    @classmethod
+    def _app_task_lesson(cls, value: str) -> str:
+        if value and (value.count("/") != 2 or not all(value.split("/"))):
+            raise ValueError("voice_task must be empty or app_id/task_id/lesson_id")
+        return value
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _websocket_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("ws", "wss"):
+            raise ValueError("upstream_url must be a ws:// or wss:// URL")
+        return value
 
 
 def _default_gateway_id() -> str:

@@ -28,6 +28,7 @@ class Alarm(StrEnum):
     ASR_DROPPED = "asr_dropped"
     STORE_FAILED = "store_failed"
     MANAGER_FAILED = "manager_failed"
+    CHAT_UPSTREAM_LOST = "chat_upstream_lost"
 
 
 class OpsMetrics(OwnModel):

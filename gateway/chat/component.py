@@ -43,12 +43,14 @@ class ChatComponent:
         inner: VoiceSink | None = None,
         asr: Transcriber | None = None,
         clock: Callable[[], float] = time.monotonic,
+        start_task: Callable[[str], None] | None = None,
     ) -> None:
         self._settings = settings
         self.channel = channel
         self.inner = inner
         self._asr = asr
         self._clock = clock
+        self.start_task = start_task  # may be set after construction (the runtime is built later)
         self._devices: dict[str, DeviceChat] = {}
         self._tasks: set[str] = set()  # devices a task owns (known before their DeviceChat)
         self._tg: asyncio.TaskGroup | None = None
@@ -69,7 +71,9 @@ class ChatComponent:
         s = self._settings
         if self.channel is None:
             raise RuntimeError("chat component has no voice channel")
-        async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as tg:
+        # One WebSocket per bridged session: no connection-pool cap (aiohttp's default is 100).
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as http, asyncio.TaskGroup() as tg:
             self._tg = tg
             bridge = None
             if s.upstream_url is not None:
@@ -101,6 +105,7 @@ class ChatComponent:
                 bridge=bridge,
                 engine=None if bridge is not None else EmbeddedEngine(asr=self._asr, voice=s.voice),
                 downlink_capacity=s.downlink_queue_frames,
+                start_task=self.start_task,
             )
             self._ready.set()
             try:

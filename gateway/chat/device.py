@@ -51,6 +51,7 @@ class ChatPorts:
     bridge: BridgeContext | None  # None: the embedded engine answers
     engine: EmbeddedEngine | None
     downlink_capacity: int = 500
+    start_task: Callable[[str], None] | None = None  # the voice task (priority 1), by device
 
 
 class DeviceChat:
@@ -64,6 +65,7 @@ class DeviceChat:
         self._rearm = asyncio.Event()
         self._pcm = b""  # the last utterance (embedded engine's segment)
         self._end_after_tts = False
+        self._task_after_tts = False
         self.player = Player(
             publish=lambda payload: ports.channel.publish(dev, payload),
             send_audio=self._send_audio,
@@ -249,6 +251,10 @@ class DeviceChat:
         self.handle(v.TtsStarted() if state == "start" else v.TtsStopped())
         if state == "stop" and self._end_after_tts:
             self._finish()
+        if state == "stop" and self._task_after_tts:
+            self._task_after_tts = False
+            if self._p.start_task is not None:
+                self._p.start_task(self.dev)
 
     def _finish(self) -> None:
         self._end_after_tts = False
@@ -277,3 +283,4 @@ class DeviceChat:
             self.player.audio(frame)
         self.player.json(messages.tts(sid, "stop"), tts="stop")
         self._end_after_tts = answer.reply.end_session
+        self._task_after_tts = answer.reply.start_task

@@ -21,6 +21,7 @@ PHRASES: tuple[str, ...] = (
     "what is your name",
     "tell me a story",
     "thank you",
+    "start the lesson",
     "goodbye",
 )
 
@@ -29,6 +30,7 @@ PHRASES: tuple[str, ...] = (
 class Reply:
     text: str
     end_session: bool = False  # say it, then standby
+    start_task: bool = False  # say it, then start the voice task (priority 1)
 
 
 def reply_to(heard: str | None, now: datetime) -> Reply:  # noqa: PLR0911 - one rule per return
@@ -36,6 +38,8 @@ def reply_to(heard: str | None, now: datetime) -> Reply:  # noqa: PLR0911 - one 
     said = normalise(heard or "")
     if not said:
         return Reply("Sorry, I did not catch that. Please say it again.")
+    if "lesson" in said and ("start" in said or "begin" in said):
+        return Reply("Okay, let us start the lesson.", start_task=True)
     if "bye" in said or "再见" in said:
         return Reply("Goodbye! Talk to you soon.", end_session=True)
     if "time" in said or "几点" in said:

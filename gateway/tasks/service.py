@@ -27,6 +27,7 @@ from gateway.runtime import (
     Event,
     InstanceRecord,
     Presence,
+    Priority,
     PublishTaskEvent,
     ReadText,
     RuntimeConfig,
@@ -182,6 +183,22 @@ class TaskService:
             while len(self._speech_steps) > RESPONSE_ROUTES_KEPT:
                 self._speech_steps.popitem(last=False)
         self._publish_task_event(device, PublishTaskEvent(name, where[0], where[1], data))
+
+    def start_by_voice(self, device: str, app_id: str, task_id: str, lesson_id: str) -> None:
+        """A task the child asked for in CHAT: priority 1 (voice), so anything running at a
+        higher priority refuses it ``busy`` and any later request ≥ 1 preempts it."""
+        self._post(
+            device,
+            ControlRequest(
+                action=ControlAction.START,
+                request_id=f"voice-{time.monotonic_ns():x}",
+                app_id=app_id,
+                task_id=task_id,
+                lesson_id=lesson_id,
+                priority=Priority.VOICE,
+                source="voice",
+            ),
+        )
 
     def on_asr_text(self, device: str, instance_id: str, step_index: int, text: str) -> None:
         self._post(device, AsrText(instance_id, step_index, text), create=False)

@@ -41,3 +41,32 @@ async def test_spoken_turn_answered_offline(broker: Broker, tmp_path: Path) -> N
         assert max(abs(int.from_bytes(pcm[i : i + 2], "little", signed=True))
                    for i in range(0, len(pcm), 2)) > 1000  # fmt: skip
         assert rig.chat_state() == "prompt_listen"  # auto mode: the next turn is open
+
+
+async def test_spoken_start_begins_a_voice_task_and_priorities_hold(
+    broker: Broker, tmp_path: Path
+) -> None:
+    sections = {"asr": {"engine": "pocketsphinx", "workers": 1}}
+    async with chat_rig(broker, tmp_path, upstream=False, sections=sections) as rig:
+        await rig.device.open_audio_channel()
+        await rig.device.listen_start("auto")
+        said = silence(300) + synthesize("start the lesson") + silence(900)
+        await rig.device.stream_opus(encode_pcm(said))
+        sentence = await rig.device.expect("tts", state="sentence_start", timeout_s=60)
+        assert sentence["text"] == "Okay, let us start the lesson."
+
+        started = await rig.lesson.wait_event("instance.started", wait_s=30)
+        runtime = rig.lesson.runtime()
+        assert runtime is not None
+        assert runtime.instance is not None
+        assert runtime.instance.record.priority == 1  # a voice-started task
+        assert runtime.instance.record.source == "voice"
+        assert rig.chat_state() == "suspended"
+
+        # priorities hold: a scheduled start (2) preempts the voice task
+        reply = await rig.lesson.start(priority=2)
+        assert reply["status"] == "accepted"
+        voice_id = started.body["instance_id"]
+        cancelled = await rig.lesson.wait_event("instance.cancelled", instance_id=voice_id)
+        assert cancelled.data["reason"] == "preempted"
+        assert rig.chat_state() == "suspended"  # still a task on the device

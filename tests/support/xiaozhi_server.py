@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import struct
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ class PeerSession:
     messages: list[dict[str, Any]] = field(default_factory=list)  # JSON after hello
     audio: list[bytes] = field(default_factory=list)  # Opus payloads, in arrival order
     timestamps: list[int] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)  # time.monotonic() per audio frame
     closed: bool = False
     bad_frames: int = 0
 
@@ -177,6 +179,7 @@ class XiaozhiServerPeer:
                         peer.messages.append(body)
                 elif msg.type is WSMsgType.BINARY:
                     opus = peer.parse(msg.data)
+                    peer.arrivals.append(time.monotonic())
                     if opus is None:
                         peer.bad_frames += 1
                     else:
