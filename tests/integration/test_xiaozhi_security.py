@@ -108,8 +108,7 @@ async def test_another_device_cannot_hello_or_listen_as_the_first(broker: Broker
             assert intruder.mqtt_info is not None
             assert victim.mqtt_info is not None
             # MQTT 5 PUBACK shows the ACL refusal; the 3.1.1 client's publish is dropped silently.
-            # (The intruder's OTA credentials: re-provisioning would rotate its password, and
-            # Mosquitto drops connections whose password no longer checks out on reload.)
+            # (The intruder's OTA credentials, as its OTA answer gave them.)
             info = intruder.mqtt_info
             creds = Credentials(info.username, info.password, Role.DEVICE, None, (), ())
             assert (

@@ -10,13 +10,16 @@ from gateway.settings import Settings
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.messages import ControlError, DeviceGoodbye, DeviceHello, DeviceMcp, Listen
 from gateway.xiaozhi.ota_wire import (
+    ActivateBody,
     OtaRefused,
+    activate_body,
     board_name,
     check_body,
     client_uuid,
     device_id_from_mac,
     mqtt_endpoint,
     ota_response,
+    serial_number,
 )
 
 FIRMWARE_HELLO = (
@@ -229,3 +232,37 @@ def test_ota_response_shape() -> None:
     assert mqtt_endpoint(Settings(xiaozhi={"ota_mqtt_endpoint": "mqtt.example:1883"})) == (
         "mqtt.example:1883"
     )
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"", ActivateBody()),
+        (b"{}", ActivateBody()),
+        (
+            b'{"algorithm":"hmac-sha256","serial_number":"SN1","challenge":"c","hmac":"ab"}',
+            ActivateBody("SN1", "c", "ab"),
+        ),
+        (  # py-xiaozhi wraps the same fields in "Payload"
+            b'{"Payload":{"serial_number":"SN1","challenge":"c","hmac":"ab"}}',
+            ActivateBody("SN1", "c", "ab"),
+        ),
+        (b'{"serial_number": 5, "challenge": "", "hmac": "' + b"a" * 129 + b'"}', ActivateBody()),
+    ],
+)
+def test_activate_bodies(body: bytes, expected: ActivateBody) -> None:
+    assert activate_body(body) == expected
+
+
+@pytest.mark.parametrize(("body", "message"), [(b"{", "not JSON"), (b"[1]", "JSON object")])
+def test_bad_activate_bodies_are_refused(body: bytes, message: str) -> None:
+    with pytest.raises(OtaRefused, match=message):
+        activate_body(body)
+
+
+@pytest.mark.parametrize(
+    ("header", "serial"),
+    [(None, None), ("", None), (" SN-0001 ", "SN-0001"), ("has space", None), ("x" * 65, None)],
+)
+def test_serial_number_header(header: str | None, serial: str | None) -> None:
+    assert serial_number(header) == serial
