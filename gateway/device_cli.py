@@ -1,4 +1,4 @@
-"""``snlpgw device approve CODE | pending | list | rotate DEV``: the running gateway's device
+"""``snlpgw device approve CODE | pending | list | rotate DEV | forget DEV``: the running gateway's device
 approval API (admin listener, ``gateway.xiaozhi.ota_admin``) from the command line.
 
 The admin URL and token come from the settings (``http.admin_host``, ``http.admin_port``,
@@ -34,6 +34,9 @@ def add_device_commands(sub: Subparsers) -> None:
     rotate = actions.add_parser("rotate", help="give a bound device its next password")
     rotate.add_argument("dev", help="device id aa_bb_cc_dd_ee_ff")
     rotate.set_defaults(func=_rotate)
+    forget = actions.add_parser("forget", help="unbind a device and delete its broker user")
+    forget.add_argument("dev", help="device id aa_bb_cc_dd_ee_ff")
+    forget.set_defaults(func=_forget)
 
 
 def _approve(args: argparse.Namespace) -> int:
@@ -50,6 +53,10 @@ def _list(args: argparse.Namespace) -> int:
 
 def _rotate(args: argparse.Namespace) -> int:
     return _call(args, "POST", f"/admin/devices/{args.dev}/rotate", {})
+
+
+def _forget(args: argparse.Namespace) -> int:
+    return _call(args, "DELETE", f"/admin/devices/{args.dev}")
 
 
 def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> int:

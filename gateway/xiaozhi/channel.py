@@ -27,7 +27,7 @@ from gateway.xiaozhi.mcp import McpClient
 from gateway.xiaozhi.ota import OtaEndpoint
 from gateway.xiaozhi.ota_admin import OtaAdmin
 from gateway.xiaozhi.pipeline import Frame, Segmenter, VoiceSink
-from gateway.xiaozhi.provisioning import Provisioner, broker_provisioner
+from gateway.xiaozhi.provisioning import Provisioner, broker_provisioner, broker_revoker
 from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
 from gateway.xiaozhi.stats import ChannelStats
 from gateway.xiaozhi.udp import UdpEndpoint, open_socket
@@ -107,7 +107,12 @@ class XiaozhiChannel:
         provision = self._provision or broker_provisioner(
             data_dir=self._settings.data_dir, mqtt=self._settings.mqtt
         )
-        self.ota = OtaEndpoint(settings=self._settings, provision=provision, stats=self.stats)
+        self.ota = OtaEndpoint(
+            settings=self._settings,
+            provision=provision,
+            revoke=broker_revoker(data_dir=self._settings.data_dir),
+            stats=self.stats,
+        )
         self.ota.attach(ctx.http)
         OtaAdmin(self.ota).attach(ctx.admin)
         ctx.http.add_health("xiaozhi", self._health)

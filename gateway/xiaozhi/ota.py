@@ -89,9 +89,12 @@ class OtaEndpoint:
         settings: Settings,
         provision: Provisioner | None,
         stats: ChannelStats,
+        revoke: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``revoke(dev)``: delete the device's broker user (blocking; on the OTA executor)."""
         x = settings.xiaozhi
+        self._revoke = revoke
         self._settings = settings
         self._configured = provision is not None
         self._provision: Provisioner = provision or _unconfigured
@@ -187,7 +190,21 @@ class OtaEndpoint:
         if unsaved is not None:
             await self._run(self._save, *unsaved)
 
+    async def forget(self, dev: str) -> bool:
+        """Unbind ``dev`` and delete its broker user (an operator clearing junk or a sold
+        board); False when it was not bound."""
+        if not self.book.forget(dev):
+            return False
+        await self._run(self._forget_job, self._unsaved(), dev)
+        return True
+
     # -- internals -------------------------------------------------------------------------------
+
+    def _forget_job(self, unsaved: tuple[int, dict[str, Binding]] | None, dev: str) -> None:
+        if unsaved is not None:
+            self._save(*unsaved)
+        if self._revoke is not None:
+            self._revoke(dev)
 
     async def _admit(
         self, request: web.Request, check: Callable[[bytes, str], None]

@@ -7,6 +7,8 @@
   404 for an unknown or expired code, 429 while too many wrong codes were tried lately.
 * ``POST /admin/devices/{dev}/rotate`` — next password generation for a bound device (its
   next OTA request fetches it; the old password stops working then).
+* ``DELETE /admin/devices/{dev}`` — unbind the device and delete its broker user (the broker
+  drops its connection on reload); its next OTA request is a first contact again.
 
 ``snlpgw device approve CODE`` (and ``pending``, ``list``, ``rotate``) calls these routes.
 """
@@ -40,6 +42,7 @@ class OtaAdmin:
         admin.add_route("GET", "/admin/devices/pending", self.pending)
         admin.add_route("POST", "/admin/devices/approve", self.approve)
         admin.add_route("POST", "/admin/devices/{dev}/rotate", self.rotate)
+        admin.add_route("DELETE", "/admin/devices/{dev}", self.forget)
 
     async def devices(self, _: web.Request) -> web.Response:
         out = {
@@ -92,6 +95,20 @@ class OtaAdmin:
         if not await self._persisted():
             return _error(503, "unavailable", "rotated, but the binding could not be saved yet")
         return web.json_response({"device": dev, "generation": binding.generation})
+
+    async def forget(self, request: web.Request) -> web.Response:
+        dev = request.match_info["dev"]
+        if not _DEV_RE.fullmatch(dev):
+            return _error(400, "bad_request", "device id: aa_bb_cc_dd_ee_ff")
+        try:
+            found = await self._ota.forget(dev)
+        except Exception:
+            log.exception("forgetting %s failed", dev)
+            return _error(503, "unavailable", "unbound, but the files could not be updated")
+        if not found:
+            return _error(404, "not_found", "device not bound")
+        log.info("OTA: %s unbound and its broker user deleted", dev)
+        return web.json_response({"device": dev, "forgotten": True})
 
     async def _persisted(self) -> bool:
         """Save the bindings now; on failure the next OTA or admin change saves them."""

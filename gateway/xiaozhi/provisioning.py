@@ -26,7 +26,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from gateway.broker_io import pid_file_reloader
-from gateway.credentials import BrokerFiles, Reloader, ensure_password
+from gateway.credentials import BrokerFiles, Reloader, ensure_password, revoke
 from gateway.settings import MqttSettings
 
 log = logging.getLogger(__name__)
@@ -104,3 +104,13 @@ def broker_provisioner(
         log.warning("broker did not accept the new password of %s within %.1fs", dev, verify_s)
 
     return provision_device
+
+
+def broker_revoker(*, data_dir: Path, reload: Reloader | None = None) -> Callable[[str], bool]:
+    """Delete a device's broker user and reload the broker (blocking)."""
+    reloader = reload or pid_file_reloader(BrokerFiles.at(data_dir).pid_file)
+
+    def revoke_device(dev: str) -> bool:
+        return revoke(data_dir, dev, reload=reloader)
+
+    return revoke_device

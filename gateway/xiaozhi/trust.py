@@ -213,6 +213,15 @@ class TrustBook:
         self.revision += 1
         return self._bindings[dev]
 
+    def forget(self, dev: str) -> bool:
+        """Drop ``dev``'s binding and pending codes: its next request is a first contact."""
+        found = self._bindings.pop(dev, None) is not None
+        for code in [c for c, p in self._pending.items() if p.dev == dev]:
+            del self._pending[code]
+        if found:
+            self.revision += 1
+        return found
+
     # -- internals ---------------------------------------------------------------------------
 
     def _activation(self, dev: str, client_id: str, serial: str | None, now: float) -> Decision:

@@ -64,6 +64,9 @@ async def test_first_contact_provisions_and_the_cli_approves_a_new_client_id(
         status, out, _ = await cli(gw, "rotate", info.username)
         assert (status, json.loads(out)["generation"]) == (0, 3)
         assert (await cli(gw, "approve", "12345"))[0] == 1  # malformed: 400
+        status, out, _ = await cli(gw, "forget", info.username)
+        assert (status, json.loads(out)["forgotten"]) == (0, True)
+        assert connect_reason_code(broker.host, broker.port, info.username, info.password) == 135
     status, _, err = await cli(gw, "list")
     assert status == 2
     assert "cannot reach" in err

@@ -67,9 +67,16 @@ class Rig:
         return sample(self.metrics, name, **labels)
 
 
-async def start(settings: Settings, provision: Provisioner | None) -> AsyncIterator[Rig]:
+async def start(
+    settings: Settings, provision: Provisioner | None, revoked: list[str] | None = None
+) -> AsyncIterator[Rig]:
     metrics = Metrics()
-    endpoint = OtaEndpoint(settings=settings, provision=provision, stats=ChannelStats(metrics))
+    endpoint = OtaEndpoint(
+        settings=settings,
+        provision=provision,
+        revoke=None if revoked is None else revoked.append,
+        stats=ChannelStats(metrics),
+    )
     app = web.Application()
     for path in ("/xiaozhi/ota/", "/xiaozhi/ota/activate"):
         app.router.add_route(
@@ -81,6 +88,7 @@ async def start(settings: Settings, provision: Provisioner | None) -> AsyncItera
     app.router.add_route("GET", "/admin/devices/pending", admin.pending)
     app.router.add_route("GET", "/admin/devices", admin.devices)
     app.router.add_route("POST", "/admin/devices/{dev}/rotate", admin.rotate)
+    app.router.add_route("DELETE", "/admin/devices/{dev}", admin.forget)
     try:
         async with TestClient(TestServer(app)) as client:
             yield Rig(client, endpoint, metrics)
@@ -260,3 +268,20 @@ async def test_allowlist_policy_refuses_unlisted_macs(
         status, body = await rig.ota({**HEADERS, "Device-Id": "24:0a:c4:00:00:09"})
         assert (status, body) == (403, {"error": "not_allowlisted"})
     assert len(fake.calls) == 1
+
+
+async def test_forget_unbinds_and_revokes_the_broker_user(
+    tmp_path: Path, fake: FakeProvisioner
+) -> None:
+    revoked: list[str] = []
+    async for rig in start(settings_for(tmp_path), fake, revoked):
+        await rig.ota(HEADERS)
+        resp = await rig.client.delete(f"/admin/devices/{DEV}")
+        assert (resp.status, await resp.json()) == (200, {"device": DEV, "forgotten": True})
+        assert revoked == [DEV]
+        assert (await rig.client.delete(f"/admin/devices/{DEV}")).status == 404
+        assert (await rig.client.delete("/admin/devices/nope")).status == 400
+        _, spoofed = await rig.ota(SPOOFED)  # a first contact again: credentials
+        assert "mqtt" in spoofed
+        stored = json.loads((tmp_path / "xiaozhi" / "bindings.json").read_text())
+        assert stored["devices"][DEV]["client_id"] == SPOOF_UUID

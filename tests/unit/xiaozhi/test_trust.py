@@ -210,3 +210,14 @@ def test_rotate_moves_a_bound_device_to_the_next_generation() -> None:
     assert b.rotate(DEV) == Binding(BOARD, 2)
     assert b.revision == 1
     assert b.request(DEV, BOARD, serial=None, now=0).generation == 2
+
+
+def test_forget_unbinds_and_voids_codes_so_the_next_request_is_a_first_contact() -> None:
+    b = book(bindings={DEV: Binding(BOARD, 5)})
+    b.request(DEV, SPOOF, serial=None, now=0)
+    assert b.forget(OTHER) is False
+    assert b.revision == 0
+    assert b.forget(DEV) is True
+    assert (b.bindings, b.pending(now=0), b.revision) == ({}, [], 1)
+    fresh = b.request(DEV, SPOOF, serial=None, now=1)
+    assert (fresh.verdict, fresh.generation, fresh.new_binding) == (Verdict.CREDENTIALS, 1, True)
