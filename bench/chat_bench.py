@@ -55,11 +55,25 @@ async def _line(proc: asyncio.subprocess.Process) -> dict[str, Any]:
     return line
 
 
-async def run_size(k: int, root: Path) -> dict[str, Any]:  # noqa: PLR0915 - one linear scenario
+async def run_size(k: int, root: Path) -> dict[str, Any]:
+    children: list[asyncio.subprocess.Process] = []
+    try:
+        return await _run_size(k, root, children)
+    finally:
+        for child in children:  # never leave a peer or a sender behind
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
+
+
+async def _run_size(  # noqa: PLR0915 - one linear scenario
+    k: int, root: Path, children: list[asyncio.subprocess.Process]
+) -> dict[str, Any]:
     peer = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.chat_peer",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 26,
     )  # fmt: skip
+    children.append(peer)
     url = (await _line(peer))["url"]
     async with local_broker(root / "data") as broker:
         settings = gateway_settings(
@@ -101,6 +115,7 @@ async def run_size(k: int, root: Path) -> dict[str, Any]:  # noqa: PLR0915 - one
                 sys.executable, "-m", "bench.scale_sender", str(root / "spec.json"),
                 stdout=asyncio.subprocess.PIPE,
             )  # fmt: skip
+            children.append(sender)
             ready = await _line(sender)
             async with asyncio.timeout(30):  # every session bridged (its upstream hello done)
                 while not all(  # noqa: ASYNC110 - no event for "all K bridged"; a bench poll

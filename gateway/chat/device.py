@@ -225,7 +225,9 @@ class DeviceChat:
         if kind == "stt":
             self.handle(v.ServerStt())
         tts = state if kind == "tts" and state in ("start", "stop") else None
-        self.player.json(payload, tts=tts)
+        if not self.player.json(payload, tts=tts):
+            self.handle(v.UpstreamLost("downlink_control_overflow"))
+            return
         self._p.metrics.control_down.labels(str(kind)[:20]).inc()
 
     def _upstream_ended(self, error: UpstreamError | None) -> None:

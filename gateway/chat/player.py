@@ -10,7 +10,9 @@ that arrives before ``tts start``).
 
 Queue: bounded at ``capacity`` audio frames; overflow drops the newest frame (counted) — the
 upstream paces its own sending, so a full queue means a stalled device path. Control JSON is
-never dropped. :meth:`clear` drops the queued audio (abort, a task starting, session gone).
+never dropped: more than ``control_capacity`` messages waiting means the upstream floods, and
+:meth:`json` returns False so the caller ends the session instead. :meth:`clear` drops the
+queued audio (abort, a task starting, session gone).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Player:
         count_drop: Callable[[str], None] = lambda reason: None,
         pacing: Pacing | None = None,
         capacity: int = 500,
+        control_capacity: int = 256,
         lead_s: float = 0.2,
     ) -> None:
         self._publish = publish
@@ -54,6 +57,7 @@ class Player:
         self._count_drop = count_drop
         self._pacing = pacing or Pacing()
         self._capacity = capacity
+        self._control_capacity = control_capacity
         self._lead_s = lead_s
         self._queue: deque[Json | Audio] = deque()
         self._audio_queued = 0
@@ -63,9 +67,13 @@ class Player:
         self._last_due: float | None = None
         self.speaking = False
 
-    def json(self, payload: bytes, tts: str | None = None) -> None:
+    def json(self, payload: bytes, tts: str | None = None) -> bool:
+        if len(self._queue) - self._audio_queued >= self._control_capacity:
+            self._count_drop("downlink_control_overflow")
+            return False
         self._queue.append(Json(payload, tts))
         self._wake.set()
+        return True
 
     def audio(self, opus: bytes) -> None:
         if self._audio_queued >= self._capacity:

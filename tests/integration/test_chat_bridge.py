@@ -153,3 +153,21 @@ async def test_silence_goes_to_standby_and_speech_resets_it(broker: Broker, tmp_
         assert peer.audio == said  # no timeout cut the speech
         await rig.upstream.wait_for(lambda: peer.closed, "bridge closed at standby")
         assert rig.lesson.metric('chat_standby_total{reason="silence"}') == 1
+
+
+async def test_server_ending_the_chat_says_goodbye_after_its_audio(
+    broker: Broker, tmp_path: Path
+) -> None:
+    async with chat_rig(broker, tmp_path) as rig:
+        peer = await _listening(rig)
+        assert rig.device.hello is not None
+        # the device's first datagram tells the gateway where to send audio (reference §5.5)
+        await rig.device.stream_opus(encode_pcm(silence(300)), speed=4.0)
+        reply = encode_pcm(synthesize("Goodbye, see you soon."))
+        await peer.speak(reply, heard="goodbye")
+        await peer.ws.close()  # xiaozhi-esp32-server closes after its exit intent (code 1000)
+        bye = await rig.device.expect("goodbye")
+        assert bye["session_id"] == rig.device.hello.session_id
+        assert rig.device.downlink_audio == reply  # the goodbye waited for the audio
+        assert rig.lesson.metric('chat_upstream_ends_total{reason="ended"}') == 1
+        assert rig.lesson.metric('ops_alarms_total{alarm="chat_upstream_lost"}') == 0

@@ -35,7 +35,7 @@ class Sink:
                 await self.changed.wait()
 
 
-def player(sink: Sink, capacity: int = 100) -> Player:
+def player(sink: Sink, capacity: int = 100, control: int = 256) -> Player:
     return Player(
         publish=sink.publish,
         send_audio=sink.send,
@@ -44,6 +44,7 @@ def player(sink: Sink, capacity: int = 100) -> Player:
         count_drop=sink.drops.append,
         pacing=Pacing(frame_ms=5, prebuffer=2),
         capacity=capacity,
+        control_capacity=control,
         lead_s=0.01,
     )
 
@@ -74,7 +75,7 @@ async def test_clear_drops_audio_keeps_control_and_overflow_is_counted() -> None
     for i in range(5):
         p.audio(bytes([i]))
     assert sink.drops == ["downlink_overflow", "downlink_overflow"]
-    p.json(b"b")
+    assert p.json(b"b")
     assert p.clear() == 3
     assert p.clear() == 0
     sink.refuse = True
@@ -85,3 +86,13 @@ async def test_clear_drops_audio_keeps_control_and_overflow_is_counted() -> None
         task.cancel()
     assert sink.out == [("json", b"a"), ("json", b"b"), ("audio", b"x")]
     assert sink.drops[-1] == "downlink_refused"
+
+
+def test_control_flood_is_refused_not_dropped_silently() -> None:
+    sink = Sink()
+    p = player(sink, control=2)
+    p.audio(b"a")  # audio does not count against the control bound
+    assert p.json(b"1")
+    assert p.json(b"2")
+    assert not p.json(b"3")
+    assert sink.drops == ["downlink_control_overflow"]
