@@ -41,9 +41,13 @@ class HttpServer:
         serve_metrics: bool = True,
         token: str | None = None,
         health: dict[str, HealthCheck] | None = None,
+        health_details: bool = True,
     ) -> None:
         """``health``: share another server's checks (the admin listener shows the same
-        /healthz as the device listener); ``token``: require it as a bearer token."""
+        /healthz as the device listener); ``health_details``: False answers only ``{"ok"}``
+        (the device listener: boards need no view of the gateway's insides); ``token``:
+        require it as a bearer token."""
+        self._health_details = health_details
         self._host = host
         self._port = port
         self._metrics = metrics
@@ -111,7 +115,8 @@ class HttpServer:
     async def _healthz(self, _: web.Request) -> web.Response:
         details = {name: check() for name, check in self._health.items()}
         ok = all(d.get("ok", True) for d in details.values())
-        return web.json_response({"ok": ok, **details}, status=200 if ok else 503)
+        body = {"ok": ok, **details} if self._health_details else {"ok": ok}
+        return web.json_response(body, status=200 if ok else 503)
 
     async def _metrics_text(self, _: web.Request) -> web.Response:
         body = self._metrics.exposition()

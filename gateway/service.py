@@ -112,6 +112,7 @@ class Service:
             metrics=self.metrics,
             name="HTTP (devices)",
             serve_metrics=False,
+            health_details=False,
         )
         token = settings.http.admin_token
         self.admin = HttpServer(

@@ -49,14 +49,19 @@ async def _status(method: str, url: str, headers: dict[str, str] | None = None) 
 
 
 async def test_admin_routes_do_not_exist_on_the_device_port(gateway: Service) -> None:
-    """Attack: a device (or anyone who can reach OTA) asks the device port for /metrics, the task API and the approval API, with and without the admin token.
-    Defence: the device listener has no such routes: every one answers 404, only OTA and /healthz are served there."""
+    """Attack: a device (or anyone who can reach OTA) asks the device port for /metrics, the task API and the approval API, with and without the admin token, and reads /healthz.
+    Defence: the device listener has no such routes: every one answers 404; only OTA and a bare `{"ok": …}` /healthz are served there (component details only on the admin listener)."""
     device = f"http://127.0.0.1:{gateway.http.port}"
     auth = {"Authorization": f"Bearer {TOKEN}"}
     for method, path in ADMIN_ROUTES:
         assert await _status(method, device + path) == 404, path
         assert await _status(method, device + path, auth) == 404, path
-    assert await _status("GET", device + "/healthz") == 200
+    async with aiohttp.ClientSession() as http:
+        async with http.get(device + "/healthz") as resp:
+            assert (resp.status, await resp.json()) == (200, {"ok": True})
+        admin = f"http://127.0.0.1:{gateway.admin.port}/healthz"
+        async with http.get(admin) as resp:
+            assert {"ok", "mqtt", "store", "xiaozhi"} <= set(await resp.json())
     assert gateway.admin.port != gateway.http.port
 
 
