@@ -10,8 +10,11 @@ Loss handling, driven by the receiver's ``lost_before``:
 * the last lost frame is rebuilt from the in-band FEC (LBRR) data of the packet that follows it,
   when that packet carries any (``decode_fec=1``); otherwise, and for the earlier lost frames,
   libopus packet-loss concealment runs (decode with no data);
-* PLC fades to silence within a few frames, so after ``plc_limit`` frames the rest of a long gap
-  is filled with zeros (cheaper, same sound) — stream time stays exact either way;
+* a gap longer than ``plc_limit`` (5) frames is not concealed at all: PLC fades to silence
+  within a few frames anyway, and a forged sequence jump (AES-CTR has no MAC) must not buy
+  hundreds of PLC runs and megabytes of PCM per datagram. The decoder is reset instead
+  (``resets``, ``gap_frames`` count it) and returns only the packet's own audio; the caller
+  restarts its stream clock at that packet (the pipeline does, from the sequence number);
 * an empty payload is a lost frame; a 1-2 byte DTX packet decodes normally (comfort noise);
 * a packet libopus rejects costs one concealed frame and a ``decode_errors`` count, never an
   exception.
@@ -24,6 +27,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Final
 
+from opuslib.api import ctl as _ctl
 from opuslib.api import decoder as _api
 
 _MAX_PACKET_MS: Final = 120  # longest Opus packet
@@ -66,12 +70,27 @@ def has_lbrr(packet: bytes) -> bool:
     return bool(lbrr)
 
 
+def plausible_frame(packet: bytes) -> bool:
+    """Whether ``packet`` parses as one mono Opus packet (TOC, frame count and frame lengths
+    consistent), as every frame of a Xiaozhi uplink does. A datagram decrypted under the wrong
+    key is random bytes, which often fail this; the UDP endpoint asks it of a datagram before
+    moving a session to a new source address (with the TOC byte the session already used)."""
+    if not packet or packet[0] & 0x4:  # empty, or the stereo bit
+        return False
+    sizes = (ctypes.c_int16 * 48)()
+    offset = ctypes.c_int()
+    frames: int = _parse(packet, len(packet), None, None, sizes, ctypes.byref(offset))
+    return frames > 0
+
+
 @dataclass(slots=True)
 class DecoderCounters:
     frames_decoded: int = 0  # packets decoded (DTX included)
-    concealed: int = 0  # frames synthesized: PLC, zero fill, empty or rejected packets
+    concealed: int = 0  # frames synthesized: PLC, empty or rejected packets
     fec_recovered: int = 0  # lost frames rebuilt from the next packet's FEC data
     decode_errors: int = 0  # packets libopus rejected
+    resets: int = 0  # gaps over plc_limit: decoder reset instead of concealing
+    gap_frames: int = 0  # lost frames in those gaps (not synthesized)
 
 
 class OpusStreamDecoder:
@@ -92,13 +111,14 @@ class OpusStreamDecoder:
         self._last_samples = self.frame_samples  # PLC length follows the stream's frame size
 
     def decode(self, packet: bytes, lost_before: int = 0) -> bytes:
-        """PCM for ``lost_before`` concealed frames followed by ``packet``'s own audio."""
+        """PCM for ``lost_before`` concealed frames followed by ``packet``'s own audio; past
+        ``plc_limit`` lost frames, a decoder reset and only ``packet``'s audio."""
         if lost_before:
             return self._fill_gap(lost_before, packet) + self._decode(packet)
         return self._decode(packet)
 
     def conceal(self, frames: int = 1) -> bytes:
-        """PCM for ``frames`` lost frames with no following packet (PLC, then zeros)."""
+        """PCM for ``frames`` lost frames with no following packet (PLC; none past the limit)."""
         return self._fill_gap(frames, b"")
 
     def close(self) -> None:
@@ -122,13 +142,14 @@ class OpusStreamDecoder:
         return ctypes.string_at(self._buf, 2 * n)
 
     def _fill_gap(self, frames: int, next_packet: bytes) -> bytes:
+        if frames > self.plc_limit:
+            # Cannot fail on a valid decoder state (OPUS_RESET_STATE takes no argument).
+            _api.decoder_ctl(self._state, _ctl.reset_state)
+            self.counters.resets += 1
+            self.counters.gap_frames += frames
+            return b""
         fec = has_lbrr(next_packet)
-        plc_frames = frames - 1 if fec else frames
-        parts = [self._plc() for _ in range(min(plc_frames, self.plc_limit))]
-        zero_frames = max(0, plc_frames - self.plc_limit)
-        if zero_frames:
-            self.counters.concealed += zero_frames
-            parts.append(bytes(2 * self._last_samples * zero_frames))
+        parts = [self._plc() for _ in range(frames - 1 if fec else frames)]
         if fec:
             parts.append(self._fec(next_packet))
         return b"".join(parts)

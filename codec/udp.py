@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -132,9 +133,16 @@ class UplinkReceiver:
         return cls(key=crypto.key, ssrc=crypto.ssrc, max_forward_jump=max_forward_jump)
 
     def accept(self, datagram: bytes, *, decrypt: bool = True) -> Accepted | Dropped:
-        """Check, account and decrypt one datagram. ``decrypt=False`` (nobody listens to this
-        session's audio) does every check and all sequence accounting, skips only the AES,
-        and returns an empty payload."""
+        """:meth:`check` then :meth:`take`, for callers with nothing to do in between."""
+        header = self.check(datagram)
+        if isinstance(header, Dropped):
+            return header
+        return self.take(datagram, header, decrypt=decrypt)
+
+    def check(self, datagram: bytes) -> Header | Dropped:
+        """Framing, ssrc, flags and sequence (replay, forward jump): no AES and no state change
+        but the drop count. The endpoint runs this before charging the session's rate budget,
+        so a flood of replays costs the session nothing."""
         header = check_header(datagram)
         if isinstance(header, DropReason):
             return self._drop(header)
@@ -147,11 +155,30 @@ class UplinkReceiver:
             return self._drop(DropReason.REPLAY)
         if seq - self.last_seq > self.max_forward_jump:
             return self._drop(DropReason.SEQ_JUMP)
+        return header
+
+    def take(
+        self,
+        datagram: bytes,
+        header: Header,
+        *,
+        decrypt: bool = True,
+        plausible: Callable[[bytes], bool] | None = None,
+    ) -> Accepted | Dropped:
+        """Accept a datagram :meth:`check` passed: account its sequence and decrypt it.
+        ``decrypt=False`` (nobody listens to this session's audio) skips only the AES and
+        returns an empty payload. With ``plausible``, the payload is always decrypted and must
+        satisfy it, or the datagram is dropped as ``IMPLAUSIBLE`` with no state change."""
+        payload = b""
+        if decrypt or plausible is not None:
+            payload = open_payload(self._aes, datagram)
+            if plausible is not None and not plausible(payload):
+                return self._drop(DropReason.IMPLAUSIBLE)
+        seq = header.sequence
         lost_before = seq - self.last_seq - 1
         self.last_seq = seq
         self.accepted += 1
         self.lost += lost_before
-        payload = open_payload(self._aes, datagram) if decrypt else b""
         return Accepted(payload, seq, header.timestamp, lost_before)
 
     def _drop(self, reason: DropReason) -> Dropped:

@@ -106,10 +106,18 @@ class XiaozhiSettings(_Section):
     downlink_topic: str = Field("devices/p2p/{dev}", description="Gateway → device control topic.")
     session_idle_s: float = Field(150.0, gt=0, description="Close a voice session idle this long.")
     rebind_after_s: float = Field(
-        5.0,
+        30.0,
         gt=0,
-        description="Accept a new UDP source for a session after the bound one is silent this long.",
+        description="Move a session to a new UDP source (NAT rebinding) only after the bound one "
+        "was silent this long, and only on a datagram that decrypts to the session's Opus frames.",
     )
+    max_sessions: int = Field(
+        1000, ge=1, description="Open voice sessions at most (hellos beyond are not answered)."
+    )
+    hellos_per_minute: float = Field(
+        12.0, gt=0, description="Hellos a device may send per minute after its burst."
+    )
+    hello_burst: int = Field(5, ge=1, description="Hellos a device may send back to back.")
     ota_mqtt_endpoint: str | None = Field(
         None, description="host:port given to devices by OTA (default: the broker's host:port)."
     )

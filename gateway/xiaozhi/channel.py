@@ -28,6 +28,7 @@ from gateway.xiaozhi.ota import OtaEndpoint
 from gateway.xiaozhi.ota_admin import OtaAdmin
 from gateway.xiaozhi.pipeline import Frame, Segmenter, VoiceSink
 from gateway.xiaozhi.provisioning import Provisioner, broker_provisioner, broker_revoker
+from gateway.xiaozhi.ratelimit import HelloLimiter
 from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
 from gateway.xiaozhi.stats import ChannelStats
 from gateway.xiaozhi.udp import UdpEndpoint, open_socket
@@ -83,7 +84,12 @@ class XiaozhiChannel:
         # Per-session datagram budget: 60 ms frames are ~17/s; 40/s with a burst of 80 leaves
         # room for buffered wake-word audio and jitter, and caps what a flood can cost.
         self._udp_rate = (udp_rate_pps, udp_burst)
-        self.table = SessionTable(idle_s=settings.xiaozhi.session_idle_s)
+        xz = settings.xiaozhi
+        self.table = SessionTable(idle_s=xz.session_idle_s, max_sessions=xz.max_sessions)
+        # Bounded per-device hello budget (4 devices remembered per session slot).
+        self.hellos = HelloLimiter(
+            rate=xz.hellos_per_minute / 60, burst=xz.hello_burst, capacity=4 * xz.max_sessions
+        )
         self._live: dict[str, LiveSession] = {}  # by dev
         self._by_ssrc: dict[int, LiveSession] = {}
         self._listening: dict[str, bool] = {}
@@ -290,10 +296,13 @@ class XiaozhiChannel:
 
     # -- used by the control handler --------------------------------------------------------
 
-    def open_session(self, dev: str, now: float) -> LiveSession:
+    def open_session(self, dev: str, now: float) -> LiveSession | None:
+        """A fresh session for ``dev``; ``None`` if the session table is full."""
         if self._new_live is None:
             raise RuntimeError("channel not attached")
         opened = self.table.hello(dev, now)
+        if opened is None:
+            return None
         if opened.replaced is not None:
             self._teardown(opened.replaced, "device", announce=False)
         listening = self._listening.get(dev, self._listening_default)

@@ -105,7 +105,16 @@ class ControlHandler:
             # No reply: the device times out after 10 s and says hello again.
             self._stats.control_dropped.labels("not_ready").inc()
             return
-        live = channel.open_session(dev, channel.now())
+        now = channel.now()
+        # No reply to a refused hello: the device times out after 10 s and may try again.
+        if not channel.hellos.allow(dev, now):
+            self._stats.control_dropped.labels("hello_rate").inc()
+            return
+        live = channel.open_session(dev, now)
+        if live is None:
+            self._stats.control_dropped.labels("session_cap").inc()
+            log.debug("hello from %s refused: %d sessions open", dev, len(channel.table))
+            return
         session = live.session
         channel.publish(
             dev,

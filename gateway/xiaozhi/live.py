@@ -26,6 +26,7 @@ class LiveSession:
     binding: AddressBinding
     pipeline: AudioPipeline
     bucket: TokenBucket
+    rebind_bucket: TokenBucket  # REBIND candidates only: they never spend ``bucket``
     address_known: asyncio.Event = field(default_factory=asyncio.Event)
     speaking: asyncio.Lock = field(default_factory=asyncio.Lock)
     task: asyncio.Task[None] | None = None
@@ -37,6 +38,11 @@ class LiveSession:
     @property
     def session_id(self) -> str:
         return self.session.session_id
+
+
+# Datagrams per second from a new source address that may be decrypted and checked as a NAT
+# rebinding of a session whose source went silent (a real device needs one).
+REBIND_TRIES_PER_S = 4.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class LiveFactory:
             binding=AddressBinding(self.rebind_after_s),
             pipeline=pipeline,
             bucket=TokenBucket(rate=self.rate_pps, burst=self.burst),
+            rebind_bucket=TokenBucket(rate=REBIND_TRIES_PER_S, burst=REBIND_TRIES_PER_S),
         )
 
 

@@ -81,6 +81,7 @@ class PipelineCounters:
     queue_dropped: Callable[[int], None]
     decode_errors: Callable[[int], None]
     segments: Callable[[int], None]
+    decoder_resets: Callable[[int], None]
 
 
 class AudioPipeline:
@@ -178,17 +179,27 @@ class AudioPipeline:
             self._segmenter = None
 
     def _process(self, frame: Frame, lost: int) -> None:
-        if self._segmenter is None:
-            self._segmenter = self._new_segmenter()
-            self._base_ms = float((frame.seq - 1 - lost) * FRAME_MS)
         counters = self._decoder.counters
-        decoded, concealed, errors = (
+        decoded, concealed, errors, resets = (
             counters.frames_decoded,
             counters.concealed,
             counters.decode_errors,
+            counters.resets,
         )
         pcm = self._decoder.decode(frame.opus, lost)
         counters = self._decoder.counters
+        if counters.resets != resets:
+            # A gap too long to conceal (codec.opus): the PCM is this frame's alone. Close what
+            # was open and restart the stream clock here, so times stay exact.
+            self._counters.decoder_resets(counters.resets - resets)
+            if self._segmenter is not None:
+                for event in self._segmenter.flush():
+                    self._deliver(event)
+                self._segmenter = None
+            lost = 0
+        if self._segmenter is None:
+            self._segmenter = self._new_segmenter()
+            self._base_ms = float((frame.seq - 1 - lost) * FRAME_MS)
         if counters.frames_decoded != decoded:
             self._counters.frames_decoded(counters.frames_decoded - decoded)
         if counters.concealed != concealed:

@@ -1,6 +1,7 @@
 """The Xiaozhi voice-session table: a pure core (no I/O, time is an input).
 
-One device has at most one session. A ``hello`` always opens a fresh session with a new random
+One device has at most one session, and at most ``max_sessions`` devices have one. A ``hello``
+always opens a fresh session with a new random
 ``session_id``, AES key and ssrc (replacing any session the device had: firmware re-hellos
 without goodbye after 120 s of silence). ``goodbye`` closes only the session it names. Any
 activity (control message, accepted datagram) moves the idle deadline; ``expire(now)`` returns
@@ -70,10 +71,13 @@ class Randomness:
 
 
 class SessionTable:
-    def __init__(self, *, idle_s: float, rand: Randomness | None = None) -> None:
-        if idle_s <= 0:
-            raise ValueError("idle_s must be positive")
+    def __init__(
+        self, *, idle_s: float, max_sessions: int = 1000, rand: Randomness | None = None
+    ) -> None:
+        if idle_s <= 0 or max_sessions < 1:
+            raise ValueError("idle_s must be positive and max_sessions at least 1")
         self.idle_s = idle_s
+        self.max_sessions = max_sessions
         self._rand = rand or Randomness()
         self._by_dev: dict[str, Session] = {}
         self._by_ssrc: dict[int, Session] = {}
@@ -94,7 +98,11 @@ class SessionTable:
             return None
         return session
 
-    def hello(self, dev: str, now: float) -> Opened:
+    def hello(self, dev: str, now: float) -> Opened | None:
+        """A fresh session for ``dev`` (replacing its own); ``None`` when ``max_sessions`` other
+        devices hold one (the table is full: a device that has a session can always re-hello)."""
+        if dev not in self._by_dev and len(self._by_dev) >= self.max_sessions:
+            return None
         replaced = self._remove(dev, CloseReason.REPLACED)
         session = Session(
             dev=dev,

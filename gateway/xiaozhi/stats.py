@@ -28,6 +28,7 @@ class ChannelStats:
     frames_concealed: Counter = field(init=False)
     frames_skipped: Counter = field(init=False)
     decode_errors: Counter = field(init=False)
+    decoder_resets: Counter = field(init=False)
     audio_queue_dropped: Counter = field(init=False)
     speech_segments: Counter = field(init=False)
     ota_requests: Counter = field(init=False)
@@ -59,10 +60,14 @@ class ChannelStats:
         )
         self.frames_decoded = m.counter("xiaozhi_opus_frames_decoded", "Opus frames decoded")
         self.frames_concealed = m.counter(
-            "xiaozhi_opus_frames_concealed", "Lost Opus frames concealed (PLC/FEC/zeros)"
+            "xiaozhi_opus_frames_concealed", "Lost Opus frames concealed (PLC/FEC, at most 5 a gap)"
         )
         self.decode_errors = m.counter(
             "xiaozhi_opus_decode_errors", "Packets libopus rejected (concealed instead)"
+        )
+        self.decoder_resets = m.counter(
+            "xiaozhi_opus_decoder_resets",
+            "Sequence gaps too long to conceal (over 5 frames): decoder reset instead",
         )
         self.frames_skipped = m.counter(
             "xiaozhi_opus_frames_skipped", "Frames not decoded because nobody was listening"
@@ -89,4 +94,5 @@ class ChannelStats:
             queue_dropped=self.audio_queue_dropped.inc,
             decode_errors=self.decode_errors.inc,
             segments=self.speech_segments.inc,
+            decoder_resets=self.decoder_resets.inc,
         )

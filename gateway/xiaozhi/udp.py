@@ -1,10 +1,14 @@
 """The UDP audio endpoint: one datagram socket for every session, routed by ssrc.
 
 Per datagram, cheapest check first, each refusal counted by reason and never raised:
-framing (``peek_ssrc``, no crypto) → ssrc lookup → source address (:mod:`binding`) → rate
-(:mod:`ratelimit`) → sequence / replay (codec's ``UplinkReceiver``, before decryption) →
-decrypt → bind/refresh the source → the session's bounded pipeline. A datagram from a foreign address never touches the session's
-sequence state, so it can neither lock the session out nor learn anything from it.
+framing (``peek_ssrc``, no crypto) → ssrc lookup → source address (:mod:`binding`) → flags and
+sequence / replay (codec's ``UplinkReceiver.check``, no crypto, no state change) → rate
+(:mod:`ratelimit`; a replay flood therefore never drains the session's budget) → decrypt →
+bind/refresh the source → the session's bounded pipeline. A datagram from a foreign address
+never touches the session's sequence state, so it can neither lock the session out nor learn
+anything from it. A new address for a session whose source has been silent for
+``xiaozhi.rebind_after_s`` is tried on a small budget of its own and adopted only if the
+datagram decrypts to a frame of the session's stream (see :mod:`binding`).
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ import socket
 from collections.abc import Callable
 from typing import cast
 
+from codec.opus import plausible_frame
 from codec.packet import MAX_DATAGRAM, DropReason, peek_ssrc
-from codec.udp import Dropped
+from codec.udp import Accepted, Dropped
 from gateway.xiaozhi.binding import Address, Admission
 from gateway.xiaozhi.live import LiveSession
 from gateway.xiaozhi.pipeline import Frame
@@ -27,6 +32,7 @@ log = logging.getLogger(__name__)
 FOREIGN_SOURCE = "foreign_source"  # drop label beside codec's DropReason values
 NO_ADDRESS = "no_address"  # a send before the device's address is known
 RATE_LIMITED = "rate_limited"  # over the session's datagram rate (ratelimit.py)
+REBIND_LIMITED = "rebind_limited"  # over the tries a silent session allows a new source
 RECEIVE_BUFFER = 4 * 1024 * 1024
 # Datagrams read per readiness event (the one asyncio delivers + up to this many more), so a
 # busy socket costs one loop iteration per batch, not per datagram; bounded so the loop still
@@ -104,21 +110,47 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         if admission is Admission.FOREIGN:
             stats.udp_dropped.labels(FOREIGN_SOURCE).inc()
             return
-        if not live.bucket.allow(now):
-            stats.udp_dropped.labels(RATE_LIMITED).inc()
+        result = self._accept(live, data, admission, now)
+        if result is None:
             return
-        # Nobody listens (no window open): sequence and binding rules still run, the AES not.
-        result = live.receiver.accept(data, decrypt=live.pipeline.listening)
-        if isinstance(result, Dropped):
-            stats.udp_dropped.labels(result.reason.value).inc()
-            return
-        live.binding.commit(source, now, admission)
+        live.binding.commit(source, now, admission, result.opus_payload)
         if admission is Admission.REBIND:
             stats.udp_rebinds.inc()
             log.info("session %s of %s moved to %s", live.session_id, live.dev, source)
         live.address_known.set()
         self._on_activity(live, now)
         live.pipeline.offer(Frame(result.opus_payload, result.seq, result.lost_before))
+
+    def _accept(
+        self, live: LiveSession, data: bytes, admission: Admission, now: float
+    ) -> Accepted | None:
+        """Sequence checks, budget, decryption; ``None`` for a drop (counted)."""
+        header = live.receiver.check(data)  # replays are refused before spending any budget
+        if isinstance(header, Dropped):
+            self._stats.udp_dropped.labels(header.reason.value).inc()
+            return None
+        binding = live.binding
+        if admission is Admission.REBIND:
+            # A new source for a silent session: a few tries a second on a budget of their
+            # own, and only a frame of this session's stream (decrypted, checked) moves it.
+            if not live.rebind_bucket.allow(now):
+                self._stats.udp_dropped.labels(REBIND_LIMITED).inc()
+                return None
+            result = live.receiver.take(
+                data, header, plausible=lambda p: binding.familiar(p) and plausible_frame(p)
+            )
+        else:
+            if not live.bucket.allow(now):
+                self._stats.udp_dropped.labels(RATE_LIMITED).inc()
+                return None
+            # Nobody listens (no window open): sequence and binding rules still run, the AES
+            # not (except until the session's TOC byte is known, for rebinding).
+            decrypt = live.pipeline.listening or not binding.tocs
+            result = live.receiver.take(data, header, decrypt=decrypt)
+        if isinstance(result, Dropped):
+            self._stats.udp_dropped.labels(result.reason.value).inc()
+            return None
+        return result
 
     # -- sending ---------------------------------------------------------------------------
 

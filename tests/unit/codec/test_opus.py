@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codec.opus import OpusStreamDecoder, has_lbrr
+from codec.opus import OpusStreamDecoder, has_lbrr, plausible_frame
 from tests.support.opus_stream import encode
 from tests.support.speech import compose
 
@@ -41,17 +41,48 @@ def test_decodes_60ms_frames(packets: list[bytes]) -> None:
 
 
 def test_lost_frames_are_concealed_in_front_of_the_next_packet(packets: list[bytes]) -> None:
-    dec = OpusStreamDecoder(plc_limit=2)
+    dec = OpusStreamDecoder()
     for p in packets[:10]:
         dec.decode(p)
-    out = dec.decode(packets[15], lost_before=5)
+    out = dec.decode(packets[16], lost_before=5)  # the limit: still concealed
     assert len(out) == 6 * 1920
     assert dec.counters.concealed == 5
-    assert out[2 * 1920 : 5 * 1920] == bytes(3 * 1920)  # beyond plc_limit: zero fill
     assert any(out[:1920])  # PLC continues the voice
     assert len(dec.conceal(3)) == 3 * 1920
     assert dec.counters.concealed == 8
-    assert dec.counters.fec_recovered == 0
+    assert (dec.counters.fec_recovered, dec.counters.resets) == (0, 0)
+
+
+def test_a_gap_over_the_limit_resets_instead_of_concealing(packets: list[bytes]) -> None:
+    dec = OpusStreamDecoder(plc_limit=5)
+    for p in packets[:10]:
+        dec.decode(p)
+    out = dec.decode(packets[20], lost_before=999)  # a forged jump: one frame of work
+    assert len(out) == 1920
+    assert (dec.counters.concealed, dec.counters.resets, dec.counters.gap_frames) == (0, 1, 999)
+    assert dec.conceal(6) == b""
+    assert (dec.counters.resets, dec.counters.gap_frames) == (2, 1005)
+    # After a reset the stream decodes on as if it had just started.
+    fresh = OpusStreamDecoder()
+    assert dec.decode(packets[21]) == fresh.decode(packets[21])
+
+
+@pytest.mark.parametrize(
+    ("packet", "plausible"),
+    [
+        (b"", False),
+        (bytes([11 << 3]), True),  # TOC only (DTX): one empty 60 ms SILK frame
+        (bytes([11 << 3 | 4, 1]), False),  # the stereo bit
+        (bytes([0x5B]) + b"\xff" * 3, False),  # code 3 with an invalid frame count byte
+        (bytes([31 << 3 | 2, 50, 1, 2]), False),  # code 2: first frame longer than the data
+    ],
+)
+def test_plausible_frame(packet: bytes, plausible: bool) -> None:
+    assert plausible_frame(packet) is plausible
+
+
+def test_real_frames_are_plausible(packets: list[bytes]) -> None:
+    assert all(plausible_frame(p) for p in packets)
 
 
 def test_in_band_fec_rebuilds_the_last_lost_frame() -> None:

@@ -89,12 +89,19 @@ def inbound(dev: str, body: dict[str, Any] | bytes, topic: str | None = None) ->
 
 
 def make_channel(
-    clock: FakeClock | None = None, *, ready: bool = True, **kwargs: Any
+    clock: FakeClock | None = None,
+    *,
+    ready: bool = True,
+    xiaozhi: dict[str, Any] | None = None,
+    **kwargs: Any,
 ) -> tuple[XiaozhiChannel, FakePublisher, Metrics]:
     metrics = Metrics()
     pub = FakePublisher()
     channel = XiaozhiChannel(
-        settings=Settings(udp={"port": 0, "public_host": "gw.example", "public_port": 8884}),
+        settings=Settings(
+            udp={"port": 0, "public_host": "gw.example", "public_port": 8884},
+            xiaozhi=xiaozhi or {},
+        ),
         clock=clock or FakeClock(),
         **kwargs,
     )

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.xiaozhi.binding import Address, AddressBinding, Admission
+from gateway.xiaozhi.binding import MAX_TOCS, Address, AddressBinding, Admission
 from gateway.xiaozhi.downlink import Pacing
-from gateway.xiaozhi.ratelimit import TokenBucket
+from gateway.xiaozhi.ratelimit import HelloLimiter, TokenBucket
 
 HOME: Address = ("10.0.0.5", 40000)
 NAT: Address = ("10.0.0.5", 40001)
 EVIL: Address = ("192.0.2.66", 5555)
+OPUS = b"\x58\x01\x02"  # TOC 0x58: SILK wideband 60 ms
 
 
 @pytest.mark.parametrize(
@@ -30,16 +31,16 @@ def test_admission(
 ) -> None:
     binding = AddressBinding(rebind_after_s=5.0)
     for addr, at in history:
-        binding.commit(addr, at, binding.check(addr, at))
+        binding.commit(addr, at, binding.check(addr, at), OPUS)
     assert binding.check(source, now) is expected
 
 
 def test_check_does_not_mutate_and_rebind_moves_the_binding() -> None:
     binding = AddressBinding(rebind_after_s=5.0)
-    binding.commit(HOME, 0.0, Admission.FIRST)
+    binding.commit(HOME, 0.0, Admission.FIRST, OPUS)
     assert binding.check(NAT, 10.0) is Admission.REBIND
     assert binding.address == HOME  # a check alone (e.g. a replay then refused) never rebinds
-    binding.commit(NAT, 10.0, Admission.REBIND)
+    binding.commit(NAT, 10.0, Admission.REBIND, b"")
     assert (binding.address, binding.rebinds) == (NAT, 1)
     assert binding.check(HOME, 11.0) is Admission.FOREIGN
 
@@ -47,7 +48,20 @@ def test_check_does_not_mutate_and_rebind_moves_the_binding() -> None:
 def test_foreign_cannot_be_committed() -> None:
     binding = AddressBinding(rebind_after_s=5.0)
     with pytest.raises(ValueError, match="FOREIGN"):
-        binding.commit(EVIL, 0.0, Admission.FOREIGN)
+        binding.commit(EVIL, 0.0, Admission.FOREIGN, OPUS)
+
+
+def test_familiar_frames_start_with_a_toc_byte_already_seen_and_the_set_is_bounded() -> None:
+    binding = AddressBinding(rebind_after_s=30.0)
+    assert not binding.familiar(OPUS)  # nothing learned yet
+    binding.commit(HOME, 0.0, Admission.FIRST, OPUS)
+    binding.commit(HOME, 0.1, Admission.SAME, b"")  # not decrypted: nothing to learn
+    assert binding.familiar(bytes([OPUS[0]]) + b"other bytes")
+    assert not binding.familiar(b"\x00" + OPUS[1:])
+    assert not binding.familiar(b"")
+    for toc in range(100):
+        binding.commit(HOME, 1.0, Admission.SAME, bytes([toc]))
+    assert len(binding.tocs) == MAX_TOCS
 
 
 @pytest.mark.parametrize(
@@ -86,3 +100,19 @@ def test_token_bucket_can_start_empty() -> None:
 def test_token_bucket_rejects_nonsense(rate: float, burst: int) -> None:
     with pytest.raises(ValueError, match="rate"):
         TokenBucket(rate=rate, burst=burst)
+
+
+def test_hello_limiter_budgets_each_device_and_forgets_the_least_recent() -> None:
+    limiter = HelloLimiter(rate=0.1, burst=2, capacity=3)
+    assert [limiter.allow("a", 0.0) for _ in range(3)] == [True, True, False]
+    assert limiter.allow("a", 10.0)  # one back after 10 s
+    for dev in ("b", "c"):
+        assert limiter.allow(dev, 10.0)
+    assert limiter.allow("a", 10.0) is False  # "a" is the most recent now; "b" is oldest
+    assert limiter.allow("d", 10.0)  # evicts "b": the table stays at 3
+    assert len(limiter) == 3
+    assert [limiter.allow("b", 10.0) for _ in range(3)] == [True, True, False]  # fresh budget
+    with pytest.raises(ValueError, match="capacity"):
+        HelloLimiter(rate=1, burst=1, capacity=0)
+    with pytest.raises(ValueError, match="rate"):
+        HelloLimiter(rate=0, burst=1, capacity=1)

@@ -246,6 +246,38 @@ def test_udp_timeout_ends_the_named_session_like_goodbye() -> None:
     assert sample(metrics, "xiaozhi_goodbyes_total", side="device", reason="device_goodbye") == 1
 
 
+def test_hellos_past_the_devices_budget_get_no_reply() -> None:
+    clock = FakeClock(0.0)
+    channel, _, metrics = make_channel(clock, xiaozhi={"hello_burst": 3, "hellos_per_minute": 6})
+    assert channel.control is not None
+    for _ in range(10):
+        channel.control.handle(inbound(DEV, HELLO))
+    assert sample(metrics, "xiaozhi_hellos_total") == 3
+    assert sample(metrics, "xiaozhi_control_dropped_total", reason="hello_rate") == 7
+    channel.control.handle(inbound(OTHER, HELLO))  # another device has its own budget
+    assert channel.session_id(OTHER) is not None
+    clock.now = 10.0  # one hello per 10 s
+    channel.control.handle(inbound(DEV, HELLO))
+    assert sample(metrics, "xiaozhi_hellos_total") == 5
+    assert len(channel.hellos) == 2
+
+
+def test_hellos_past_the_session_cap_get_no_reply_but_open_sessions_can_renew() -> None:
+    channel, pub, metrics = make_channel(xiaozhi={"max_sessions": 1})
+    assert channel.control is not None
+    channel.control.handle(inbound(DEV, HELLO))
+    sid = channel.session_id(DEV)
+    channel.control.handle(inbound(OTHER, HELLO))
+    assert channel.session_id(OTHER) is None
+    assert pub.to(OTHER) == []
+    assert sample(metrics, "xiaozhi_control_dropped_total", reason="session_cap") == 1
+    channel.control.handle(inbound(DEV, HELLO))  # its own session is replaced, not refused
+    assert channel.session_id(DEV) not in (None, sid)
+    assert channel.close_session(DEV)
+    channel.control.handle(inbound(OTHER, HELLO))
+    assert channel.session_id(OTHER) is not None
+
+
 def test_hello_before_the_udp_port_is_bound_gets_no_reply() -> None:
     channel, pub, metrics = make_channel(ready=False)
     assert channel.control is not None

@@ -32,6 +32,7 @@ class Tally:
             queue_dropped=bump("dropped"),  # type: ignore[arg-type]
             segments=bump("segments"),  # type: ignore[arg-type]
             decode_errors=bump("errors"),  # type: ignore[arg-type]
+            decoder_resets=bump("resets"),  # type: ignore[arg-type]
         )
 
 

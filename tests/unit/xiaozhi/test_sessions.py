@@ -128,3 +128,16 @@ def test_close_all_and_touch_after_close() -> None:
 def test_idle_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         SessionTable(idle_s=0)
+
+
+def test_the_table_is_capped_but_a_device_with_a_session_can_always_renew_it() -> None:
+    table = SessionTable(idle_s=150, max_sessions=2, rand=seeded())
+    assert table.hello(A, 0.0) is not None
+    assert table.hello(B, 0.0) is not None
+    assert table.hello("aa_bb_cc_dd_ee_03", 0.0) is None
+    renewed = table.hello(A, 1.0)
+    assert renewed is not None
+    assert renewed.replaced is not None
+    assert len(table) == 2
+    with pytest.raises(ValueError, match="max_sessions"):
+        SessionTable(idle_s=150, max_sessions=0)

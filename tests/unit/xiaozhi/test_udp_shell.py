@@ -42,6 +42,7 @@ class Rig:
 
     def open(self, dev: str) -> tuple[LiveSession, UplinkSender]:
         live = self.channel.open_session(dev, self.clock())
+        assert live is not None
         return live, UplinkSender(key=live.session.key, ssrc=live.session.ssrc)
 
     def feed(self, data: bytes, addr: tuple[str, int]) -> None:
@@ -95,15 +96,62 @@ def test_nat_rebinding_after_silence_but_not_for_replays() -> None:
     live, device = rig.open(DEV)
     captured = seal(device)
     rig.feed(captured, HOME)
-    rig.clock.now = 10.0  # bound source silent for longer than rebind_after_s (5 s)
+    rig.clock.now = 29.9  # not silent long enough (rebind_after_s: 30 s)
+    rig.feed(seal(device), NAT)
+    assert rig.dropped("foreign_source") == 1
+    rig.clock.now = 40.0  # bound source silent for longer than rebind_after_s
     rig.feed(captured, NAT)  # a replay from a new address never rebinds
     assert rig.dropped("replay") == 1
     assert live.binding.address == HOME
+    wrong_key = UplinkSender(key=bytes(16), ssrc=live.session.ssrc, last_seq=device.last_seq)
+    rig.feed(wrong_key.seal(b"\xf8\xff\xfe"), NAT)  # sealed without the key: random payload
+    rig.feed(seal(device, b"\x58\xff\xfe"), NAT)  # a real frame with a TOC never seen
+    assert rig.dropped("implausible") == 2
+    assert live.binding.address == HOME
+    assert live.receiver.last_seq == 1  # refused candidates left no trace
     rig.feed(seal(device), NAT)
     assert live.binding.address == NAT
     assert sample(rig.metrics, "xiaozhi_udp_rebinds_total") == 1
     rig.feed(seal(device), HOME)  # the old address is now the foreign one
-    assert rig.dropped("foreign_source") == 1
+    assert rig.dropped("foreign_source") == 2
+
+
+def test_rebind_candidates_have_their_own_small_budget() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    rig.feed(seal(device), HOME)
+    rig.clock.now = 100.0
+    garbage = UplinkSender(key=bytes(16), ssrc=live.session.ssrc, last_seq=1)
+    for _ in range(50):
+        rig.feed(garbage.seal(b"\xf8\xff\xfe"), EVIL)
+    assert rig.dropped("implausible") == 4  # REBIND_TRIES_PER_S
+    assert rig.dropped("rebind_limited") == 46
+    # The session's own budget was not touched: the device streams on at full rate.
+    assert live.bucket.tokens == live.bucket.burst - 1  # only the first datagram
+    rig.feed(seal(device), HOME)
+    assert live.receiver.accepted == 2
+
+
+def test_replays_are_refused_before_they_spend_the_sessions_budget() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    captured = seal(device)
+    rig.feed(captured, HOME)
+    for _ in range(500):  # far past the burst (80)
+        rig.feed(captured, HOME)
+    assert rig.dropped("replay") == 500
+    assert rig.dropped("rate_limited") == 0
+    rig.feed(seal(device), HOME)
+    assert live.receiver.accepted == 2
+
+
+def test_the_session_toc_is_learned_even_while_nobody_listens() -> None:
+    rig = Rig()
+    live, device = rig.open(DEV)
+    live.pipeline.listening = False
+    rig.feed(seal(device), HOME)
+    rig.feed(seal(device, b"\x58"), HOME)
+    assert live.binding.tocs == {0xF8}  # the first frame was decrypted for it, not the second
 
 
 @pytest.mark.parametrize(
