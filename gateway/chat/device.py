@@ -177,12 +177,14 @@ class DeviceChat:
                 if p.engine is not None:
                     pcm, self._pcm = self._pcm, b""
                     p.spawn(self._answer(turn, pcm), f"device[{self.dev}].chat.turn")
-            case v.StopPlayback(reason=reason):
-                self.player.clear()
+            case v.StopPlayback(reason=reason) if reason in ("abort", "task"):
+                self.player.clear()  # the session goes on: end its speech properly
                 if self.player.speaking and self.session_id is not None:
                     self.player.json(messages.tts(self.session_id, "stop"), tts="stop")
                 if reason == "task":
                     p.channel.set_listening(self.dev, False)
+            case v.StopPlayback():
+                self.player.reset()  # closed, or about to be (standby): nothing more to say
             case v.Standby(reason=reason):
                 p.metrics.standby.labels(reason).inc()
                 if self.bridge is not None:

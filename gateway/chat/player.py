@@ -91,6 +91,14 @@ class Player:
             self._audio_queued = 0
         return dropped
 
+    def reset(self) -> None:
+        """The session is over: drop everything queued, control included (it named that
+        session), and forget the speaking state."""
+        self._queue.clear()
+        self._audio_queued = 0
+        self._last_due = None
+        self.speaking = False
+
     @property
     def idle(self) -> bool:
         return not self._queue

@@ -96,3 +96,13 @@ def test_control_flood_is_refused_not_dropped_silently() -> None:
     assert p.json(b"2")
     assert not p.json(b"3")
     assert sink.drops == ["downlink_control_overflow"]
+
+
+def test_reset_drops_everything() -> None:
+    sink = Sink()
+    p = player(sink)
+    p.json(b"start", tts="start")
+    p.audio(b"a")
+    p.reset()
+    assert p.idle
+    assert not p.speaking
