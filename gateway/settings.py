@@ -153,9 +153,11 @@ class XiaozhiSettings(_Section):
     )
     ota_ip_burst: int = Field(60, ge=1, description="OTA request burst per client IP.")
     ota_mac_per_min: float = Field(
-        30.0, gt=0, description="OTA requests per minute per MAC (a board polls every 3 s)."
+        30.0,
+        gt=0,
+        description="OTA requests per minute per MAC and Client-Id (a board polls every 3 s).",
     )
-    ota_mac_burst: int = Field(15, ge=1, description="OTA request burst per MAC.")
+    ota_mac_burst: int = Field(15, ge=1, description="OTA request burst per MAC and Client-Id.")
     ota_workers: int = Field(
         2, ge=1, le=16, description="Threads of the OTA executor (files, broker reload, polls)."
     )

@@ -217,7 +217,8 @@ class OtaEndpoint:
         except wire.OtaRefused as exc:
             raise _Early(self._reply(400, {"error": str(exc)})) from None
         now = self.clock()
-        limited = self._limits.check(ip=request.remote or "-", dev=dev, now=now)
+        # Per MAC *and* Client-Id: someone spoofing a board's MAC drains only their own bucket.
+        limited = self._limits.check(ip=request.remote or "-", dev=f"{dev}/{client}", now=now)
         if limited is not None:
             raise _Early(self._refuse(429, limited.value))
         if not self._configured:

@@ -1,4 +1,6 @@
-"""OTA rate limits, pure (time is an input): token buckets per client IP and per MAC.
+"""OTA rate limits, pure (time is an input): token buckets per client IP and per device
+claim (the OTA shell keys it by MAC and Client-Id, so a spoofer of a board's MAC cannot drain
+the real board's bucket).
 
 The tables are keyed by attacker-chosen input (source addresses, MACs), so they are bounded:
 at ``max_keys`` a new key may only take the place of the least recently charged key, and only

@@ -210,3 +210,21 @@ async def test_hmac_v2_wrong_key_is_refused(broker: Broker, tmp_path: Path) -> N
             await forger.provision(gw.ota_url)
         assert mac.replace(":", "_") not in broker_users(broker)
         assert gw.metric("xiaozhi_ota_activations_total", outcome="activate_bad_hmac") == 2
+
+
+async def test_a_spoofer_cannot_drain_the_real_boards_rate_limit(broker: Broker) -> None:
+    """Attack: an attacker hammers OTA with a real board's MAC (and its own Client-Id) until it is rate limited, hoping the board's next boot gets 429.
+    Defence: the per-device bucket is keyed by MAC and Client-Id: the attacker hits 429 `rate_mac`, the real board is answered with its credentials."""
+    async with running_gateway(broker, ota_ip_burst=1000) as gw:
+        mac = new_mac()
+        board = XiaozhiDeviceSim(mac=mac)
+        info = await board.provision(gw.ota_url)
+        attacker = XiaozhiDeviceSim(mac=mac).ota_headers()
+        statuses = []
+        async with aiohttp.ClientSession() as http:
+            for _ in range(20):
+                async with http.post(gw.ota_url, headers=attacker, json={}) as resp:
+                    statuses.append(resp.status)
+        assert statuses == [200] * 15 + [429] * 5  # burst 15: activations, then 429
+        assert (await board.provision(gw.ota_url)).password == info.password
+        assert gw.metric("xiaozhi_ota_refused_total", reason="rate_mac") == 5
