@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gateway.simulators.xiaozhi import encode_pcm
 from tests.support.broker import Broker
 from tests.support.chat_rig import TOKEN, ChatRig, chat_rig
@@ -98,7 +100,10 @@ async def test_no_uplink_while_tts_plays(broker: Broker, tmp_path: Path) -> None
         assert peer.audio == again  # only the new turn's frames; none from the reply time
 
 
-async def test_lesson_suspends_chat_and_exit_resumes(broker: Broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("exit_by", ["stop", "long_press"])
+async def test_lesson_suspends_chat_and_exit_resumes(
+    broker: Broker, tmp_path: Path, exit_by: str
+) -> None:
     async with chat_rig(broker, tmp_path) as rig:
         first = await _listening(rig)
         reply = await rig.lesson.start(priority=2)
@@ -111,9 +116,13 @@ async def test_lesson_suspends_chat_and_exit_resumes(broker: Broker, tmp_path: P
         assert first.audio == []
         assert len(rig.upstream.sessions) == 1  # no chat session while the lesson runs
 
-        stopped = await rig.lesson.request("stop", instance_id=reply["instance_id"], priority=2)
-        assert stopped["status"] == "accepted"
-        await rig.lesson.wait_event("instance.cancelled")
+        if exit_by == "stop":
+            stopped = await rig.lesson.request("stop", instance_id=reply["instance_id"], priority=2)
+            assert stopped["status"] == "accepted"
+        else:
+            rig.lesson.board.press_button("long")
+        cancelled = await rig.lesson.wait_event("instance.cancelled")
+        assert cancelled.data["reason"] == {"stop": "stopped", "long_press": "button"}[exit_by]
         # back in CHAT: the device talks again within one hello
         second = await _listening(rig)
         said = encode_pcm(synthesize("Hello again."))
