@@ -1,0 +1,62 @@
+"""Concealment amplification (issue 10, item 5): forged sequence jumps used to make the decoder
+synthesize up to 999 frames (~11 ms of CPU and ~2 MB of PCM) per datagram."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.simulators.xiaozhi import FRAME_MS, encode_pcm
+from tests.adversarial.udp_support import forged, live_of, ssrc_of
+from tests.integration.test_xiaozhi_audio import BOUNDARY_MS
+from tests.integration.xiaozhi_support import provisioned_device, running_gateway
+from tests.support import speech
+from tests.support.broker import Broker
+from tests.support.udp_watch import DatagramWatch
+
+pytestmark = pytest.mark.integration
+
+JUMP = 999  # within the receiver's forward window (1000): accepted, the gap reported as loss
+FORGED = 50
+
+
+async def test_forged_sequence_jumps_cost_one_frame_of_work_each(broker: Broker) -> None:
+    """Attack: from the device's own address, an injector sends keyless datagrams that each
+    jump the sequence 999 frames ahead, so the decoder would conceal 998 frames per datagram.
+    Defence: a gap over 5 frames resets the decoder instead (decoder_resets counts each), so
+    no forged datagram costs more than its own frame, and stream time after the gap is exact."""
+    timeline = speech.compose([400, "Count me in.", 900])
+    packets = encode_pcm(timeline.pcm)
+    async with running_gateway(broker) as gw, provisioned_device(gw) as (dev, sim):
+        await sim.open_audio_channel()
+        await sim.listen_start()
+        assert sim.crypto is not None
+        crypto = sim.crypto
+        watch = DatagramWatch(gw.channel)
+        for packet in packets[:5]:
+            sim.send_datagram(crypto.seal(packet))
+        live = live_of(gw, sim)
+        await watch.until(lambda: live.receiver.accepted == 5)
+        seq = crypto.local_sequence
+        for _ in range(FORGED):
+            seq += JUMP
+            sim.send_datagram(forged(ssrc_of(sim), seq))  # same source address as the device
+        await watch.until(lambda: live.receiver.accepted == 5 + FORGED)
+        # The device carries on past the forged sequence (sentinel: its speech is cut only once
+        # every earlier frame went through the decoder, in order).
+        crypto.local_sequence = seq
+        await sim.stream_opus(packets, speed=10)
+        await gw.recorder.wait_for(lambda: len(gw.recorder.utterances_of(dev)) >= 1)
+        concealed = gw.metric("xiaozhi_opus_frames_concealed_total")
+        resets = gw.metric("xiaozhi_opus_decoder_resets_total")
+        errors = gw.metric("xiaozhi_opus_decode_errors_total")
+        (utterance,) = gw.recorder.utterances_of(dev)
+    assert resets == FORGED  # one per forged jump
+    # A rejected forged payload costs one concealed frame; nothing else is synthesized.
+    assert concealed == errors <= FORGED
+    # Before: 998 concealed frames per forged datagram (49,900 here).
+    assert concealed < FORGED * (JUMP - 1) / 100
+    # Stream time restarts exactly at the frame after the gap: the utterance is where it is.
+    base_ms = seq * FRAME_MS
+    (want,) = timeline.utterances
+    assert abs(utterance.start_ms - base_ms - want.start_ms) <= BOUNDARY_MS
+    assert abs(utterance.end_ms - base_ms - want.end_ms) <= BOUNDARY_MS
