@@ -46,7 +46,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stream", type=ints, default=[200, 400, 600, 800])
     p.add_argument("--stream-measure-s", type=float, default=8.0)
     p.add_argument("--workers", type=int, default=2, help="board/device worker processes")
-    p.add_argument("--profile", type=Path, help="py-spy collapsed stacks of the stream runs here")
+    p.add_argument("--profile", type=Path, help="py-spy collapsed stacks of the gateway here")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     args = p.parse_args(argv)
@@ -82,8 +82,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for n in args.lessons:
             for start in args.starts.split(","):
                 with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:
+                    prof = (
+                        None if args.profile is None else args.profile / f"lessons-{n}-{start}.txt"
+                    )
                     result = await lessons.run(n, start, Path(tmp), clips=args.clips,
-                                               clip_ms=args.clip_ms, worker_count=args.workers)  # fmt: skip
+                                               clip_ms=args.clip_ms, worker_count=args.workers,
+                                               profile=prof)  # fmt: skip
                 log(result)
                 doc["lessons"].append(result)
     if "hellos" in phases:

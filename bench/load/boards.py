@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import sys
 import time
@@ -38,17 +39,24 @@ class LoadBoard(BoardSimulator):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.completed: list[tuple[float, int]] = []  # (published at, duration_ms)
-        self.plays: list[float] = []
-        self.stops: list[float] = []
+        self.completed: list[tuple[float, int]] = []  # (published at, duration_ms), clip ends
+        self.plays: list[float] = []  # first receipt of each PLAY_MEDIA id (not resends)
+        self.stops: list[float] = []  # first receipt of each LISTEN_STOP id
+        self.timeline: list[tuple[float, str]] = []  # everything, for a look at a stuck board
+        self._firsts: set[str] = set()
         self.done = asyncio.Event()
         self.clips = 0
 
     def _on_command(self, payload: bytes) -> None:
         now = time.monotonic() * 1000
-        if b'"PLAY_MEDIA"' in payload:
+        body = json.loads(payload)
+        cmd, ref = body.get("cmd"), str(body.get("id"))
+        self.timeline.append((now, f"< {cmd} {ref}"))
+        first = ref not in self._firsts
+        self._firsts.add(ref)
+        if first and cmd == "PLAY_MEDIA":
             self.plays.append(now)
-        elif b'"LISTEN_STOP"' in payload:
+        elif first and cmd == "LISTEN_STOP":
             self.stops.append(now)
             if len(self.stops) >= self.clips:
                 self.done.set()
@@ -57,9 +65,13 @@ class LoadBoard(BoardSimulator):
     async def _publisher(self, client: aiomqtt.Client) -> None:
         while True:
             topic, payload, qos, retain = await self._out.get()
-            if b'"audio.completed"' in payload:
-                body = json.loads(payload)
-                self.completed.append((time.monotonic() * 1000, int(body["data"]["duration_ms"])))
+            body = json.loads(payload)
+            now = time.monotonic() * 1000
+            self.timeline.append(
+                (now, f"> {body.get('evt') or body.get('cmd') or topic} {body.get('ref')}")
+            )
+            if body.get("evt") == "audio.completed" and body["data"].get("reason") == "eof":
+                self.completed.append((now, int(body["data"]["duration_ms"])))
             await client.publish(topic, payload, qos=qos, retain=retain)
 
 
@@ -70,14 +82,19 @@ def set_nodelay(client: aiomqtt.Client | None) -> None:
 
 
 def errors(board: LoadBoard, ratio: float, min_window_ms: int) -> tuple[list[float], list[float]]:
-    """(completed → next PLAY_MEDIA errors, last completed → LISTEN_STOP errors), ms."""
+    """(completed → next PLAY_MEDIA errors, last completed → LISTEN_STOP errors), ms: for each
+    clip that played to its end, the first new PLAY_MEDIA received after its completed was
+    published, else (the lesson's last window) the first new LISTEN_STOP."""
     to_play, to_stop = [], []
-    for i, (at, duration) in enumerate(board.completed):
+    for at, duration in board.completed:
         due = at + listen_window_ms(duration, ratio, min_window_ms)
-        if i + 1 < len(board.plays):
-            to_play.append(board.plays[i + 1] - due)
-        elif i < len(board.stops):
-            to_stop.append(board.stops[i] - due)
+        play = next((t for t in board.plays if t > at), None)
+        if play is not None:
+            to_play.append(play - due)
+            continue
+        stop = next((t for t in board.stops if t > at), None)
+        if stop is not None:
+            to_stop.append(stop - due)
     return to_play, to_stop
 
 
@@ -121,7 +138,7 @@ async def start_lessons(spec: dict[str, Any], t0: float, refused: list[str]) -> 
         listener.cancel()
 
 
-async def run(spec: dict[str, Any]) -> dict[str, Any]:
+async def run(spec: dict[str, Any]) -> None:
     lesson = spec["lesson"]
     durations = dict.fromkeys(lesson["paths"], lesson["clip_ms"])
     boards = []
@@ -133,8 +150,9 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     lags: list[float] = []
     refused: list[str] = []
     async with asyncio.TaskGroup() as tg:
-        running = [tg.create_task(b.run(), name=f"load.board[{b.dev}]") for b in boards]
-        monitor = tg.create_task(lag_monitor(lags), name="load.lag")
+        for b in boards:
+            tg.create_task(b.run(), name=f"load.board[{b.dev}]")
+        tg.create_task(lag_monitor(lags), name="load.lag")
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             for board in boards:
                 await board.connected.wait()
@@ -144,29 +162,53 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         sys.stdout.flush()
         line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         t0 = float(line.split()[1])
+        cpu0 = time.process_time()
         lags.clear()
-        starter = tg.create_task(start_lessons(spec, t0, refused), name="load.starter")
+        tg.create_task(start_lessons(spec, t0, refused), name="load.starter")
         try:
             async with asyncio.timeout(spec["deadline_s"]):
                 for board in boards:
                     await board.done.wait()
         except TimeoutError:
             pass
-        starter.cancel()
-        monitor.cancel()
-        for task in running:
-            task.cancel()
+        # Report, then exit without tearing down hundreds of clients (the harness needs the
+        # figures, not clean goodbyes; the broker closes the sockets).
+        result = report(boards, lesson, refused, lags)
+        result["cpu_s"] = time.process_time() - cpu0
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+        os._exit(0)
+
+
+def report(
+    boards: list[LoadBoard], lesson: dict[str, Any], refused: list[str], lags: list[float]
+) -> dict[str, Any]:
     to_play: list[float] = []
     to_stop: list[float] = []
     for board in boards:
         p, s = errors(board, lesson["ratio"], lesson["min_window_ms"])
         to_play += p
         to_stop += s
+    unfinished = {
+        b.dev: {
+            "plays": len(b.plays),
+            "completed": len(b.completed),
+            "stops": len(b.stops),
+            "connected": b.connected.is_set(),
+            "timeline": [f"{t - b.timeline[0][0]:.0f} {what}" for t, what in b.timeline],
+        }
+        for b in boards
+        if not b.done.is_set()
+    }
     return {
         "boards": len(boards),
         "lessons_completed": sum(b.done.is_set() for b in boards),
         "plays": sum(len(b.plays) for b in boards),
         "refused": refused,
+        "unfinished": dict(list(unfinished.items())[:3]),
+        "timeline_first_board": [
+            f"{t - boards[0].timeline[0][0]:.0f} {what}" for t, what in boards[0].timeline
+        ],
         "completed_to_play_error_ms": to_play,
         "completed_to_stop_error_ms": to_stop,
         "loop_lag_ms": lags,
@@ -176,9 +218,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
 def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
     spec["devices"] = dict(spec["devices"])
-    result = asyncio.run(run(spec))
-    sys.stdout.write(json.dumps(result) + "\n")
-    return 0
+    asyncio.run(run(spec))  # exits the process itself once it has reported
+    return 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 import uuid
@@ -102,17 +103,22 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         for name in ("staggered", "burst"):
             line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
             t0 = float(line.split()[1])
+            cpu0 = time.process_time()
             results[name] = await phase(devices, spec["schedules"][name], t0)
+            results[name]["cpu_s"] = time.process_time() - cpu0
             sys.stdout.write(json.dumps({"phase_done": name}) + "\n")
             sys.stdout.flush()
+        # Report, then exit without tearing down hundreds of clients (see boards.py).
+        sys.stdout.write(json.dumps(results) + "\n")
+        sys.stdout.flush()
+        os._exit(0)
     return results
 
 
 def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
-    result = asyncio.run(run(spec))
-    sys.stdout.write(json.dumps(result) + "\n")
-    return 0
+    asyncio.run(run(spec))  # exits the process itself once it has reported
+    return 1
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ async def run(n: int, root: Path, *, per_device: int, span_s: float,
                     proc.go(t0)
                 for proc in procs:
                     await proc.line(span_s + 120)
-                phases[phase] = {k: v for k, v in meter.stop().items() if "devices" not in k}
+                phases[phase] = meter.stop()
                 await asyncio.sleep(1.0)
             found = [await proc.line(60) for proc in procs]
             handling = {

@@ -18,6 +18,7 @@ from typing import Any
 from bench.load.procs import Meter, rss_bytes
 from bench.load.stack import base_settings, gateway_process, split, workers
 from bench.load.stats import summary
+from bench.load.stream import start_profiler
 from gateway.credentials import provision
 from gateway.demo_env import LocalBroker, local_broker, wait_connectable
 from gateway.runtime.rules import listen_window_ms
@@ -61,7 +62,7 @@ async def sample_rss(pid: int, out: list[int], period_s: float = 0.5) -> None:
 
 
 async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
-              worker_count: int) -> dict[str, Any]:  # fmt: skip
+              worker_count: int, profile: Path | None = None) -> dict[str, Any]:  # fmt: skip
     step_s = (clip_ms + listen_window_ms(clip_ms, RATIO, MIN_WINDOW_MS)) / 1000
     spread_s = step_s if pattern == "staggered" else 0.0
     deadline_s = spread_s + clips * step_s + 30.0
@@ -92,21 +93,27 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             for proc in procs:
                 await proc.line(180)
             rss_idle = rss_bytes(gw.pid)
-            pids = {"gateway": gw.pid, "broker": broker.proc.pid}
-            pids |= {f"boards{i}": p.pid for i, p in enumerate(procs)}
-            meter = Meter(pids)
+            meter = Meter({"gateway": gw.pid, "broker": broker.proc.pid})
             t0 = time.time() + START_LEAD_S
             meter.start()
             for proc in procs:
                 proc.go(t0)
+            spy = await start_profiler(gw.pid, spread_s + clips * step_s, profile)
             peak = [rss_idle]
             sampler = asyncio.create_task(sample_rss(gw.pid, peak), name="load.rss")
             try:
                 found = [await proc.line(deadline_s + 60) for proc in procs]
             finally:
                 sampler.cancel()
-            cpu = meter.stop()
+            cpu = meter.stop({f"boards{i}": f["cpu_s"] for i, f in enumerate(found)})
+            lateness = {
+                k.split("stat=")[1].rstrip("}"): v
+                for k, v in (await asyncio.to_thread(gw.metrics)).items()
+                if k.startswith("snlpgw_window_lateness_ms{")
+            }
             rss_end = max(peak)
+            if spy is not None:
+                await spy.wait()
     to_play = [x for f in found for x in f["completed_to_play_error_ms"]]
     to_stop = [x for f in found for x in f["completed_to_stop_error_ms"]]
     lags = [x for f in found for x in f["loop_lag_ms"]]
@@ -119,11 +126,14 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "window_ms": listen_window_ms(clip_ms, RATIO, MIN_WINDOW_MS),
         "lessons_completed": sum(f["lessons_completed"] for f in found),
         "refused_starts": sum(len(f["refused"]) for f in found),
+        "unfinished_sample": {k: v for f in found for k, v in f["unfinished"].items()},
+        "timeline_first_board": found[0].get("timeline_first_board"),
         "steps_measured": len(to_play),
         "steps_expected": n * (clips - 1),
         "completed_to_next_play_error_ms": summary(to_play),
         "last_window_to_listen_stop_error_ms": summary(to_stop),
         "board_worker_loop_lag_ms": summary(lags),
+        "gateway_window_lateness_ms": lateness,
         "gateway_rss_idle_mb": round(rss_idle / 2**20, 1),
         "gateway_rss_peak_mb": round(rss_end / 2**20, 1),
         "gateway_rss_per_lesson_kb": round((rss_end - rss_idle) / 1024 / n, 1),

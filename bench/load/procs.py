@@ -50,16 +50,17 @@ class Meter:
         self.cpu0 = {name: cpu_s(pid) for name, pid in self.pids.items()}
         self.busy0 = machine_busy()
 
-    def stop(self) -> dict[str, float]:
+    def stop(self, reported: dict[str, float] | None = None) -> dict[str, float]:
         """Per process: CPU seconds and share of one core; machine: busy share of all cores,
-        and the share used by processes outside this set (the other engineers' load)."""
+        and the share used by processes outside this set (the other engineers' load).
+        ``reported``: CPU seconds of processes that measured themselves (already exited)."""
         assert self.cpu0 is not None, "start() first"
         wall = time.monotonic() - self.wall0
         busy, total = machine_busy()
         out: dict[str, float] = {"wall_s": round(wall, 3)}
         ours = 0.0
-        for name, pid in self.pids.items():
-            used = cpu_s(pid) - self.cpu0[name]
+        used_by = {name: cpu_s(pid) - self.cpu0[name] for name, pid in self.pids.items()}
+        for name, used in (used_by | (reported or {})).items():
             ours += used
             out[f"{name}_cpu_s"] = round(used, 3)
             out[f"{name}_core_share"] = round(used / wall, 3) if wall else 0.0
