@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from bench.load.procs import Meter
 from bench.load.stack import base_settings, gateway_process
 from bench.scale_sender import speech_loop
-from codec.udp import DownlinkSender
+from codec.udp import UplinkSender
 from gateway.demo_env import local_broker
 
 FRAME_MS = 60
@@ -45,7 +45,7 @@ def device_ids(k: int) -> list[str]:
 def floor(passes: int = 21) -> dict[str, Any]:
     """µs of CPU per frame for decrypt + decode + VAD with no gateway code in between."""
     packets = speech_loop() * 4
-    sender = DownlinkSender(key=KEY, ssrc=0x1234)
+    sender = UplinkSender(key=KEY, ssrc=0x1234)
     wire = [sender.seal(p, i * FRAME_MS) for i, p in enumerate(packets)]
     assert all(isinstance(d, bytes) for d in wire)
     lib = ctypes.CDLL(ctypes.util.find_library("opus") or "libopus.so.0")
