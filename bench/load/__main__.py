@@ -21,6 +21,7 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_before": load_conditions(),
         "quick": args.quick,
+        "failed": [],  # runs that did not finish (timeouts on a starved machine), said so
     }
     if "stream" in phases:
         runs = []
@@ -72,9 +74,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for k in args.stream:
             with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:
                 prof = None if args.profile is None else args.profile / f"stream-{k}.txt"
-                runs.append(await stream.gateway_run(k, Path(tmp), args.stream_measure_s,
-                                                     profile=prof))  # fmt: skip
-            log(runs[-1])
+                run = await bounded(stream.gateway_run(k, Path(tmp), args.stream_measure_s,
+                                                       profile=prof), sessions=k)  # fmt: skip
+            log(run)
+            if "error" not in run:
+                runs.append(run)
         after = stream.floor(passes=5 if args.quick else 21)
         doc["stream"] = stream.summarize(before, after, runs)
     if "lessons" in phases:
@@ -85,19 +89,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     prof = (
                         None if args.profile is None else args.profile / f"lessons-{n}-{start}.txt"
                     )
-                    result = await lessons.run(n, start, Path(tmp), clips=args.clips,
+                    result = await bounded(lessons.run(n, start, Path(tmp), clips=args.clips,
                                                clip_ms=args.clip_ms, worker_count=args.workers,
-                                               profile=prof)  # fmt: skip
+                                               profile=prof), lessons=n, start=start)  # fmt: skip
                 log(result)
-                doc["lessons"].append(result)
+                (doc["lessons"] if "error" not in result else doc["failed"]).append(result)
     if "hellos" in phases:
         with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:
-            doc["hellos"] = await hellos.run(
+            result = await bounded(hellos.run(
                 args.sessions, Path(tmp), per_device=args.hellos_per_device,
                 span_s=args.hello_span_s, worker_count=args.workers,
-            )  # fmt: skip
+            ), sessions=args.sessions)  # fmt: skip
+            if "error" in result:
+                doc["failed"].append(result)
+            else:
+                doc["hellos"] = result
     doc["load_after"] = load_conditions()
     return doc
+
+
+async def bounded(run: Coroutine[Any, Any, dict[str, Any]], **what: Any) -> dict[str, Any]:
+    """A run's result, or what failed (a run that times out must not sink the others)."""
+    try:
+        return await run
+    except (TimeoutError, RuntimeError) as exc:
+        return {**what, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def log(result: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """The Xiaozhi MQTT+UDP channel component: control over MQTT, audio over UDP, OTA over HTTP.
 
 Thin shell around the pure cores (:mod:`sessions`, :mod:`binding`, :mod:`downlink`): MQTT
-handlers parse and act synchronously; the UDP endpoint routes datagrams; one named task per
-open session runs its audio pipeline; one task sweeps idle sessions. All of them live in the
+handlers parse and act synchronously; the UDP endpoint routes datagrams; one audio task
+(:mod:`pump`) runs every open session's pipeline in turn; one task sweeps idle sessions. All of them live in the
 channel's TaskGroup, owned by the service. The runtime uses :meth:`set_listening`,
 :meth:`speak`, :meth:`mcp_request`, :meth:`send_stt` and :meth:`close_session`.
 """
@@ -28,6 +28,7 @@ from gateway.xiaozhi.ota import OtaEndpoint
 from gateway.xiaozhi.ota_admin import OtaAdmin
 from gateway.xiaozhi.pipeline import Frame, Segmenter, VoiceSink
 from gateway.xiaozhi.provisioning import Provisioner, broker_provisioner, broker_revoker
+from gateway.xiaozhi.pump import AudioPump
 from gateway.xiaozhi.ratelimit import HelloLimiter
 from gateway.xiaozhi.sessions import CloseReason, Session, SessionTable
 from gateway.xiaozhi.stats import ChannelStats
@@ -101,6 +102,7 @@ class XiaozhiChannel:
         self._udp: UdpEndpoint | None = None
         self._udp_ready = asyncio.Event()
         self._new_live: LiveFactory | None = None
+        self._pump = AudioPump()  # decode + VAD of every session, one task (pump.py)
         self.control: ControlHandler | None = None
         self.mcp: McpClient | None = None
         self.ota: OtaEndpoint | None = None
@@ -135,6 +137,7 @@ class XiaozhiChannel:
             rebind_after_s=self._settings.xiaozhi.rebind_after_s,
             rate_pps=self._udp_rate[0],
             burst=self._udp_rate[1],
+            notify=self._pump.notify,
         )
         self.mcp = McpClient(
             publish=self._publish,
@@ -172,8 +175,7 @@ class XiaozhiChannel:
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
-                for live in self._live.values():  # hellos handled before run() started
-                    self._start_audio(live)
+                tg.create_task(self._pump.run(), name="xiaozhi.audio")
                 tg.create_task(self._sweep_idle(), name="xiaozhi.idle-sweeper")
         finally:
             self._tg = None
@@ -312,7 +314,6 @@ class XiaozhiChannel:
         if self.uplink_tap is not None:
             tap, sid = self.uplink_tap, live.session_id
             live.pipeline.tap = lambda frame: tap(dev, sid, frame)
-        self._start_audio(live)
         self.stats.sessions_open.set(len(self.table))
         self._opened.set()
         return live
@@ -347,21 +348,13 @@ class XiaozhiChannel:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _start_audio(self, live: LiveSession) -> None:
-        if self._tg is None or live.task is not None:
-            return  # started by run() when it begins
-        live.task = self._tg.create_task(
-            live.pipeline.run(), name=f"xiaozhi[{live.dev}].audio[{live.session_id[:8]}]"
-        )
-
     def _teardown(self, session: Session, side: str, *, announce: bool) -> None:
         live = self._by_ssrc.pop(session.ssrc, None)
         if self._live.get(session.dev) is live:
             self._live.pop(session.dev, None)
         if live is not None:
             live.pipeline.finish()  # what the device already said still reaches the runtime
-            if live.task is not None:
-                live.task.cancel()
+            self._pump.forget(live.pipeline)
         reason = session.closed.value if session.closed else "unknown"
         self.stats.goodbyes.labels(side, reason).inc()
         self.stats.sessions_open.set(len(self.table))

@@ -1,5 +1,5 @@
 """One open session as the shell holds it: the core :class:`Session` plus its crypto state
-(codec's receiver/sender), source binding, datagram budget, audio pipeline and task, and the
+(codec's receiver/sender), source binding, datagram budget and audio pipeline, and the
 factory that assembles them on ``hello``."""
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ class LiveSession:
     rebind_bucket: TokenBucket  # REBIND candidates only: they never spend ``bucket``
     address_known: asyncio.Event = field(default_factory=asyncio.Event)
     speaking: asyncio.Lock = field(default_factory=asyncio.Lock)
-    task: asyncio.Task[None] | None = None
 
     @property
     def dev(self) -> str:
@@ -56,6 +55,7 @@ class LiveFactory:
     rebind_after_s: float
     rate_pps: float
     burst: int
+    notify: Callable[[AudioPipeline], None] | None = None  # the channel's AudioPump
 
     def __call__(self, session: Session, *, listening: bool) -> LiveSession:
         pipeline = AudioPipeline(
@@ -67,6 +67,7 @@ class LiveFactory:
             counters=self.counters,
             capacity=self.queue_frames,
             listening=listening,
+            notify=self.notify,
         )
         return LiveSession(
             session=session,

@@ -1,12 +1,13 @@
 """Per-session uplink audio pipeline: bounded frame queue → Opus decode (with concealment) → VAD
 segmenter → :class:`VoiceSink`.
 
-Why a per-session task rather than decoding inside ``datagram_received``: the endpoint does
-only O(1) work per datagram (framing, ssrc lookup, address check, replay check, AES-CTR of
-≤ 1.5 KB) and appends to this session's queue. Decode + VAD (~0.1 ms a frame) run in the
-session's own task, which handles at most ``batch`` frames and then yields, so the event loop
-round-robins between sessions and the UDP socket: a device that floods fills (and overflows)
-only its own queue and gets only its own turns. The queue is bounded; overflow drops the
+Why a queue rather than decoding inside ``datagram_received``: the endpoint does only O(1)
+work per datagram (framing, ssrc lookup, address check, replay check, AES-CTR of ≤ 1.5 KB) and
+appends to this session's queue. Decode + VAD run when the channel's :class:`~gateway.xiaozhi.
+pump.AudioPump` gives this session its turn (at most ``batch`` frames, round-robin between
+sessions, yielding to the loop between turns) — or, without a pump, in a task of the
+session's own (``run``): a device that floods fills (and overflows) only its own queue and
+gets only its own turns. The queue is bounded; overflow drops the
 oldest frame, counts it, and turns it into a concealed gap so stream time stays exact.
 
 Stream time comes from sequence numbers: frame ``seq`` covers ``[(seq-1)·60, seq·60)`` ms of the
@@ -97,6 +98,7 @@ class AudioPipeline:
         capacity: int = 50,
         batch: int = 4,
         listening: bool = True,
+        notify: Callable[[AudioPipeline], None] | None = None,
     ) -> None:
         self.dev = dev
         self.session_id = session_id
@@ -113,6 +115,9 @@ class AudioPipeline:
         self._carry_lost = 0  # frames dropped on overflow, added to the next frame's gap
         self._batch = batch
         self._ready = asyncio.Event()
+        # With a channel's AudioPump (pump.py) the pump drains this pipeline; without one,
+        # ``run`` does (a task of its own).
+        self._notify = notify
         self.listening = listening
         # Every frame taken while listening (decrypted), as it came (CHAT bridges it upstream).
         self.tap: Callable[[Frame], None] | None = None
@@ -130,7 +135,10 @@ class AudioPipeline:
             dropped = self._queue.popleft()
             self._carry_lost += dropped.lost_before + 1
             self._counters.queue_dropped(1)
-        self._ready.set()
+        if self._notify is not None:
+            self._notify(self)
+        else:
+            self._ready.set()
 
     def set_listening(self, listening: bool) -> None:
         """Turning listening off first processes the frames that arrived while it was on and

@@ -78,24 +78,28 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         log.debug("UDP socket error: %s", exc)
 
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
-        self._one(data, addr)
-        sock = self._sock
-        if sock is None:
-            return
-        for _ in range(DRAIN_LIMIT):
-            try:
-                data, addr = sock.recvfrom(_READ_SIZE)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # e.g. a queued ICMP error: the next readiness event goes on
-                self.error_received(exc)
-                return
+        packets, size = 1, len(data)
+        try:
             self._one(data, addr)
+            sock = self._sock
+            if sock is None:
+                return
+            for _ in range(DRAIN_LIMIT):
+                try:
+                    data, addr = sock.recvfrom(_READ_SIZE)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as exc:  # e.g. a queued ICMP error: the next event goes on
+                    self.error_received(exc)
+                    return
+                packets, size = packets + 1, size + len(data)
+                self._one(data, addr)
+        finally:  # counted once per batch, not per datagram
+            self._stats.udp_packets_in.inc(packets)
+            self._stats.udp_bytes_in.inc(size)
 
     def _one(self, data: bytes, addr: tuple[str | int, ...]) -> None:
         stats = self._stats
-        stats.udp_packets_in.inc()
-        stats.udp_bytes_in.inc(len(data))
         ssrc = peek_ssrc(data)
         if isinstance(ssrc, DropReason):
             stats.udp_dropped.labels(ssrc.value).inc()
