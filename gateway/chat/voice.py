@@ -25,6 +25,66 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from gateway.chat.voice_events import (
+    Abort,
+    Alarm,
+    BackToChat,
+    BeginTurn,
+    Closed,
+    CloseUpstream,
+    EndSegment,
+    ListenDetect,
+    ListenStart,
+    ListenStop,
+    Opened,
+    OpenUpstream,
+    ServerStt,
+    SpeechStarted,
+    SpeechStopped,
+    Standby,
+    StopPlayback,
+    TaskStarted,
+    Tick,
+    TtsStarted,
+    TtsStopped,
+    UpstreamLost,
+    VoiceEffect,
+    VoiceEvent,
+)
+
+# The core's events and effects are re-exported: one import for the core's users.
+__all__ = [
+    "Abort",
+    "Alarm",
+    "BackToChat",
+    "BeginTurn",
+    "ChatState",
+    "CloseUpstream",
+    "Closed",
+    "EndSegment",
+    "ListenDetect",
+    "ListenMode",
+    "ListenStart",
+    "ListenStop",
+    "OpenUpstream",
+    "Opened",
+    "ServerStt",
+    "SpeechStarted",
+    "SpeechStopped",
+    "Standby",
+    "StopPlayback",
+    "TaskStarted",
+    "Tick",
+    "TtsStarted",
+    "TtsStopped",
+    "UpstreamLost",
+    "VoiceConfig",
+    "VoiceEffect",
+    "VoiceEvent",
+    "VoiceSession",
+    "VoiceSessionError",
+]
+
 
 class ChatState(Enum):
     CLOSED = "closed"  # no device session
@@ -53,149 +113,6 @@ class VoiceSessionError(Exception):
     def __init__(self, state: ChatState, problem: str) -> None:
         self.state = state
         super().__init__(f"in {state.value}: {problem}")
-
-
-# -- events -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Opened:
-    """The device said hello (a new Xiaozhi session)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Closed:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ListenStart:
-    mode: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ListenDetect:
-    """A local wake word: a turn begins in the mode the device used last."""
-
-
-@dataclass(frozen=True, slots=True)
-class ListenStop:
-    """Push-to-talk release: the device ends the segment."""
-
-
-@dataclass(frozen=True, slots=True)
-class SpeechStarted:
-    """The gateway's VAD heard speech begin."""
-
-
-@dataclass(frozen=True, slots=True)
-class SpeechStopped:
-    """The gateway's VAD closed an utterance."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServerStt:
-    """The upstream recognised the segment (its VAD ended it)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TtsStarted:
-    """``tts start`` went to the device."""
-
-
-@dataclass(frozen=True, slots=True)
-class TtsStopped:
-    """``tts stop`` went to the device (its audio had time to play)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Abort:
-    """The device asked to stop speaking."""
-
-
-@dataclass(frozen=True, slots=True)
-class TaskStarted:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class BackToChat:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamLost:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """A deadline may have passed."""
-
-
-VoiceEvent = (
-    Opened
-    | Closed
-    | ListenStart
-    | ListenDetect
-    | ListenStop
-    | SpeechStarted
-    | SpeechStopped
-    | ServerStt
-    | TtsStarted
-    | TtsStopped
-    | Abort
-    | TaskStarted
-    | BackToChat
-    | UpstreamLost
-    | Tick
-)
-
-# -- effects ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class OpenUpstream:
-    """Start answering this session (bridge: open the upstream WebSocket)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CloseUpstream:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class BeginTurn:
-    turn: int
-
-
-@dataclass(frozen=True, slots=True)
-class EndSegment:
-    """The turn's audio is complete (``by``: vad, device); the embedded engine answers it."""
-
-    turn: int
-    by: str
-
-
-@dataclass(frozen=True, slots=True)
-class StopPlayback:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Standby:
-    """Send the device to standby: goodbye with its session id, close the upstream."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Alarm:
-    alarm: str
-    reason: str
-
-
-VoiceEffect = OpenUpstream | CloseUpstream | BeginTurn | EndSegment | StopPlayback | Standby | Alarm
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,147 @@
+"""Events into and effects out of the voice-session core (:mod:`gateway.chat.voice`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# -- events -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The device said hello (a new Xiaozhi session)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListenStart:
+    mode: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ListenDetect:
+    """A local wake word: a turn begins in the mode the device used last."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListenStop:
+    """Push-to-talk release: the device ends the segment."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    """The gateway's VAD heard speech begin."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStopped:
+    """The gateway's VAD closed an utterance."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStt:
+    """The upstream recognised the segment (its VAD ended it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TtsStarted:
+    """``tts start`` went to the device."""
+
+
+@dataclass(frozen=True, slots=True)
+class TtsStopped:
+    """``tts stop`` went to the device (its audio had time to play)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """The device asked to stop speaking."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStarted:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class BackToChat:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamLost:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A deadline may have passed."""
+
+
+VoiceEvent = (
+    Opened
+    | Closed
+    | ListenStart
+    | ListenDetect
+    | ListenStop
+    | SpeechStarted
+    | SpeechStopped
+    | ServerStt
+    | TtsStarted
+    | TtsStopped
+    | Abort
+    | TaskStarted
+    | BackToChat
+    | UpstreamLost
+    | Tick
+)
+
+# -- effects ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpenUpstream:
+    """Start answering this session (bridge: open the upstream WebSocket)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseUpstream:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class BeginTurn:
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndSegment:
+    """The turn's audio is complete (``by``: vad, device); the embedded engine answers it."""
+
+    turn: int
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopPlayback:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Standby:
+    """Send the device to standby: goodbye with its session id, close the upstream."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Alarm:
+    alarm: str
+    reason: str
+
+
+VoiceEffect = OpenUpstream | CloseUpstream | BeginTurn | EndSegment | StopPlayback | Standby | Alarm
