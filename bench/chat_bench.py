@@ -244,6 +244,13 @@ the queue hand-off to the link's writer task, framing (16-byte header), the WebS
 the loopback TCP hop. It does not include the device→gateway UDP hop, which the bridge does not
 change. CPU is the gateway process only; compare with bench/results/scale.md (same traffic,
 not bridged) for what bridging costs.
+
+On a shared machine (see the load average above) the gateway, the peer and the sender each get
+a slice of the two cores: when the gateway process gets ~20 % of a core while K sessions need
+more, the kernel drops the datagrams it could not read in time ("received" < "sent") and the
+latency includes the time the gateway or the peer waited to be scheduled. Those rows measure
+the machine; the CPU per bridged audio second is the figure that carries over (the sessions per
+core column divides one core by it).
 """
 
 
