@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import signal
 import sys
 from collections.abc import Sequence
@@ -42,12 +41,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # HUP: terminal closed
             loop.add_signal_handler(sig, stop.set)
-        try:
-            await service.serve(until=stop)
-        finally:
-            # A broker client abandoned mid-connect (start-up failed) is finalised by paho's
-            # __del__, which needs the loop: collect it while the loop still runs.
-            gc.collect()
+        await service.serve(until=stop)  # a cancelled broker connect is settled inside
 
     failed: list[OSError] = []
     try:

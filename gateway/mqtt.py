@@ -40,6 +40,7 @@ from typing import Protocol
 import aiomqtt
 
 from gateway.metrics import Metrics
+from gateway.mqtt_connect import connected
 from gateway.mqtt_outbound import Outbound, OutboundCounters, OutboundQueue
 from gateway.settings import MqttSettings
 from topics import GatewayStatus, encode
@@ -232,18 +233,10 @@ class MqttConnection:
 
     async def _serve_once(self) -> None:
         client = self._make_client()
-        baseline = _cancel_count()
-        try:
-            await self._serve_client(client, baseline)
-        except asyncio.CancelledError:
-            # Cancelled mid-connect, aiomqtt leaves paho's socket open; paho would close it in
-            # __del__, after the loop is gone ("Event loop is closed"). Close it now.
-            with contextlib.suppress(Exception):
-                client._client._reset_sockets()  # paho's own cleanup (no public equivalent)
-            raise
+        await self._serve_client(client, _cancel_count())
 
     async def _serve_client(self, client: aiomqtt.Client, baseline: int) -> None:
-        async with client:
+        async with connected(client):  # a cancelled connect is settled, not abandoned
             _honour_lost_cancel(baseline)
             self._client = client
             try:

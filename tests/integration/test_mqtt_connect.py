@@ -1,0 +1,56 @@
+"""A broker connect cancelled at any point (a failed start-up, a shutdown) leaves nothing behind:
+no socket for paho's ``__del__`` to close after the loop is gone, no dead descriptor registered
+with the loop by aiomqtt's connect thread (both printed tracebacks when a port was taken)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+import aiomqtt
+import pytest
+
+from gateway.mqtt import MqttConnection
+from gateway.service import Service
+from tests.support.broker import Broker
+from tests.support.gateway import gateway_settings
+
+pytestmark = pytest.mark.integration
+
+
+def recording(mqtt: MqttConnection, clients: list[aiomqtt.Client]) -> None:
+    make = mqtt._make_client
+
+    def make_and_record() -> aiomqtt.Client:
+        clients.append(make())
+        return clients[-1]
+
+    mqtt._make_client = make_and_record  # type: ignore[method-assign]
+
+
+async def test_a_connect_cancelled_at_any_point_leaves_nothing_open(
+    broker: Broker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="asyncio")
+    clients: list[aiomqtt.Client] = []
+    for turns in [*range(1, 40), None]:  # after 1..39 loop turns (mid-connect), once connected
+        mqtt = Service(gateway_settings(broker, tmp_path / str(turns))).mqtt
+        recording(mqtt, clients)
+        task = asyncio.create_task(mqtt.run(), name="test.mqtt")
+        if turns is None:
+            async with asyncio.timeout(10):
+                await mqtt.wait_connected()
+        for _ in range(turns or 0):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    # Every connect thread has finished, and what it scheduled on the loop has run.
+    await asyncio.get_running_loop().shutdown_default_executor()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert len(clients) == 40
+    assert [c for c in clients if c._client.socket() is not None] == []
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
