@@ -268,7 +268,7 @@ class MqttConnection:
         s = self._settings
         on_overflow = self._inbound_overflow
         tls: ssl.SSLContext | None = ssl.create_default_context() if s.tls else None
-        return aiomqtt.Client(
+        client = aiomqtt.Client(
             s.host,
             s.port,
             username=s.username,
@@ -288,6 +288,8 @@ class MqttConnection:
             queue_type=_bounded_queue(on_overflow),
             max_queued_incoming_messages=s.inbound_queue,
         )
+        client.pending_calls_threshold = s.max_inflight + 10  # a full window is normal
+        return client
 
     def _inbound_overflow(self, message: aiomqtt.Message) -> None:
         self.m_in_dropped.labels("queue_full").inc()

@@ -42,6 +42,7 @@ from topics.snlp_commands import Download, PlayMedia
 
 log = logging.getLogger(__name__)
 _DEDUP = 32
+_PUBLISH_WINDOW = 16  # publishes awaiting their PUBACK at once (in order on the wire)
 
 
 @dataclass(frozen=True)
@@ -192,10 +193,21 @@ class BoardSimulator:
         raise aiomqtt.MqttError("message stream ended")
 
     async def _publisher(self, client: aiomqtt.Client) -> None:
-        while True:
-            topic, payload, qos, retain = await self._out.get()
-            await client.publish(topic, payload, qos=qos, retain=retain)
-            _raise_if_cancelled()
+        """Publish in order without waiting for each PUBACK before the next (as esp-mqtt's
+        outbox does), at most ``_PUBLISH_WINDOW`` awaiting theirs."""
+        window = asyncio.Semaphore(_PUBLISH_WINDOW)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                while True:
+                    topic, payload, qos, retain = await self._out.get()
+                    await window.acquire()
+                    task = tg.create_task(
+                        client.publish(topic, payload, qos=qos, retain=retain),
+                        name=f"sim[{self.dev}].publish",
+                    )
+                    task.add_done_callback(lambda _: window.release())
+        except* aiomqtt.MqttError as group:
+            raise group.exceptions[0] from None
 
     async def _heartbeats(self) -> None:
         while True:
