@@ -227,6 +227,7 @@ async def run_size(n: int, variant: str, window: tuple[int, int], root: Path) ->
                 stat: registry.get_sample_value("snlpgw_window_lateness_ms", {"stat": stat})
                 for stat in ("p50", "p99", "max", "count")
             }
+            connects = registry.get_sample_value("snlpgw_mqtt_connects_total")
     found = json.loads(out)
     return {
         "variant": variant,
@@ -238,6 +239,7 @@ async def run_size(n: int, variant: str, window: tuple[int, int], root: Path) ->
         "gateway_lateness_quantiles": gauge,
         "refused_starts": len(found["refused"]),
         "commands_resent_to_boards": found["resent"],
+        "gateway_broker_connects": connects,
         "gateway_cpu_s": round(cpu, 2),
         "boards_process_cpu_s": round(child_cpu, 2),
         "wall_s": round(wall, 2),
