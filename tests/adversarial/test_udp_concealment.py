@@ -34,7 +34,7 @@ async def test_forged_sequence_jumps_cost_one_frame_of_work_each(broker: Broker)
         watch = DatagramWatch(gw.channel)
         for packet in packets[:5]:
             sim.send_datagram(crypto.seal(packet))
-        live = live_of(gw, sim)
+        live = live_of(gw.channel, sim)
         await watch.until(lambda: live.receiver.accepted == 5)
         seq = crypto.local_sequence
         for _ in range(FORGED):

@@ -40,7 +40,7 @@ async def bound_device(
     sent = [sim.crypto.seal(frame) for frame in frames]
     for datagram in sent:
         sim.send_datagram(datagram)
-    await watch.until(lambda: live_of(gw, sim).receiver.accepted == len(frames))
+    await watch.until(lambda: live_of(gw.channel, sim).receiver.accepted == len(frames))
     return watch, sent
 
 
@@ -56,7 +56,7 @@ async def test_second_socket_cannot_take_a_talking_session(broker: Broker) -> No
     frames = encode_pcm(speech.synthesize("Still mine."))
     async with running_gateway(broker) as gw, provisioned_device(gw) as (_, sim):
         watch, _ = await bound_device(gw, sim, frames[:3])
-        live = live_of(gw, sim)
+        live = live_of(gw.channel, sim)
         home = live.binding.address
         assert sim.crypto is not None
         crypto = sim.crypto
@@ -89,7 +89,7 @@ async def test_second_socket_cannot_take_a_silent_session_without_the_stream(
         watch, captured = await bound_device(gw, sim, frames[:3])
         assert sim.crypto is not None
         crypto = sim.crypto
-        live = live_of(gw, sim)
+        live = live_of(gw.channel, sim)
         home = live.binding.address
         await asyncio.sleep(REBIND_AFTER_S * 1.5)  # the device is silent (the precondition)
         before = sum(dropped(gw, r) for r in ("replay", "implausible", "rebind_limited"))

@@ -50,7 +50,7 @@ async def test_replay_flood_does_not_starve_the_device(broker: Broker) -> None:
                 replays += 1
             # Real time: the device's own pace, so only the replays exceed the budget.
             loop_start = await pace(loop_start, index)
-        live = live_of(gw, sim)
+        live = live_of(gw.channel, sim)
         await watch.until(
             lambda: live.receiver.accepted + live.receiver.drops.total() == len(packets) + replays
         )

@@ -9,8 +9,8 @@ import struct
 
 from codec.counter_space import UPLINK_SSRC_MASK
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim
+from gateway.xiaozhi.channel import XiaozhiChannel
 from gateway.xiaozhi.live import LiveSession
-from tests.integration.xiaozhi_support import Gateway
 
 HEADER = struct.Struct(">BBHIII")
 
@@ -20,8 +20,9 @@ def ssrc_of(sim: XiaozhiDeviceSim) -> int:
     return int.from_bytes(sim.hello.nonce[4:8], "big")
 
 
-def live_of(gw: Gateway, sim: XiaozhiDeviceSim) -> LiveSession:
-    live = gw.channel.route(ssrc_of(sim))
+def live_of(channel: XiaozhiChannel, sim: XiaozhiDeviceSim) -> LiveSession:
+    """The gateway's state of ``sim``'s current session."""
+    live = channel.route(ssrc_of(sim))
     assert live is not None
     return live
 
