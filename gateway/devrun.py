@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from gateway.credentials import gateway_password, init_broker_files
+from gateway.credentials import CredentialsError, gateway_password, init_broker_files
 from gateway.ports import Proto, describe_holder, port_free
 from gateway.probe import connack
+from gateway.procwatch import fatal_signal_in_handler, make_ancestor
 from gateway.settings import Settings
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -45,7 +46,6 @@ BROKER_READY_S = 15.0
 BROKER_STOP_S = 10.0
 TICK_S = 0.2
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-_MAKE_NAMES = {"make", "gmake"}
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
@@ -146,37 +146,6 @@ def spawn(argv: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
-def _make_ancestor() -> int | None:
-    """The make that started us (parent, or grandparent through ``sh -c``), if any."""
-    pid = os.getppid()
-    for _ in range(3):
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            return None
-        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-        if fields.get("Name", "").strip() in _MAKE_NAMES:
-            return pid
-        pid = int(fields.get("PPid", "0"))
-        if pid <= 1:
-            return None
-    return None
-
-
-def _fatal_signal_in_handler(pid: int) -> signal.Signals | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("SigBlk:"):
-            mask = int(line.split()[1], 16)
-            for sig in (*STOP_SIGNALS, signal.SIGQUIT):
-                if mask & (1 << (sig - 1)):
-                    return sig
-    return None
-
-
 class Supervisor:
     def __init__(self, settings: Settings, config: Path | None) -> None:
         self.settings = settings
@@ -184,7 +153,7 @@ class Supervisor:
         self.broker: subprocess.Popen[bytes] | None = None
         self.gateway: subprocess.Popen[bytes] | None = None
         self.waited = [s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
-        self._make = _make_ancestor()
+        self._make = make_ancestor()
         self._parent = os.getppid()
         self._make_seen: signal.Signals | None = None
 
@@ -200,9 +169,14 @@ class Supervisor:
                 self._stop_all()
 
     def _supervise(self, broker_end: Endpoint) -> int:
-        files = init_broker_files(
-            self.settings.data_dir, listener_host=broker_end.host, listener_port=broker_end.port
-        )
+        try:
+            files = init_broker_files(
+                self.settings.data_dir,
+                listener_host=broker_end.host,
+                listener_port=broker_end.port,
+            )
+        except (CredentialsError, OSError) as exc:
+            raise StartError(f"broker files: {exc}") from None
         binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
         self.broker = spawn([binary, "-c", str(files.config)])
         say(f"broker pid {self.broker.pid} on {broker_end.host}:{broker_end.port}")
@@ -211,6 +185,8 @@ class Supervisor:
         deadline = time.monotonic() + BROKER_READY_S
         while connack(broker_end.host, broker_end.port, username, password, timeout_s=2) != 0:
             if (reason := self._stop_reason()) is not None:
+                if self.broker.poll() is not None:
+                    raise StartError(f"{reason} before accepting connections (its log is above)")
                 say(f"{reason}; stopping")
                 return 0
             if time.monotonic() > deadline:
@@ -221,9 +197,9 @@ class Supervisor:
         while (reason := self._stop_reason()) is None:
             pass
         say(f"{reason}; stopping the gateway, then the broker")
-        if self.gateway.poll() not in (None, 0):
-            return self.gateway.returncode
-        return 1 if self.broker.poll() is not None else 0
+        crashed = _exited(self.gateway) or self.broker.poll() is not None
+        self._stop_all()
+        return (self.gateway.returncode or 1) if crashed else 0
 
     def _stop_reason(self) -> str | None:
         """Wait one tick for a stop signal; the reason to stop, or None to keep running."""
@@ -233,27 +209,46 @@ class Supervisor:
             return f"got {signal.Signals(got.si_signo).name}"
         if self.broker is not None and self.broker.poll() is not None:
             return f"broker exited ({self.broker.returncode})"
-        if self.gateway is not None and self.gateway.poll() is not None:
-            return f"gateway exited ({self.gateway.returncode})"
+        if self.gateway is not None and _exited(self.gateway):
+            return "gateway exited"
         if os.getppid() != self._parent:
             return "parent process gone"
         if self._make is not None:
-            sig = _fatal_signal_in_handler(self._make)
+            sig = fatal_signal_in_handler(self._make)
             if sig is not None and sig == self._make_seen and sig in self.waited:
                 return f"make got {sig.name}"
             self._make_seen = sig  # seen on two ticks in a row: make is stuck in its handler
         return None
 
     def _stop_all(self) -> None:
-        if self.gateway is not None:
-            budget = self.settings.ops.shutdown_timeout_s + 5.0
-            _stop(self.gateway, budget)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.gateway.pid, signal.SIGKILL)  # leftovers (ASR workers)
+        if self.gateway is not None and self.gateway.returncode is None:
+            _stop_group(self.gateway, self.settings.ops.shutdown_timeout_s + 5.0)
         if self.broker is not None:
             _stop(self.broker, BROKER_STOP_S)
         # Stop signals stay blocked: one arriving now (make forwarding the group's SIGTERM)
         # must not kill us before our caller returns the exit code.
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Has ``proc`` exited? It is not reaped: its pid (and process group) stay ours."""
+    if proc.returncode is not None:
+        return True
+    return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _stop_group(proc: subprocess.Popen[bytes], budget_s: float) -> None:
+    """SIGTERM the gateway, wait for it, then SIGKILL whatever is left of its process group
+    (ASR workers) while its unreaped pid still holds the group id, and reap it."""
+    if not _exited(proc):
+        proc.terminate()
+    deadline = time.monotonic() + budget_s
+    while not _exited(proc) and time.monotonic() < deadline:
+        time.sleep(0.05)  # no timed wait that leaves the child unreaped exists; poll briefly
+    if not _exited(proc):
+        say(f"pid {proc.pid} did not stop within {budget_s:.0f}s; killing it")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _stop(proc: subprocess.Popen[bytes], budget_s: float) -> None:

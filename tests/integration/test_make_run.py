@@ -107,3 +107,15 @@ def test_second_instance_names_pid_and_ports(make_run: MakeRun, tmp_path: Path) 
     assert make_run.proc is not None
     os.killpg(make_run.proc.pid, signal.SIGTERM)
     _assert_all_stopped(make_run, watcher)
+
+
+def test_a_gateway_that_cannot_start_takes_the_broker_down(tmp_path: Path) -> None:
+    run = MakeRun(tmp_path / "data", SNLPGW_RUNTIME__CATALOG_PATH=str(tmp_path / "missing"))
+    try:
+        run.spawn()
+        assert run.wait_exit() != 0
+        assert "gateway exited; stopping the gateway, then the broker" in run.text()
+        assert session_pids(run.mark) == set(), run.text()[-3000:]
+        assert run.ports_free()
+    finally:
+        run.cleanup()
