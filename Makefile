@@ -77,6 +77,7 @@ bench: setup
 	$(BIN)/python -m bench.assessment_bench
 	$(BIN)/python -m bench.timer_bench
 	$(BIN)/python -m bench.scale_bench
+	$(BIN)/python -m bench.udp_attack_bench
 	$(BIN)/python -m bench.chat_bench
 	$(BIN)/python -m bench.load
 
