@@ -16,7 +16,8 @@ the session would be locked out. So ``last`` only advances when the packet is ot
 (framing, ssrc) **and** its sequence is at most ``max_forward_jump`` (default 1000 frames =
 60 s of 60 ms audio) ahead of ``last``; larger jumps are dropped as ``SEQ_JUMP`` without
 touching state. A single forged packet can therefore skip the real stream forward by at most
-that bound (it then conceals the gap), never lock it out. Residual risk, inherent to the
+that bound (a gap over 5 frames resets the decoder instead of being concealed, so the jump
+costs one frame of decoding), never lock it out for good. Residual risk, inherent to the
 protocol: an attacker on the path who keeps injecting can still disrupt a session; a real stream
 that itself jumps more than the bound (a minute of continuous loss) is dropped until the next
 hello, which devices send after their 120 s channel timeout.
