@@ -28,6 +28,7 @@ from typing import Any
 
 import aiomqtt
 
+from bench.load.procs import die_with_parent
 from gateway.runtime.rules import listen_window_ms
 from gateway.simulators.board import BoardSimulator, SimOptions
 
@@ -216,6 +217,7 @@ def report(
 
 
 def main() -> int:
+    die_with_parent()
     spec = json.loads(Path(sys.argv[1]).read_text())
     spec["devices"] = dict(spec["devices"])
     asyncio.run(run(spec))  # exits the process itself once it has reported

@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.load.procs import die_with_parent
 from gateway.simulators.xiaozhi import MqttInfo, XiaozhiDeviceSim, hello_json
 
 CONNECT_TIMEOUT_S = 120.0
@@ -116,6 +117,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
+    die_with_parent()
     spec = json.loads(Path(sys.argv[1]).read_text())
     asyncio.run(run(spec))  # exits the process itself once it has reported
     return 1

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.load.procs import die_with_parent
 from gateway.demo_env import running_gateway
 from gateway.logs import setup_logging
 from gateway.settings import load_settings
@@ -40,6 +41,7 @@ async def serve(spec: dict[str, Any]) -> None:
 
 
 def main() -> int:
+    die_with_parent()
     spec = json.loads(Path(sys.argv[1]).read_text())
     setup_logging(spec.get("log_level", "WARNING"), json_lines=False)
     asyncio.run(serve(spec))
