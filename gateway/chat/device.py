@@ -92,7 +92,8 @@ class DeviceChat:
 
     def opened(self, session_id: str) -> None:
         self.session_id = session_id
-        self.player.clear()
+        self.player.reset()  # nothing queued for an earlier session goes to this one
+        self._end_after_tts = self._task_after_tts = False
         self.handle(v.Opened())
         if self.core.state is not v.ChatState.SUSPENDED:
             self._p.channel.set_listening(self.dev, True)  # our VAD drives the timeout
