@@ -150,7 +150,8 @@ class OtaEndpoint:
         if decision.new_binding:
             log.info("OTA binds %s to its first Client-Id", dev)
         board = wire.board_name(request.headers.get("User-Agent"))
-        return await self._credentials(dev, client, board, decision.generation)
+        password = device_password(self._key, dev, decision.client_id, decision.generation)
+        return await self._credentials(dev, client, board, password)
 
     async def handle_activate(self, request: web.Request) -> web.Response:
         claim = wire.ActivateBody()
@@ -169,6 +170,7 @@ class OtaEndpoint:
             client,
             challenge=claim.challenge,
             signature=claim.signature,
+            serial=claim.serial,
             key=key.key if key is not None else None,
             now=now,
         )
@@ -225,10 +227,7 @@ class OtaEndpoint:
             raise _Early(self._reply(503, {"error": "device provisioning is not configured"}))
         return dev, client, now
 
-    async def _credentials(
-        self, dev: str, client: str, board: str, generation: int
-    ) -> web.Response:
-        password = device_password(self._key, dev, generation)
+    async def _credentials(self, dev: str, client: str, board: str, password: str) -> web.Response:
         try:
             await self._run(self._provision_job, self._unsaved(), self._provision, dev, password)
         except _Busy:

@@ -7,7 +7,9 @@ Rules (README "Xiaozhi OTA"):
   bindings create broker users, so they draw on an hourly budget (``users_per_hour``) and the
   table is capped (``max_devices``).
 * **The bound Client-Id** gets the same credentials every time: password generation ``g`` of
-  the binding (the shell derives the password from it; nothing is rotated per request).
+  the binding (the shell derives the password from it and the binding's Client-Id, so a MAC
+  forgotten and bound again by another Client-Id never gets a password handed out before;
+  nothing is rotated per request).
 * **Any other Client-Id** gets an ``activation`` (a 6-digit code and a challenge) and nothing
   else. An operator or parent approves the code (:meth:`TrustBook.approve`), or a board with an
   operator-provisioned HMAC key answers the challenge (:meth:`TrustBook.activate`); either
@@ -92,6 +94,7 @@ class Pending:
 class Decision:
     verdict: Verdict
     generation: int = 0  # CREDENTIALS: the binding's password generation
+    client_id: str = ""  # CREDENTIALS: the binding's Client-Id (the password is derived from it)
     new_binding: bool = False  # first contact: a new broker user
     pending: Pending | None = None  # ACTIVATE
     refusal: Refusal | None = None  # REFUSE
@@ -152,7 +155,9 @@ class TrustBook:
             return Decision(Verdict.REFUSE, refusal=Refusal.NOT_ALLOWLISTED)
         bound = self._bindings.get(dev)
         if bound is not None and (bound.client_id == client_id or cfg.policy is Policy.OPEN):
-            return Decision(Verdict.CREDENTIALS, generation=bound.generation)
+            return Decision(
+                Verdict.CREDENTIALS, generation=bound.generation, client_id=bound.client_id
+            )
         if bound is None and serial is None:
             if len(self._bindings) >= cfg.max_devices:
                 return Decision(Verdict.REFUSE, refusal=Refusal.DEVICES_FULL)
@@ -160,7 +165,9 @@ class TrustBook:
                 return Decision(Verdict.REFUSE, refusal=Refusal.USER_CAP)
             self._bindings[dev] = Binding(client_id)
             self.revision += 1
-            return Decision(Verdict.CREDENTIALS, generation=1, new_binding=True)
+            return Decision(
+                Verdict.CREDENTIALS, generation=1, client_id=client_id, new_binding=True
+            )
         return self._activation(dev, client_id, serial, now)
 
     def approve(self, code: str, now: float) -> tuple[Approval, Pending | None]:
@@ -182,11 +189,14 @@ class TrustBook:
         *,
         challenge: str | None,
         signature: str | None,
+        serial: str | None,
         key: bytes | None,
         now: float,
     ) -> Activation:
         """The board polls ``/activate``: done once bound; a valid HMAC of the challenge from a
-        board whose serial has ``key`` binds it at once; otherwise still pending."""
+        board whose serial has ``key`` binds it at once; otherwise still pending. ``serial`` is
+        the one the body claims (``key`` is its key): it must be the serial the challenge was
+        issued for, or one board's key would sign for another serial's binding."""
         bound = self._bindings.get(dev)
         if bound is not None and bound.client_id == client_id:
             return Activation.DONE
@@ -199,7 +209,11 @@ class TrustBook:
         if bound is not None and bound.serial != pending.serial:
             return Activation.PENDING  # a key proves a serial, not that it owns this MAC
         expected = hmac_hex(key, pending.challenge)
-        if challenge != pending.challenge or not hmac.compare_digest(expected, signature.lower()):
+        if (
+            serial != pending.serial
+            or challenge != pending.challenge
+            or not hmac.compare_digest(expected, signature.lower())
+        ):
             return Activation.BAD_HMAC
         self._bind(pending, serial=pending.serial)
         return Activation.DONE

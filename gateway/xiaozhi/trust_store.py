@@ -5,8 +5,10 @@ Layout under ``<data_dir>``::
     xiaozhi/bindings.json   MAC → {client_id, generation}, mode 0600, rewritten atomically
     secrets/ota.key         32 random bytes (hex), mode 0600: the device password key
 
-**Device passwords are derived, not stored**: ``password(dev, g)`` = base64url of
-HMAC-SHA256(ota.key, ``"snlpgw-device-password/v1|" + dev + "|" + g``), 32 characters. The
+**Device passwords are derived, not stored**: ``password(dev, client, g)`` = base64url of
+HMAC-SHA256(ota.key, ``"snlpgw-device-password/v2|" + dev + "|" + client + "|" + g``), 32
+characters, ``client`` being the binding's Client-Id (a MAC that is forgotten and bound again
+by another Client-Id restarts at ``g = 1`` but never with a password seen before). The
 broker's password file keeps only its PBKDF2 hash, as for every user; the gateway recomputes
 the password to answer the bound board's next OTA request, so answering it again rotates
 nothing and writes nothing. Rotating means moving to generation ``g + 1`` (a newly approved
@@ -102,8 +104,8 @@ def device_key(data_dir: Path) -> bytes:
     return key
 
 
-def device_password(key: bytes, dev: str, generation: int) -> str:
-    message = f"snlpgw-device-password/v1|{dev}|{generation}".encode()
+def device_password(key: bytes, dev: str, client_id: str, generation: int) -> str:
+    message = f"snlpgw-device-password/v2|{dev}|{client_id}|{generation}".encode()
     digest = hmac.new(key, message, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).decode()[:32]
 

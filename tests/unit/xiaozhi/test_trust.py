@@ -49,6 +49,7 @@ def test_first_contact_binds_and_the_bound_client_keeps_its_generation() -> None
     b = book()
     first = b.request(DEV, BOARD, serial=None, now=0)
     assert (first.verdict, first.generation, first.new_binding) == (Verdict.CREDENTIALS, 1, True)
+    assert first.client_id == BOARD
     assert b.revision == 1
     again = b.request(DEV, BOARD, serial=None, now=1)
     assert (again.verdict, again.generation, again.new_binding) == (Verdict.CREDENTIALS, 1, False)
@@ -72,7 +73,7 @@ def test_approval_binds_the_new_client_with_the_next_generation() -> None:
     b = book(bindings={DEV: Binding(BOARD, 1)}, code_list=("111111", "222222"))
     b.request(DEV, SPOOF, serial=None, now=0)
     b.request(DEV, SPOOF2, serial=None, now=0)
-    assert b.activate(DEV, SPOOF, challenge=None, signature=None, key=None, now=1) is (
+    assert b.activate(DEV, SPOOF, challenge=None, signature=None, serial=None, key=None, now=1) is (
         Activation.PENDING
     )
     outcome, pending = b.approve("111111", now=1)
@@ -81,7 +82,7 @@ def test_approval_binds_the_new_client_with_the_next_generation() -> None:
     assert pending.client_id == SPOOF
     assert b.bindings[DEV] == Binding(SPOOF, 2)
     assert b.pending(now=1) == []  # the device's other codes are void
-    assert b.activate(DEV, SPOOF, challenge=None, signature=None, key=None, now=2) is (
+    assert b.activate(DEV, SPOOF, challenge=None, signature=None, serial=None, key=None, now=2) is (
         Activation.DONE
     )
     old = b.request(DEV, BOARD, serial=None, now=2)
@@ -92,9 +93,9 @@ def test_codes_expire_and_unknown_codes_are_counted_failures() -> None:
     b = book(bindings={DEV: Binding(BOARD)}, code_list=("111111",) * 3 + ("333333",), code_ttl_s=60)
     b.request(DEV, SPOOF, serial=None, now=0)
     assert b.approve("111111", now=60) == (Approval.UNKNOWN, None)  # expired at 60
-    assert b.activate(DEV, SPOOF, challenge=None, signature=None, key=None, now=61) is (
-        Activation.UNKNOWN
-    )
+    assert b.activate(
+        DEV, SPOOF, challenge=None, signature=None, serial=None, key=None, now=61
+    ) is (Activation.UNKNOWN)
     b.request(DEV, SPOOF, serial=None, now=61)  # a new code; a colliding draw is redrawn
     b.request(DEV, SPOOF2, serial=None, now=61)
     assert sorted(p.code for p in b.pending(now=61)) == ["111111", "333333"]
@@ -150,6 +151,7 @@ def test_open_policy_serves_every_client_the_bound_generation() -> None:
     b = book(policy=Policy.OPEN, bindings={DEV: Binding(BOARD, 4)})
     decision = b.request(DEV, SPOOF, serial=None, now=0)
     assert (decision.verdict, decision.generation) == (Verdict.CREDENTIALS, 4)
+    assert decision.client_id == BOARD  # the bound board's password, not one per caller
     assert b.bindings[DEV].client_id == BOARD
 
 
@@ -159,16 +161,34 @@ def test_hmac_v2_binds_on_first_contact_only_with_a_valid_signature() -> None:
     assert decision.verdict is Verdict.ACTIVATE
     assert decision.pending is not None
     challenge = decision.pending.challenge
-    bad = b.activate(DEV, BOARD, challenge=challenge, signature="00" * 32, key=KEY, now=1)
+    bad = b.activate(
+        DEV, BOARD, challenge=challenge, signature="00" * 32, serial=SERIAL, key=KEY, now=1
+    )
     assert bad is Activation.BAD_HMAC
     other = b.activate(
-        DEV, BOARD, challenge="not-it", signature=hmac_hex(KEY, "not-it"), key=KEY, now=1
+        DEV,
+        BOARD,
+        challenge="not-it",
+        signature=hmac_hex(KEY, "not-it"),
+        serial=SERIAL,
+        key=KEY,
+        now=1,
     )
     assert other is Activation.BAD_HMAC  # a signature over another challenge
-    good = hmac_hex(KEY, challenge).upper()
-    assert b.activate(DEV, BOARD, challenge=challenge, signature=good, key=KEY, now=1) is (
-        Activation.DONE
+    own = b.activate(  # another serial's key signing for this serial's challenge
+        DEV,
+        BOARD,
+        challenge=challenge,
+        signature=hmac_hex(KEY, challenge),
+        serial="SN-X",
+        key=KEY,
+        now=1,
     )
+    assert own is Activation.BAD_HMAC
+    good = hmac_hex(KEY, challenge).upper()
+    assert b.activate(
+        DEV, BOARD, challenge=challenge, signature=good, serial=SERIAL, key=KEY, now=1
+    ) is (Activation.DONE)
     assert b.bindings[DEV] == Binding(BOARD, 1, SERIAL)
     assert b.request(DEV, BOARD, serial=SERIAL, now=2).verdict is Verdict.CREDENTIALS
 
@@ -178,16 +198,16 @@ def test_hmac_v2_rebinds_the_same_serial_but_never_claims_another_boards_mac() -
     reset = b.request(DEV, SPOOF, serial=SERIAL, now=0).pending  # factory reset: new UUID
     assert reset is not None
     sig = hmac_hex(KEY, reset.challenge)
-    assert b.activate(DEV, SPOOF, challenge=reset.challenge, signature=sig, key=KEY, now=1) is (
-        Activation.DONE
-    )
+    assert b.activate(
+        DEV, SPOOF, challenge=reset.challenge, signature=sig, serial=SERIAL, key=KEY, now=1
+    ) is (Activation.DONE)
     assert b.bindings[DEV] == Binding(SPOOF, 2, SERIAL)
     claim = b.request(OTHER, SPOOF, serial=SERIAL, now=1).pending  # OTHER was bound without it
     assert claim is not None
     sig = hmac_hex(KEY, claim.challenge)
-    assert b.activate(OTHER, SPOOF, challenge=claim.challenge, signature=sig, key=KEY, now=2) is (
-        Activation.PENDING
-    )
+    assert b.activate(
+        OTHER, SPOOF, challenge=claim.challenge, signature=sig, serial=SERIAL, key=KEY, now=2
+    ) is (Activation.PENDING)
     assert b.bindings[OTHER] == Binding(BOARD, 1)
 
 
@@ -200,7 +220,7 @@ def test_a_serial_change_restarts_the_activation() -> None:
     assert (first.code, second.code, second.serial) == ("111111", "222222", SERIAL)
     assert [p.code for p in b.pending(now=1)] == ["222222"]
     # a code-only pending cannot be completed by a signature, however valid
-    no_serial = b.activate(DEV, SPOOF, challenge="x", signature="y", key=None, now=2)
+    no_serial = b.activate(DEV, SPOOF, challenge="x", signature="y", serial=None, key=None, now=2)
     assert no_serial is Activation.PENDING
 
 

@@ -56,15 +56,19 @@ def test_a_bad_device_key_is_refused(tmp_path: Path, text: str, message: str) ->
         device_key(tmp_path)
 
 
-def test_passwords_are_derived_per_device_and_generation() -> None:
-    key = bytes(32)
-    one = device_password(key, DEV, 1)
-    assert one == device_password(key, DEV, 1)
+def test_passwords_are_derived_per_device_client_and_generation() -> None:
+    key, client = bytes(32), "6f1c2d3e-0000-4000-8000-000000000001"
+    one = device_password(key, DEV, client, 1)
+    assert one == device_password(key, DEV, client, 1)
     assert len(one) == 32
-    others = {device_password(key, DEV, 2), device_password(key, "24_0a_c4_00_00_01", 1)}
-    others.add(device_password(b"\x01" * 32, DEV, 1))
+    others = {
+        device_password(key, DEV, client, 2),
+        device_password(key, "24_0a_c4_00_00_01", client, 1),
+        device_password(key, DEV, "6f1c2d3e-0000-4000-8000-000000000002", 1),
+        device_password(b"\x01" * 32, DEV, client, 1),
+    }
     assert one not in others
-    assert len(others) == 3
+    assert len(others) == 4
 
 
 def test_allowlist_from_setting_and_file(tmp_path: Path) -> None:
