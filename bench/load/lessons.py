@@ -137,6 +137,10 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "gateway_rss_idle_mb": round(rss_idle / 2**20, 1),
         "gateway_rss_peak_mb": round(rss_end / 2**20, 1),
         "gateway_rss_per_lesson_kb": round((rss_end - rss_idle) / 1024 / n, 1),
+        # Per clip step the boards saw through (its completed answered by the next command).
+        "gateway_cpu_ms_per_step": round(
+            cpu["gateway_cpu_s"] * 1000 / max(1, len(to_play) + len(to_stop)), 2
+        ),
         "board_workers": len(found),
         "board_workers_cpu_s": round(board_cpu, 2),
         **{k: v for k, v in cpu.items() if not k.startswith("boards")},

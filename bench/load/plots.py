@@ -63,6 +63,8 @@ def cpu_vs_n(runs: list[dict[str, Any]], stream: dict[str, Any] | None, path: Pa
                 label=f"gateway, {start}")  # fmt: skip
         ax.plot(ns, [r["broker_core_share"] for r in mine], marker=marker, linestyle=":",
                 label=f"broker, {start}")  # fmt: skip
+        ax.plot(ns, [r["others_core_share"] for r in mine], marker=marker, linestyle="--",
+                color="grey", alpha=0.6, label=f"other work on the machine (cores), {start}")  # fmt: skip
     ax.axhline(1.0, color="red", linestyle="--", label="one core")
     ax.set_xlabel("concurrent lessons")
     ax.set_ylabel("CPU (share of one core) over the lessons")
@@ -75,6 +77,8 @@ def cpu_vs_n(runs: list[dict[str, Any]], stream: dict[str, Any] | None, path: Pa
         ks = [r["sessions"] for r in runs_k]
         ax.plot(ks, [r["gateway_core_share"] for r in runs_k], marker="o",
                 label="gateway CPU (share of a core)")  # fmt: skip
+        ax.plot(ks, [r["others_core_share"] for r in runs_k], linestyle="--", color="grey",
+                alpha=0.6, label="other work on the machine (cores)")  # fmt: skip
         floor_share = [k / stream["floor"]["sessions_per_core"] for k in ks]
         ax.plot(ks, floor_share, linestyle=":", label="floor: libraries alone")
         bad = [r for r in runs_k if not r["zero_drops"]]
