@@ -7,18 +7,28 @@ Components take the section they need as a keyword argument; none reads the envi
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
 
 
 class _Section(BaseModel):
@@ -86,8 +96,24 @@ class HttpSettings(_Section):
     )
     admin_port: int = Field(8004, ge=0, le=65535, description="Admin HTTP port.")
     admin_token: SecretStr | None = Field(
-        None, description="Bearer token the admin listener requires (unset: none; never logged)."
+        None,
+        description="Bearer token the admin listener requires (unset: none, loopback only; "
+        "never logged).",
     )
+
+    @model_validator(mode="after")
+    def _admin_guarded(self) -> HttpSettings:
+        """The admin listener approves devices: beyond loopback it must require a token (an
+        empty token would silently require none)."""
+        token = self.admin_token
+        if token is not None and not token.get_secret_value():
+            raise ValueError("http.admin_token is empty: set a token or leave it unset")
+        if token is None and not _is_loopback(self.admin_host):
+            raise ValueError(
+                f"http.admin_host {self.admin_host!r} is not loopback: set http.admin_token "
+                "(anyone reaching the admin listener could approve devices)"
+            )
+        return self
 
 
 class UdpSettings(_Section):
