@@ -127,6 +127,7 @@ class MqttConnection:
         self._disconnected = asyncio.Event()
         self._disconnected.set()
         self._connections = 0
+        self.received = 0  # messages taken off the inbound queue (tests wait on this)
         self._in_overflows = 0
         self._backoff = Backoff(settings.reconnect_min_s, settings.reconnect_max_s)
 
@@ -311,6 +312,7 @@ class MqttConnection:
         limit = self._settings.max_payload_bytes
         async for message in client.messages:
             self.m_in.inc()
+            self.received += 1
             payload = message.payload
             if not isinstance(payload, bytes | bytearray):
                 self.m_in_dropped.labels("not_bytes").inc()

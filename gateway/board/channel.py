@@ -1,8 +1,9 @@
 """``BoardChannel``: the asyncio shell of the snlp/v1 board channel.
 
 It routes ``snlp/v1/+/ack|rpt|evt|hb|status``, keeps one :class:`Device` (outbox + presence)
-per board first seen with a valid id (at most ``max_devices``; beyond that, messages are
-counted drops and commands end ``overflow``), publishes commands QoS 1 on ``snlp/v1/{dev}/cmd``
+per board first seen with a valid id (at most ``max_devices``, least recently heard first; a
+full table forgets an idle board, else a quiet one — see ``_evict_one`` — and only when every
+board has commands pending are messages counted drops and commands ended ``overflow``), publishes commands QoS 1 on ``snlp/v1/{dev}/cmd``
 and runs ONE timer task for the whole channel that sleeps until the earliest deadline of the
 cores. Handlers only parse and update state; nothing here awaits the network.
 
@@ -93,6 +94,10 @@ class BoardChannel:
         self._devices: dict[str, Device] = {}  # bounded by max_devices
         self._deadlines: dict[str, float] = {}
         self._wake = asyncio.Event()
+        # What the timer sleeps until: only an earlier deadline wakes it (a scan of every
+        # board per message would make a flood of new ids quadratic).
+        self._sleep_until = float("inf")
+        self._online_count = 0  # kept in step, so a presence change costs O(1)
         self._out: BoardOutputs | None = None
 
     # -- wiring ----------------------------------------------------------------------------
@@ -130,6 +135,7 @@ class BoardChannel:
                 self._wake.clear()
                 self.tick()
                 earliest = min(self._deadlines.values(), default=None)
+                self._sleep_until = float("inf") if earliest is None else earliest
                 delay = None if earliest is None else max(0.0, earliest - self._clock())
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
@@ -365,22 +371,29 @@ class BoardChannel:
     # -- cores → effects -------------------------------------------------------------------
 
     def _device(self, dev: str) -> Device | None:
-        device = self._devices.get(dev)
+        device = self._devices.pop(dev, None)
         if device is None:
             if len(self._devices) >= self._max_devices and not self._evict_one():
                 return None
-            device = self._devices[dev] = Device.create(dev, self.settings)
-            self.m.tracked.set(len(self._devices))
+            device = Device.create(dev, self.settings)
+        self._devices[dev] = device  # (re)inserted last: the table is least recently used first
+        self.m.tracked.set(len(self._devices))
         return device
 
     def _evict_one(self) -> bool:
-        """Make room by forgetting one board that is offline with nothing pending."""
-        for dev, device in self._devices.items():
-            if device.idle():
-                del self._devices[dev]
-                self._deadlines.pop(dev, None)
-                self.m.evicted.inc()
-                return True
+        """Make room: forget the least recently heard board that is offline with nothing
+        pending, else the least recently heard one with nothing pending even if online (fake
+        ids that sent one heartbeat must not lock real boards out). Boards with commands in
+        flight are never forgotten; with only those, the new board is refused (counted)."""
+        for evictable in (Device.idle, Device.quiet):
+            for dev, device in self._devices.items():
+                if evictable(device):
+                    if device.presence.online:
+                        self._online_count -= 1
+                    del self._devices[dev]
+                    self._deadlines.pop(dev, None)
+                    self.m.evicted.inc()
+                    return True
         return False
 
     def tick(self) -> None:
@@ -397,7 +410,8 @@ class BoardChannel:
         if deadline is None:
             self._deadlines.pop(device.dev, None)
         else:
-            if deadline < self._deadlines.get(device.dev, float("inf")):
+            if deadline < self._sleep_until:
+                self._sleep_until = deadline
                 self._wake.set()
             self._deadlines[device.dev] = deadline
 
@@ -425,8 +439,8 @@ class BoardChannel:
     def _on_presence_change(
         self, device: Device, change: PresenceChange, *, online: bool, reason: str
     ) -> None:
-        count = sum(d.presence.online for d in self._devices.values())
-        self.out.presence(device.dev, online=online, reason=reason, online_count=count)
+        self._online_count += 1 if online else -1
+        self.out.presence(device.dev, online=online, reason=reason, online_count=self._online_count)
         if online:
             device.new_session()
         else:

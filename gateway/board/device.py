@@ -62,9 +62,13 @@ class Device:
 
     def idle(self) -> bool:
         """Offline (or never online) with nothing queued or awaited: safe to forget."""
+        return not self.presence.online and self.quiet()
+
+    def quiet(self) -> bool:
+        """Nothing queued or awaited (it may be online): forgetting it loses no command; a
+        board still alive is tracked again from its next message."""
         return (
-            not self.presence.online
-            and len(self.outbox) == 0
+            len(self.outbox) == 0
             and not self.futures
             and not self.downloads
             and all(f.done() for f in self.ensured.values())

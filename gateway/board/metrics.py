@@ -58,7 +58,7 @@ class BoardMetrics:
             online=m.gauge("board_devices_online", "Boards online"),
             tracked=m.gauge("board_devices_tracked", "Boards tracked by the channel"),
             evicted=m.counter(
-                "board_devices_evicted", "Idle offline boards forgotten to make room"
+                "board_devices_evicted", "Boards with nothing pending forgotten to make room"
             ),
             presence_changes=m.counter(
                 "board_presence_changes", "Board presence changes", ["online", "reason"]

@@ -112,6 +112,10 @@ class DeviceActor:
         # most one entry lives at a time (one lesson per device), removed by its outcome.
         self._gap_from: dict[str, float] = {}
 
+    def idle(self) -> bool:
+        """No instance and nothing waiting in the inbox: forgetting it loses nothing."""
+        return self.runtime.instance is None and self._inbox.empty()
+
     def post(self, event: Event) -> bool:
         try:
             self._inbox.put_nowait(event)

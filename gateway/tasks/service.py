@@ -11,7 +11,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.mqtt import Inbound
@@ -55,7 +55,11 @@ from topics.backend import TASK_EVENT_ADAPTER
 
 log = logging.getLogger(__name__)
 
-MAX_DEVICES = 10_000  # actors kept; a device beyond this is refused (counted)
+# Actors kept (and devices whose presence is remembered). When full, the least recently used
+# idle actor (no instance, empty inbox) is stopped to make room; with none idle, the new device
+# is refused (counted). So fake device ids cannot lock real boards out of lessons.
+MAX_DEVICES = 10_000
+STATE_COUNTS_TTL_S = 0.05  # one scan serves every state of one metrics collection
 RESPONSE_ROUTES_KEPT = 1_024  # MQTT 5 response topics remembered per pending request
 RESTORE_WAIT_S = 10.0  # how long a stored running instance waits for its board's presence
 
@@ -83,6 +87,7 @@ class TaskService:
         load_running: LoadRunning | None = None,
         restore_wait_s: float = RESTORE_WAIT_S,
         modes: ModeListener | None = None,
+        max_devices: int = MAX_DEVICES,
     ) -> None:
         self._catalog = catalog
         self._config = config
@@ -94,8 +99,14 @@ class TaskService:
         self._load_running = load_running
         self._restore_wait_s = restore_wait_s
         self.modes = modes
-        self._actors: dict[str, DeviceActor] = {}
-        self._online: dict[str, bool] = {}
+        self._max_devices = max_devices
+        # Least recently used first; bounded by max_devices (see MAX_DEVICES).
+        self._actors: OrderedDict[str, DeviceActor] = OrderedDict()
+        self._actor_tasks: dict[str, asyncio.Task[None]] = {}
+        self._state_counts: tuple[float, Counter[RuntimeState]] | None = None
+        # Last known presence of devices without an actor yet; bounded, oldest forgotten (an
+        # unknown device counts as online, as it did before it was ever seen).
+        self._online: OrderedDict[str, bool] = OrderedDict()
         self._pending_restore: dict[str, StoredInstance] = {}
         self._responses: OrderedDict[str, tuple[str, bytes | None]] = OrderedDict()
         # utterance id → (instance id, step index) where it began; bounded, oldest dropped
@@ -114,13 +125,25 @@ class TaskService:
             "ctl_invalid", "Control requests refused as unreadable/invalid", ["reason"]
         )
         self._m_devices = ctx.metrics.gauge("runtime_devices", "Devices with a task actor")
+        self._m_evicted = ctx.metrics.counter(
+            "runtime_devices_evicted", "Idle task actors stopped to make room for a new device"
+        )
+        self._m_refused = ctx.metrics.counter(
+            "runtime_devices_refused", "Devices given no actor: the table was full of busy ones"
+        )
         by_state = ctx.metrics.gauge("runtime_instances", "Instances now, by state", ["state"])
         for state in RuntimeState:
             by_state.labels(state.value).set_function(functools.partial(self._count_in, state))
         ctx.mqtt.route("snlpgw/v1/ctl/+", self._on_ctl, qos=1)
 
     def _count_in(self, state: RuntimeState) -> float:
-        return float(sum(1 for a in self._actors.values() if a.runtime.state is state))
+        """Actors in ``state``; one pass over the actors per collection, not one per state
+        (a full table of 10,000 actors is scanned once per metrics snapshot)."""
+        now = time.monotonic()
+        if self._state_counts is None or now - self._state_counts[0] > STATE_COUNTS_TTL_S:
+            counts = Counter(a.runtime.state for a in self._actors.values())
+            self._state_counts = (now, counts)
+        return float(self._state_counts[1][state])
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
@@ -145,6 +168,9 @@ class TaskService:
 
     def on_presence(self, device: str, online: bool) -> None:
         self._online[device] = online
+        self._online.move_to_end(device)
+        while len(self._online) > self._max_devices:
+            self._online.popitem(last=False)
         if device in self._pending_restore:
             self._restore_device(device, online)
         self._post(device, Presence(online), create=False)
@@ -260,11 +286,17 @@ class TaskService:
             actor = self._spawn(device, None)
             if actor is None:
                 return
+        else:
+            self._actors.move_to_end(device)
         actor.post(event)
 
     def _spawn(self, device: str, runtime: DeviceRuntime | None) -> DeviceActor | None:
-        if self._tg is None or len(self._actors) >= MAX_DEVICES:
-            log.error("no actor for %s (service not running or %d devices)", device, MAX_DEVICES)
+        if self._tg is None:
+            log.error("no actor for %s: the service is not running", device)
+            return None
+        if len(self._actors) >= self._max_devices and not self._evict_idle():
+            self._m_refused.inc()
+            log.error("no actor for %s: %d devices, none idle", device, len(self._actors))
             return None
         loop = asyncio.get_running_loop()
         if runtime is None:
@@ -279,8 +311,22 @@ class TaskService:
         actor = DeviceActor(device, runtime, ports=self._ports(), metrics=self._m)
         self._actors[device] = actor
         self._m_devices.set(len(self._actors))
-        self._tg.create_task(actor.run(), name=f"device[{device}].tasks")
+        task = self._tg.create_task(actor.run(), name=f"device[{device}].tasks")
+        self._actor_tasks[device] = task
         return actor
+
+    def _evict_idle(self) -> bool:
+        """Stop the least recently used idle actor; False when every actor is busy."""
+        for device, actor in self._actors.items():
+            if actor.idle() and device not in self._pending_restore:
+                del self._actors[device]
+                task = self._actor_tasks.pop(device, None)
+                if task is not None:
+                    task.cancel()  # a TaskGroup ignores a child that ends cancelled
+                self._m_evicted.inc()
+                self._m_devices.set(len(self._actors))
+                return True
+        return False
 
     def _ports(self) -> Ports:
         loop = asyncio.get_running_loop()

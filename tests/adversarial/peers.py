@@ -7,6 +7,7 @@ Mosquitto closes the older connection when another one arrives with the same cli
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ class Peer:
     password: str | None
     client_id: str
     mqtt5: bool = False  # xiaozhi firmware speaks MQTT 3.1.1
+    max_inflight: int = 20  # QoS 1 publishes awaiting PUBACK (raise it to flood fast)
     connack: int | None = None
     connected: threading.Event = field(default_factory=threading.Event)
     dropped: threading.Event = field(default_factory=threading.Event)
@@ -48,7 +50,11 @@ class Peer:
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
         client.on_subscribe = lambda *_: self.subscribed.set()
+        client.max_inflight_messages_set(self.max_inflight)
         client.connect(self.host, self.port, keepalive=30)
+        sock = client.socket()
+        if isinstance(sock, socket.socket):  # small publishes in bulk: no Nagle delays
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client.loop_start()
         self._client = client
 

@@ -162,8 +162,10 @@ async def test_too_many_devices_is_a_counted_drop_and_overflow() -> None:
     rig = make_rig()
     rig.hb(DEV)
     rig.hb(DEV2)
+    busy = [rig.channel.send(d, StopMedia()) for d in (DEV, DEV2)]  # both have commands pending
     rig.hb("aa_bb_cc_dd_ee_03")
     assert rig.metric('board_inbound_dropped_total{kind="hb",reason="too_many_devices"}') == 1
+    assert not any(f.done() for f in busy)
     future = rig.channel.send("aa_bb_cc_dd_ee_03", StopMedia())
     assert future.result().kind is OutcomeKind.OVERFLOW
     with pytest.raises(TopicError):
@@ -295,7 +297,9 @@ async def test_download_fails_when_not_delivered_or_board_drops() -> None:
     final = await dropped.result
     assert (final.ok, final.code) == (False, "board_offline")
     rig.hb()
-    rig.hb(DEV2)  # fills the device table (max_devices=2) with boards online
+    rig.hb(DEV2)  # fills the device table (max_devices=2) with boards online, and busy:
+    rig.channel.send(DEV, StopMedia())
+    rig.channel.send(DEV2, StopMedia())
     refused = rig.channel.download("aa_bb_cc_dd_ee_09", params)
     final = await refused.result
     assert (final.ok, final.code) == (False, "not_delivered:overflow")
@@ -370,6 +374,8 @@ async def test_ensure_app_dirs_when_the_device_table_is_full() -> None:
     rig = make_rig()
     rig.hb(DEV)
     rig.hb(DEV2)
+    rig.channel.send(DEV, StopMedia())
+    rig.channel.send(DEV2, StopMedia())
     outcome = await rig.channel.ensure_app_dirs("aa_bb_cc_dd_ee_03", "shadowing")
     assert outcome.kind is OutcomeKind.OVERFLOW
 
@@ -410,7 +416,7 @@ async def test_new_board_session_in_status_forgets_app_dirs() -> None:
     assert (await again).delivered
 
 
-async def test_idle_offline_board_is_evicted_to_make_room() -> None:
+async def test_idle_then_quiet_boards_are_evicted_to_make_room() -> None:
     rig = make_rig()  # max_devices=2
     rig.hb(DEV)
     queued = rig.channel.send(DEV2, StopMedia())  # DEV2 never seen online, but has a command
@@ -419,7 +425,13 @@ async def test_idle_offline_board_is_evicted_to_make_room() -> None:
     assert rig.channel.is_online("aa_bb_cc_dd_ee_03")
     assert rig.metric("board_devices_evicted_total") == 1
     assert not queued.done()  # DEV2 was not idle: kept
-    rig.hb("aa_bb_cc_dd_ee_04")  # nobody idle now
+    rig.hb("aa_bb_cc_dd_ee_04")  # nobody idle: 03 is online but quiet, so it goes
+    assert rig.metric("board_devices_evicted_total") == 2
+    assert rig.channel.is_online("aa_bb_cc_dd_ee_04")
+    assert not rig.channel.is_online("aa_bb_cc_dd_ee_03")
+    assert not queued.done()  # DEV2 has a command pending: never forgotten
+    rig.channel.send("aa_bb_cc_dd_ee_04", StopMedia())
+    rig.hb("aa_bb_cc_dd_ee_05")  # everyone has commands pending now
     assert rig.metric('board_inbound_dropped_total{kind="hb",reason="too_many_devices"}') == 1
 
 
