@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import aiomqtt
+
 from gateway.metrics import Metrics
 from gateway.mqtt import Inbound, MqttConnection, gateway_client_id, presence_payload
 from gateway.settings import MqttSettings
@@ -71,3 +73,20 @@ def test_gateway_client_id_is_secret_derived_and_stable() -> None:
     assert gateway_client_id("gw1", "pw-b") != one  # unguessable without the password
     assert gateway_client_id("gw2", "pw-a") != one
     assert gateway_client_id("gw1", None) != gateway_client_id("gw1", None)  # random
+
+
+async def test_inbound_queue_drops_newest_when_full_and_counts() -> None:
+    conn, metrics = _conn()
+    client = conn._make_client()
+    queue = client._queue  # aiomqtt's inbound queue, built from our class and bound
+    assert queue.maxsize == MqttSettings().inbound_queue
+    messages = [
+        aiomqtt.Message(f"snlp/v1/x/{i}", b"{}", qos=0, retain=False, mid=i, properties=None)
+        for i in range(queue.maxsize + 3)
+    ]
+    for message in messages:
+        queue.put_nowait(message)  # never raises: overflow is dropped here, not in aiomqtt
+    assert queue.qsize() == queue.maxsize
+    assert queue.get_nowait() is messages[0]  # the oldest stay; the newest were dropped
+    key = 'snlpgw_mqtt_messages_in_dropped_total{reason="queue_full"}'
+    assert metrics.snapshot()[key] == 3.0
