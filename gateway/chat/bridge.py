@@ -45,6 +45,11 @@ class Backoff:
         self.not_before = 0.0
 
 
+# Link failures a device causes itself (it flooded its own link): the back-off every device
+# shares is for the server failing, or one device could keep all the others out of chat.
+_DEVICE_CAUSED = frozenset({"control_overflow"})
+
+
 @dataclass(frozen=True)
 class BridgeContext:
     """What every device's bridge shares (built once by the component)."""
@@ -126,10 +131,13 @@ class UpstreamBridge:
         try:
             await link.run()
         except UpstreamError as exc:
-            delay = self._ctx.backoff.failed(self._ctx.clock())
-            log.warning(
-                "chat upstream for %s failed: %s (retry after %.1fs)", self._dev, exc, delay
-            )
+            if exc.reason in _DEVICE_CAUSED:  # not the server's health: back off this link only
+                log.warning("chat upstream for %s failed: %s", self._dev, exc)
+            else:
+                delay = self._ctx.backoff.failed(self._ctx.clock())
+                log.warning(
+                    "chat upstream for %s failed: %s (retry after %.1fs)", self._dev, exc, delay
+                )
             if link is self._link:
                 self._link = None
                 self._on_end(exc)

@@ -58,9 +58,10 @@ async def chat_rig(
     """``chat`` settings over the rig's; ``sections``: other settings sections (e.g. asr)."""
     async with contextlib.AsyncExitStack() as stack:
         peer = await stack.enter_async_context(xiaozhi_server(token=TOKEN)) if upstream else None
-        settings: dict[str, Any] = {"silence_timeout_s": 30.0, **chat}
+        settings: dict[str, Any] = {"silence_timeout_s": 30.0}
         if peer is not None:
             settings |= {"upstream_url": peer.url, "token": TOKEN, "backoff_min_s": 0.2}
+        settings |= chat
         rig = await stack.enter_async_context(
             lesson_rig(
                 broker, tmp, durations_ms=(400, 400, 400, 400), chat=settings, **(sections or {})

@@ -105,6 +105,8 @@ class XiaozhiServerPeer:
         self.sessions: list[PeerSession] = []
         self.refused = 0
         self.changed = asyncio.Event()
+        self.answer_hellos = asyncio.Event()  # cleared: hellos are received but not answered
+        self.answer_hellos.set()
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -164,6 +166,8 @@ class XiaozhiServerPeer:
                     body = json.loads(msg.data)
                     if body.get("type") == "hello" and peer.hello is None:
                         peer.hello = body
+                        self.changed.set()
+                        await self.answer_hellos.wait()
                         await ws.send_str(
                             json.dumps(
                                 {
