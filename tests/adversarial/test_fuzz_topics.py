@@ -114,9 +114,7 @@ async def test_fuzz_every_subscribed_topic_while_a_lesson_runs(
                 device.stop()
                 backend.stop()
             await lessons
-        print(
-            f"\nfuzz: {len(batch)} payloads drawn in {drawn_s:.1f}s, all handled in {fuzz_s:.1f}s"
-        )
+        print(f"\nfuzz: {len(batch)} payloads drawn in {drawn_s:.1f}s, handled in {fuzz_s:.1f}s")
         _check_no_harm(rig, batch, started)
 
 
