@@ -19,6 +19,7 @@ goodbye to the device and raises an alarm) instead of silently losing a ``listen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import deque
@@ -34,6 +35,9 @@ from gateway.chat.framing import AudioFrame, FrameError, Framing, pack, unpack
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 1 << 20
+# How long a closing link waits for the server's close reply. Short: at gateway shutdown every
+# bridged session closes at once and the service's stop budget is a few seconds.
+CLOSE_WAIT_S = 0.5
 
 
 class UpstreamError(Exception):
@@ -148,7 +152,7 @@ class UpstreamLink:
                     config.request_url(),
                     headers=self._headers,
                     heartbeat=config.heartbeat_s,
-                    timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
+                    timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_WAIT_S),
                     max_msg_size=MAX_MESSAGE_BYTES,
                 )
         except TimeoutError:
@@ -157,25 +161,33 @@ class UpstreamLink:
             raise UpstreamError("handshake_refused", f"HTTP {exc.status}") from None
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamError("connect_failed", str(exc)) from None
-        async with ws:
-            await ws.send_str(json.dumps(upstream_hello(config.framing), separators=(",", ":")))
+        try:
+            await self._session(ws)
+        except (aiohttp.ClientError, ConnectionError) as exc:  # e.g. the hello's send
+            raise UpstreamError("send_failed", str(exc)) from None
+        finally:
+            await _close(ws)
+
+    async def _session(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        config = self._config
+        await ws.send_str(json.dumps(upstream_hello(config.framing), separators=(",", ":")))
+        try:
+            async with asyncio.timeout(config.connect_timeout_s):
+                self.session_id = await self._await_hello(ws)
+        except TimeoutError:
+            raise UpstreamError("hello_timeout", config.url) from None
+        self._on_ready(self.session_id)
+        failure: UpstreamError | None = None
+        async with asyncio.TaskGroup() as tg:
+            writer = tg.create_task(self._write(ws), name="chat.upstream.writer")
             try:
-                async with asyncio.timeout(config.connect_timeout_s):
-                    self.session_id = await self._await_hello(ws)
-            except TimeoutError:
-                raise UpstreamError("hello_timeout", config.url) from None
-            self._on_ready(self.session_id)
-            failure: UpstreamError | None = None
-            async with asyncio.TaskGroup() as tg:
-                writer = tg.create_task(self._write(ws), name="chat.upstream.writer")
-                try:
-                    await self._read(ws)
-                except UpstreamError as exc:  # raised below: inside, the group would wrap it
-                    failure = exc
-                finally:
-                    writer.cancel()
-            if failure is not None:
-                raise failure
+                await self._read(ws)
+            except UpstreamError as exc:  # raised below: inside, the group would wrap it
+                failure = exc
+            finally:
+                writer.cancel()
+        if failure is not None:
+            raise failure
 
     async def _await_hello(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         while True:
@@ -230,7 +242,7 @@ class UpstreamLink:
             await self._pump(ws)
         except (aiohttp.ClientError, ConnectionError) as exc:
             self._failure = UpstreamError("send_failed", str(exc))
-            await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR)
+            await _close(ws, aiohttp.WSCloseCode.INTERNAL_ERROR)
 
     async def _pump(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while True:
@@ -238,10 +250,10 @@ class UpstreamLink:
             self._wake.clear()
             if self._overflowed:
                 self._failure = UpstreamError("control_overflow")
-                await ws.close(code=aiohttp.WSCloseCode.TRY_AGAIN_LATER)
+                await _close(ws, aiohttp.WSCloseCode.TRY_AGAIN_LATER)
                 return
             if self._closing:
-                await ws.close()
+                await _close(ws)
                 return
             while self._control:
                 message = self._control.popleft()
@@ -249,6 +261,15 @@ class UpstreamLink:
                 await ws.send_str(json.dumps(message, ensure_ascii=False, separators=(",", ":")))
             while self._audio and not self._closing:
                 await ws.send_bytes(self._audio.popleft())
+
+
+async def _close(ws: aiohttp.ClientWebSocketResponse, code: int = aiohttp.WSCloseCode.OK) -> None:
+    """Close without waiting long for the server: at gateway shutdown every bridged session
+    closes at once, and a slow or stalled server (a full send buffer) must not hold the stop.
+    Whatever is left is released when the component's HTTP session closes its connector."""
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError, ConnectionError):
+        async with asyncio.timeout(CLOSE_WAIT_S):
+            await ws.close(code=code)
 
 
 def _json(data: str) -> dict[str, Any] | None:
