@@ -15,7 +15,8 @@ Rules (README "Xiaozhi OTA"):
   operator-provisioned HMAC key answers the challenge (:meth:`TrustBook.activate`); either
   binds the new Client-Id with generation ``g + 1``, so whoever held the old one is locked out.
   A valid HMAC binds only a MAC that is unbound or was bound by the same serial: a key proves
-  which serial a board has, not which MAC it may claim.
+  which serial a board has, not which MAC it may claim. Binding an unbound MAC this way draws
+  on the same caps as a first contact (else one key could mint users without end).
 * A request naming a serial whose key the operator provisioned must prove it even on first
   contact (no binding without the HMAC or an approval).
 * Policy ``open`` serves credentials to every Client-Id (lab use); ``allowlist`` refuses MACs
@@ -204,10 +205,13 @@ class TrustBook:
         pending = self._find(dev, client_id)
         if pending is None:
             return Activation.UNKNOWN
-        if signature is None or key is None or pending.serial is None:
+        if (
+            signature is None
+            or key is None
+            or pending.serial is None
+            or (bound is not None and bound.serial != pending.serial)  # a key proves a serial,
+        ):  # not that it owns this MAC
             return Activation.PENDING
-        if bound is not None and bound.serial != pending.serial:
-            return Activation.PENDING  # a key proves a serial, not that it owns this MAC
         expected = hmac_hex(key, pending.challenge)
         if (
             serial != pending.serial
@@ -215,6 +219,8 @@ class TrustBook:
             or not hmac.compare_digest(expected, signature.lower())
         ):
             return Activation.BAD_HMAC
+        if bound is None and not self._may_create(now):
+            return Activation.PENDING  # a new MAC is a new broker user: first contact's caps
         self._bind(pending, serial=pending.serial)
         return Activation.DONE
 
@@ -264,6 +270,10 @@ class TrustBook:
         stale = [c for c, p in self._pending.items() if p.dev == pending.dev]
         for code in stale:
             del self._pending[code]
+
+    def _may_create(self, now: float) -> bool:
+        """Room for one more binding, drawing on the hourly budget (HMAC activations)."""
+        return len(self._bindings) < self._config.max_devices and self._creations.allow(now)
 
     def _find(self, dev: str, client_id: str) -> Pending | None:
         for pending in self._pending.values():

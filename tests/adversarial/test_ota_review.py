@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
-from tests.adversarial.test_ota_trust import NOT_AUTHORIZED, TOKEN, accepts, admin
+from tests.adversarial.test_ota_trust import NOT_AUTHORIZED, TOKEN, accepts, admin, broker_users
 from tests.integration.xiaozhi_support import new_mac, running_gateway
 from tests.support.broker import Broker, connect_reason_code
 
@@ -60,3 +60,25 @@ async def test_a_forgotten_squatters_password_does_not_come_back(broker: Broker)
         assert connect_reason_code(
             broker.host, broker.port, squatter.username, squatter.password
         ) == (NOT_AUTHORIZED)
+
+
+async def test_one_hmac_key_cannot_mint_users_past_the_caps(broker: Broker, tmp_path: Path) -> None:
+    """Attack: an attacker whose own board has a provisioned (unpinned) HMAC key claims its serial for one random MAC after another and answers each challenge, to mint broker users past the hourly cap.
+    Defence: an HMAC activation that would bind a new MAC draws on the same caps as a first contact (`ota_users_per_hour`, `ota_max_devices`): past them /activate answers 202 and no user is created."""
+    serial, key = "SN" + secrets.token_hex(8), secrets.token_bytes(32)
+    keys = tmp_path / "hmac-keys.json"
+    keys.write_text(json.dumps({serial: key.hex()}))
+    async with running_gateway(
+        broker, ota_hmac_keys_file=keys, ota_users_per_hour=3, ota_ip_burst=1000
+    ) as gw:
+        users_before = broker_users(broker)
+        statuses = []
+        for _ in range(8):
+            board = XiaozhiDeviceSim(mac=new_mac(), serial=serial, hmac_key=key)
+            with pytest.raises(ActivationRequired):
+                await board.provision(gw.ota_url)
+            statuses.append(await board.activate(gw.ota_url))
+            if statuses[-1] == 200:
+                await board.provision(gw.ota_url)
+        assert statuses == [200] * 3 + [202] * 5
+        assert len(broker_users(broker) - users_before) == 3

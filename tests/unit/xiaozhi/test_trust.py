@@ -241,3 +241,23 @@ def test_forget_unbinds_and_voids_codes_so_the_next_request_is_a_first_contact()
     assert (b.bindings, b.pending(now=0), b.revision) == ({}, [], 1)
     fresh = b.request(DEV, SPOOF, serial=None, now=1)
     assert (fresh.verdict, fresh.generation, fresh.new_binding) == (Verdict.CREDENTIALS, 1, True)
+
+
+def test_hmac_v2_new_bindings_draw_on_the_first_contact_caps() -> None:
+    b = book(users_per_hour=1, max_devices=2, bindings={OTHER: Binding(BOARD)})
+
+    def signed(dev: str, now: float) -> Activation:
+        pending = b.request(dev, BOARD, serial=SERIAL, now=now).pending
+        assert pending is not None
+        sig = hmac_hex(KEY, pending.challenge)
+        return b.activate(
+            dev, BOARD, challenge=pending.challenge, signature=sig, serial=SERIAL, key=KEY, now=now
+        )
+
+    assert signed(DEV, 0) is Activation.DONE  # the hour's one new user
+    third = "24_0a_c4_00_00_03"
+    assert b.forget(DEV)
+    assert signed(third, 1) is Activation.PENDING  # budget spent
+    assert signed(third, 3600) is Activation.DONE  # refilled
+    assert signed(DEV, 7200) is Activation.PENDING  # table full (max_devices 2)
+    assert set(b.bindings) == {OTHER, third}
