@@ -45,6 +45,7 @@ class DropReason(enum.Enum):
     REPLAY = "replay"  # sequence <= the last accepted one (duplicate or old)
     SEQ_JUMP = "seq_jump"  # sequence too far ahead of the last accepted one
     IMPLAUSIBLE = "implausible"  # decrypts to no frame this session's device sends (rebind)
+    REBIND_PENDING = "rebind_pending"  # plausible, but a new source needs 3 in a row (rebind)
     BAD_FLAGS = "bad_flags"  # uplink flags other than the nonce's (0x80 marks the downlink)
     SEQ_EXHAUSTED = "seq_exhausted"  # downlink sequence space used up (codec.counter_space)
 

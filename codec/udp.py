@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -158,23 +157,16 @@ class UplinkReceiver:
             return self._drop(DropReason.SEQ_JUMP)
         return header
 
-    def take(
-        self,
-        datagram: bytes,
-        header: Header,
-        *,
-        decrypt: bool = True,
-        plausible: Callable[[bytes], bool] | None = None,
-    ) -> Accepted | Dropped:
+    def decrypt(self, datagram: bytes) -> bytes:
+        """The payload of a datagram :meth:`check` passed, with no state change (to vet it
+        before accepting it)."""
+        return open_payload(self._aes, datagram)
+
+    def take(self, datagram: bytes, header: Header, *, decrypt: bool = True) -> Accepted:
         """Accept a datagram :meth:`check` passed: account its sequence and decrypt it.
         ``decrypt=False`` (nobody listens to this session's audio) skips only the AES and
-        returns an empty payload. With ``plausible``, the payload is always decrypted and must
-        satisfy it, or the datagram is dropped as ``IMPLAUSIBLE`` with no state change."""
-        payload = b""
-        if decrypt or plausible is not None:
-            payload = open_payload(self._aes, datagram)
-            if plausible is not None and not plausible(payload):
-                return self._drop(DropReason.IMPLAUSIBLE)
+        returns an empty payload."""
+        payload = open_payload(self._aes, datagram) if decrypt else b""
         seq = header.sequence
         lost_before = seq - self.last_seq - 1
         self.last_seq = seq

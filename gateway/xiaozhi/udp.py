@@ -114,7 +114,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         if admission is Admission.FOREIGN:
             stats.udp_dropped.labels(FOREIGN_SOURCE).inc()
             return
-        result = self._accept(live, data, admission, now)
+        result = self._accept(live, data, source, admission, now)
         if result is None:
             return
         live.binding.commit(source, now, admission, result.opus_payload)
@@ -126,7 +126,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         live.pipeline.offer(Frame(result.opus_payload, result.seq, result.lost_before))
 
     def _accept(
-        self, live: LiveSession, data: bytes, admission: Admission, now: float
+        self, live: LiveSession, data: bytes, source: Address, admission: Admission, now: float
     ) -> Accepted | None:
         """Sequence checks, budget, decryption; ``None`` for a drop (counted)."""
         header = live.receiver.check(data)  # replays are refused before spending any budget
@@ -140,9 +140,15 @@ class UdpEndpoint(asyncio.DatagramProtocol):
             if not live.rebind_bucket.allow(now):
                 self._stats.udp_dropped.labels(REBIND_LIMITED).inc()
                 return None
-            result = live.receiver.take(
-                data, header, plausible=lambda p: binding.familiar(p) and plausible_frame(p)
-            )
+            payload = live.receiver.decrypt(data)
+            if not (binding.familiar(payload) and plausible_frame(payload)):
+                binding.refuse()
+                self._stats.udp_dropped.labels(DropReason.IMPLAUSIBLE.value).inc()
+                return None
+            if not binding.confirm(source):
+                self._stats.udp_dropped.labels(DropReason.REBIND_PENDING.value).inc()
+                return None
+            result = live.receiver.take(data, header)
         else:
             if not live.bucket.allow(now):
                 self._stats.udp_dropped.labels(RATE_LIMITED).inc()
@@ -151,9 +157,6 @@ class UdpEndpoint(asyncio.DatagramProtocol):
             # not (except until the session's TOC byte is known, for rebinding).
             decrypt = live.pipeline.listening or not binding.tocs
             result = live.receiver.take(data, header, decrypt=decrypt)
-        if isinstance(result, Dropped):
-            self._stats.udp_dropped.labels(result.reason.value).inc()
-            return None
         return result
 
     # -- sending ---------------------------------------------------------------------------

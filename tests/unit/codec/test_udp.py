@@ -306,18 +306,14 @@ def test_receiver_without_decryption_still_checks_and_accounts() -> None:
     assert (receiver.last_seq, receiver.accepted, receiver.lost) == (4, 2, 2)
 
 
-def test_check_changes_nothing_and_take_can_demand_a_plausible_payload() -> None:
+def test_check_and_decrypt_change_nothing_until_take() -> None:
     receiver = UplinkReceiver(key=KEY, ssrc=SSRC)
     datagram = UplinkSender(key=KEY, ssrc=SSRC).seal(b"\xf8\xff\xfe")
     header = receiver.check(datagram)
     assert isinstance(header, Header)
-    assert receiver.check(datagram) == header  # still fresh: check moved nothing
-    assert receiver.take(datagram, header, plausible=lambda p: p[0] == 0x58) == Dropped(
-        DropReason.IMPLAUSIBLE
-    )
+    assert receiver.decrypt(datagram) == b"\xf8\xff\xfe"
+    assert receiver.check(datagram) == header  # still fresh: nothing moved
     assert (receiver.last_seq, receiver.accepted) == (0, 0)
-    # Not listening, but the payload is needed for the plausibility test: decrypted anyway.
-    taken = receiver.take(datagram, header, decrypt=False, plausible=lambda p: p[0] == 0xF8)
-    assert taken == Accepted(b"\xf8\xff\xfe", 1, 0, 0)
+    assert receiver.take(datagram, header, decrypt=False) == Accepted(b"", 1, 0, 0)
     assert receiver.check(datagram) == Dropped(DropReason.REPLAY)
-    assert receiver.drops == {DropReason.IMPLAUSIBLE: 1, DropReason.REPLAY: 1}
+    assert receiver.drops == {DropReason.REPLAY: 1}

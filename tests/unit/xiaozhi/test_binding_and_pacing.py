@@ -116,3 +116,14 @@ def test_hello_limiter_budgets_each_device_and_forgets_the_least_recent() -> Non
         HelloLimiter(rate=1, burst=1, capacity=0)
     with pytest.raises(ValueError, match="rate"):
         HelloLimiter(rate=0, burst=1, capacity=1)
+
+
+def test_a_new_source_must_send_three_plausible_frames_in_a_row() -> None:
+    binding = AddressBinding(rebind_after_s=30.0)
+    assert [binding.confirm(NAT) for _ in range(2)] == [False, False]
+    binding.refuse()
+    assert [binding.confirm(NAT) for _ in range(2)] == [False, False]
+    assert binding.confirm(EVIL) is False  # another source starts its own run
+    assert [binding.confirm(NAT) for _ in range(3)] == [False, False, True]
+    binding.commit(NAT, 40.0, Admission.REBIND, OPUS)
+    assert (binding.candidate, binding.confirmed) == (None, 0)

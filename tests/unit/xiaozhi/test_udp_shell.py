@@ -107,10 +107,19 @@ def test_nat_rebinding_after_silence_but_not_for_replays() -> None:
     rig.feed(wrong_key.seal(b"\xf8\xff\xfe"), NAT)  # sealed without the key: random payload
     rig.feed(seal(device, b"\x58\xff\xfe"), NAT)  # a real frame with a TOC never seen
     assert rig.dropped("implausible") == 2
+    rig.clock.now = 45.0  # the new-source budget refills
     assert live.binding.address == HOME
     assert live.receiver.last_seq == 1  # refused candidates left no trace
     rig.feed(seal(device), NAT)
+    rig.feed(wrong_key.seal(b"\xf8\xff\xfe"), NAT)  # an implausible frame breaks the run
+    rig.feed(seal(device), NAT)
+    rig.feed(seal(device), NAT)
+    assert rig.dropped("rebind_pending") == 3
+    assert live.binding.address == HOME
+    rig.clock.now = 46.0  # the new-source budget refills (4 a second)
+    rig.feed(seal(device), NAT)  # third plausible frame in a row: moved
     assert live.binding.address == NAT
+    assert live.receiver.last_seq == device.last_seq
     assert sample(rig.metrics, "xiaozhi_udp_rebinds_total") == 1
     rig.feed(seal(device), HOME)  # the old address is now the foreign one
     assert rig.dropped("foreign_source") == 2
