@@ -29,7 +29,9 @@ from gateway.xiaozhi.pipeline import Frame, VoiceSink
 
 log = logging.getLogger(__name__)
 
-MAX_DEVICES = 10_000  # DeviceChat objects kept; beyond, a device gets no CHAT (logged)
+# DeviceChat objects kept; at the cap the oldest one without a session makes room, and only
+# when every one has a session open does a new device get no CHAT (logged).
+MAX_DEVICES = 10_000
 
 
 class ChatComponent:
@@ -198,13 +200,22 @@ class ChatComponent:
         chat = self._devices.get(dev)
         if chat is not None:
             return chat
-        if self._ports is None or len(self._devices) >= MAX_DEVICES:
+        if self._ports is None or (len(self._devices) >= MAX_DEVICES and not self._evict_idle()):
             log.error("no CHAT for %s (component not running or %d devices)", dev, MAX_DEVICES)
             return None
         chat = DeviceChat(dev, self._ports, suspended=dev in self._tasks)
         self._devices[dev] = chat
         self._metrics.sessions.set(len(self._devices))
         return chat
+
+    def _evict_idle(self) -> bool:
+        """Forget the oldest device with no open session; False when every one has one."""
+        for dev, chat in self._devices.items():
+            if chat.idle:
+                del self._devices[dev]
+                chat.close()
+                return True
+        return False
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         if self._tg is None:

@@ -85,8 +85,23 @@ class DeviceChat:
             if ports.bridge is not None
             else None
         )
-        ports.spawn(self.player.run(), f"device[{dev}].chat.downlink")
-        ports.spawn(self._timer(), f"device[{dev}].chat.timer")
+        self._own = (
+            ports.spawn(self.player.run(), f"device[{dev}].chat.downlink"),
+            ports.spawn(self._timer(), f"device[{dev}].chat.timer"),
+        )
+
+    @property
+    def idle(self) -> bool:
+        """No open session and no event being handled: safe to forget (see :meth:`close`)."""
+        return self.session_id is None and not self._busy
+
+    def close(self) -> None:
+        """Forget this device: its upstream link closed, its tasks ended (a new hello makes a
+        new :class:`DeviceChat`)."""
+        if self.bridge is not None:
+            self.bridge.close()
+        for task in self._own:
+            task.cancel()
 
     # -- from the Xiaozhi channel -----------------------------------------------------------
 

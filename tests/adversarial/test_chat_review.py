@@ -26,16 +26,7 @@ async def test_one_devices_control_flood_does_not_hold_back_anothers_chat(
     Defence: only the flooding device's link ends (goodbye, counted); the back-off is for the upstream server failing, so another device's hello right after is bridged at once."""
     async with chat_rig(broker, tmp_path, backoff_min_s=30.0, backoff_max_s=30.0) as rig:
         peer, attacker = rig.upstream, rig.device
-        creds = broker.provision(VICTIM)
-        victim = XiaozhiDeviceSim(mac=mac_colon(VICTIM))
-        victim.mqtt_info = MqttInfo(
-            endpoint=f"{broker.host}:{broker.port}",
-            client_id=f"GID_test@@@{VICTIM}@@@{uuid.uuid4()}",
-            username=VICTIM,
-            password=creds.password or "",
-            publish_topic=f"device-server/{VICTIM}",
-            subscribe_topic=f"devices/p2p/{VICTIM}",
-        )
+        victim = _device(broker, VICTIM)
         async with victim:
             peer.answer_hellos.clear()  # the attacker's link stays not ready while it floods
             await attacker.open_audio_channel()
@@ -57,3 +48,41 @@ async def test_one_devices_control_flood_does_not_hold_back_anothers_chat(
             await victim.open_audio_channel()
             await peer.session(1)  # bridged: the victim's hello reached the upstream
             assert rig.lesson.metric('chat_upstream_ends_total{reason="backoff"}') == 0
+
+
+def _device(broker: Broker, dev: str) -> XiaozhiDeviceSim:
+    creds = broker.provision(dev)
+    sim = XiaozhiDeviceSim(mac=mac_colon(dev))
+    sim.mqtt_info = MqttInfo(
+        endpoint=f"{broker.host}:{broker.port}",
+        client_id=f"GID_test@@@{dev}@@@{uuid.uuid4()}",
+        username=dev,
+        password=creds.password or "",
+        publish_topic=f"device-server/{dev}",
+        subscribe_topic=f"devices/p2p/{dev}",
+    )
+    return sim
+
+
+async def test_devices_that_left_do_not_keep_new_ones_out_of_chat(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: more devices than the chat table holds (`MAX_DEVICES`, 10,000: a day of a large fleet, or users minted over OTA) say hello and leave one after another, so every later device finds the table full.
+    Defence: a device with no open session is evicted (its tasks ended) when a new one needs room, so the new device is bridged as usual."""
+    monkeypatch.setattr("gateway.chat.component.MAX_DEVICES", 2)
+    async with chat_rig(broker, tmp_path) as rig:
+        peer = rig.upstream
+        others = [_device(broker, f"24_0a_c4_78_00_0{n}") for n in (1, 2)]
+        async with others[0], others[1]:
+            for index, sim in enumerate([rig.device, others[0]]):
+                await sim.open_audio_channel()
+                await peer.session(index)
+                await sim.send_json(type="goodbye")
+                # answered in order after the goodbye: the session is closed by then
+                await sim.publish('{"session_id":"stale-2","type":"listen","state":"stop"}')
+                await sim.expect("goodbye", session_id="stale-2")
+            await others[1].open_audio_channel()
+            await peer.session(2)  # the third device is bridged: the table made room
+            chat = rig.lesson.gw.chat
+            assert chat is not None
+            assert chat.device(rig.dev) is None  # the first to leave was evicted
