@@ -11,7 +11,7 @@ failed to start (a port taken) while its broker connect was under way.
 
 So the connect runs as its own task, shielded: a cancellation lets it finish (bounded by
 ``SETTLE_S``; on loopback it takes milliseconds), then the client disconnects properly while the
-loop runs, then the cancellation goes on. Only a connect still blocked after ``SETTLE_S`` (an
+loop runs (bounded the same), then the cancellation goes on. Only a connect still blocked after ``SETTLE_S`` (an
 unreachable broker) falls back to closing paho's sockets under it.
 """
 
@@ -50,7 +50,8 @@ async def _settle(client: aiomqtt.Client, enter: asyncio.Task[None]) -> None:
             await asyncio.shield(enter)
     if enter.done() and not enter.cancelled() and enter.exception() is None:
         with contextlib.suppress(Exception):
-            await client.__aexit__(None, None, None)  # DISCONNECT, sockets closed on the loop
+            async with asyncio.timeout(SETTLE_S):
+                await client.__aexit__(None, None, None)  # DISCONNECT, sockets closed on the loop
     else:
         enter.cancel()
     with contextlib.suppress(Exception):
