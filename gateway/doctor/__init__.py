@@ -40,7 +40,7 @@ def run_checks(settings: Settings, reload: Reloader) -> list[Row]:
     rows.append(check_audio_libs())
     rows.append(check_asr(settings))
     rows.append(check_store(settings))
-    rows.append(check_clock(found.server_date))
+    rows.append(check_clock(found.server_date, found.server_date_seen))
     return rows
 
 

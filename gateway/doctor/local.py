@@ -125,8 +125,10 @@ def check_store(settings: Settings) -> Row:
     return ok(name, f"{connector.dialect.value} {connector.where} takes writes")
 
 
-def check_clock(server_date: str | None) -> Row:
-    """Wall clock set (not before 2025) and, given the gateway's HTTP ``Date``, in step with it."""
+def check_clock(server_date: str | None, seen: datetime | None = None) -> Row:
+    """Wall clock set (not before 2025) and, given the gateway's HTTP ``Date`` and our clock
+    when it arrived (``seen``; default now), in step with it. Comparing with the time of this
+    check instead counted the checks in between (seconds on a loaded machine) as skew."""
     name = "clock"
     now = datetime.now(UTC)
     if now < CLOCK_FLOOR:
@@ -134,7 +136,7 @@ def check_clock(server_date: str | None) -> Row:
     detail = f"{now:%Y-%m-%dT%H:%M:%SZ}"
     if server_date is not None:
         with contextlib.suppress(TypeError, ValueError):
-            skew = (now - parsedate_to_datetime(server_date)).total_seconds()
+            skew = ((seen or now) - parsedate_to_datetime(server_date)).total_seconds()
             if abs(skew) > MAX_SKEW_S:
                 side = "behind" if skew > 0 else "ahead of"
                 return fail(name, f"{detail}; the gateway's clock is {abs(skew):.0f}s {side} ours")

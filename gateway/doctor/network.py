@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway.doctor.report import Row, fail, ok, skip
@@ -34,6 +35,7 @@ class Findings:
     broker_up: bool = False
     gateway_login: bool = False
     server_date: str | None = None
+    server_date_seen: datetime | None = None  # our clock when that Date arrived
     metrics_text: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -97,6 +99,7 @@ def check_gateway_http(settings: Settings, found: Findings) -> list[Row]:
     health = f"http://{local(http.host)}:{http.port}/healthz"
     try:
         status, body, found.server_date = _get(health)
+        found.server_date_seen = datetime.now(UTC)
     except OSError as exc:
         row = fail("gateway health", f"{health}: {getattr(exc, 'reason', exc)}")
     else:

@@ -40,3 +40,10 @@ def test_store_check_writes_and_names_the_file(tmp_path: Path) -> None:
 
 def test_audio_libraries_load() -> None:
     assert check_audio_libs().status is Status.OK
+
+
+def test_clock_skew_is_taken_when_the_date_arrived_not_when_checked() -> None:
+    seen = datetime.now(UTC) - timedelta(seconds=30)  # the health check ran 30 s ago
+    assert check_clock(format_datetime(seen, usegmt=True), seen).status is Status.OK
+    late = check_clock(format_datetime(seen - timedelta(seconds=60), usegmt=True), seen)
+    assert late.status is Status.FAIL
