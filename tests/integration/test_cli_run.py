@@ -10,10 +10,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gateway.demo_env import free_port
 from tests.support.broker import Broker
 
 ROOT = Path(__file__).parents[2]
+# Hang guards, not timings: `snlpgw run` imports numpy, libopus, aiohttp, pydantic… before it
+# logs anything, and on two cores shared with a CPU hog that alone took over 20 s.
+START_S = 120.0
+pytestmark = pytest.mark.timeout(2 * START_S + 60)
 
 
 def _env(broker: Broker, tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -33,7 +39,7 @@ def _env(broker: Broker, tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _wait_for_line(proc: subprocess.Popen[str], needle: str, wait_s: float = 20) -> list[str]:
+def _wait_for_line(proc: subprocess.Popen[str], needle: str, wait_s: float = START_S) -> list[str]:
     assert proc.stderr is not None
     seen: list[str] = []
     deadline = time.monotonic() + wait_s
@@ -60,7 +66,7 @@ def test_run_connects_and_stops_cleanly_on_sigterm(broker: Broker, tmp_path: Pat
         lines = _wait_for_line(proc, "connected to broker")
         assert all(line.startswith("{") for line in lines)  # JSON log lines
         proc.send_signal(signal.SIGTERM)
-        _, rest = proc.communicate(timeout=15)
+        _, rest = proc.communicate(timeout=START_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -82,7 +88,7 @@ def test_run_says_clearly_when_its_port_is_taken(broker: Broker, tmp_path: Path)
             env=_env(broker, tmp_path, SNLPGW_HTTP__PORT=str(port)),
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=START_S,
             check=False,
         )
     assert result.returncode == 2

@@ -16,7 +16,10 @@ from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
 from tests.support.broker import Broker, connect_reason_code
 
-pytestmark = pytest.mark.integration
+# Hang guards, not timings: each `snlpgw device` run starts a Python process that imports the
+# gateway; on two cores shared with a CPU hog one took ~20 s, and this test runs several.
+CLI_S = 120.0
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "cli-admin-token"
@@ -29,7 +32,7 @@ async def cli(gw: Gateway, *args: str, token: str = TOKEN) -> tuple[int, str, st
         sys.executable, "-m", "gateway", "device", "--admin-url", gw.admin_url, *args,
         cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    async with asyncio.timeout(60):
+    async with asyncio.timeout(CLI_S):
         out, err = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
