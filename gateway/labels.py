@@ -48,6 +48,12 @@ CANCEL_REASONS: frozenset[str] = frozenset(
 )
 
 
+# Message types a xiaozhi server sends down (the chat upstream; semi-trusted, still bounded).
+XIAOZHI_SERVER_TYPES: frozenset[str] = frozenset(
+    {"hello", "stt", "tts", "llm", "mcp", "iot", "goodbye", "alert", "system", "listen"}
+)
+
+
 def bounded(value: object, allowed: Collection[str]) -> str:
     """``value`` as a label if it is one of ``allowed``; ``none`` for None; else ``other``."""
     if value is None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gateway import labels
 from gateway.chat import voice as v
 from gateway.chat.bridge import BridgeContext, Spawn, UpstreamBridge
 from gateway.chat.embedded import EmbeddedEngine
@@ -246,7 +247,7 @@ class DeviceChat:
         if not self.player.json(payload, tts=tts):
             self.handle(v.UpstreamLost("downlink_control_overflow"))
             return
-        self._p.metrics.control_down.labels(str(kind)[:20]).inc()
+        self._p.metrics.control_down.labels(labels.bounded(kind, labels.XIAOZHI_SERVER_TYPES)).inc()
 
     def _upstream_ended(self, error: UpstreamError | None) -> None:
         if error is not None:

@@ -174,7 +174,7 @@ class DeviceActor:
         p = self._ports
         match effect:
             case SendCommand():
-                self._m.commands.labels(effect.cmd).inc()
+                self._m.commands.labels(labels.bounded(effect.cmd, labels.COMMANDS)).inc()
                 if effect.cmd == "LISTEN_START":
                     p.mic.set_listening(self.device, True)
                 elif effect.cmd == "LISTEN_STOP":

@@ -34,3 +34,8 @@ def test_label_sets_come_from_the_contract_and_runtime() -> None:
     assert {"PLAY_MEDIA", "LISTEN_STOP", "TASK_STOP"} <= labels.COMMANDS
     assert {"CommandOutcome", "audio.stopped"} <= labels.RUNTIME_EVENTS
     assert {"watchdog", "play_failed", "audio.failed"} <= labels.STEP_FAILURES
+
+
+def test_upstream_message_types_are_bounded_too() -> None:
+    assert labels.bounded("tts", labels.XIAOZHI_SERVER_TYPES) == "tts"
+    assert labels.bounded("tts" + "x" * 50, labels.XIAOZHI_SERVER_TYPES) == "other"
