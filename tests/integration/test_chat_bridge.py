@@ -148,14 +148,16 @@ async def test_upstream_down_goodbye_and_alarm(broker: Broker, tmp_path: Path) -
 
 
 async def test_silence_goes_to_standby_and_speech_resets_it(broker: Broker, tmp_path: Path) -> None:
+    # ~7 s of speech from the listen start: longer than the timeout, which our VAD resets;
+    # the tail of silence lets the VAD close the utterance, then 5 s of nothing → standby.
+    # Synthesized and encoded before the listen starts the 5 s timer (espeak-ng and the Opus
+    # encoder took longer than that on two loaded cores, and the device fell silent meanwhile).
+    speech = synthesize("Good morning, how are you? I would like to hear a long story today.")
+    said = encode_pcm(silence(300) + speech + speech + silence(900))
     async with chat_rig(broker, tmp_path, silence_timeout_s=5.0) as rig:
         peer = await _listening(rig)
         assert rig.device.hello is not None
         session_id = rig.device.hello.session_id
-        # ~7 s of speech from the listen start: longer than the timeout, which our VAD resets;
-        # the tail of silence lets the VAD close the utterance, then 5 s of nothing → standby.
-        speech = synthesize("Good morning, how are you? I would like to hear a long story today.")
-        said = encode_pcm(silence(300) + speech + speech + silence(900))
         await rig.device.stream_opus(said)
         bye = await rig.device.expect("goodbye", timeout_s=20)
         assert bye["session_id"] == session_id
