@@ -32,7 +32,7 @@ from gateway.demo_env import gateway_settings, local_broker, running_gateway
 from gateway.xiaozhi.pipeline import Frame
 
 RESULTS = Path(__file__).parent / "results"
-SIZES = (10, 50, 100, 200, 300)
+SIZES = (10, 50, 100, 200)
 WARMUP_S = 3.0
 MEASURE_S = 8.0
 FRAME_S = 0.060
