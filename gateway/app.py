@@ -13,6 +13,7 @@ from gateway.assessment.engine import Backend
 from gateway.board import BoardChannel
 from gateway.board.bridge import BoardBridge
 from gateway.chat.component import ChatComponent
+from gateway.cluster import Cluster
 from gateway.runtime import RuntimeConfig, load_catalog, resource_reader
 from gateway.service import Component, Service
 from gateway.settings import Settings
@@ -63,7 +64,11 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         log.warning("catalog: %s", warning)
     parts = build_store_components(settings)
     recorder = StoreRecorder(parts.store)
-    board = BoardChannel(settings=settings.board, max_payload_bytes=settings.mqtt.max_payload_bytes)
+    board = BoardChannel(
+        settings=settings.board,
+        max_devices=settings.board.max_devices,
+        max_payload_bytes=settings.mqtt.max_payload_bytes,
+    )
     bridge = BoardBridge(board)
     assessment = AssessmentPath(settings=settings.asr, store=parts.store, backend=asr_backend)
     voice = VoiceToTasks()
@@ -81,6 +86,9 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         listening_by_default=False,
         uplink_tap=chat.uplink if chat else None,
     )
+    # Scale-out: one owner per device over the live gateways (cluster.enabled; else all ours).
+    cluster = Cluster(settings.gateway_id, enabled=settings.cluster.enabled, udp=xiaozhi)
+    board.owns = xiaozhi.owns = cluster.owns
     tasks = TaskService(
         catalog=loaded.catalog,
         config=RuntimeConfig.from_settings(settings.runtime),
@@ -91,12 +99,16 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         assessment=assessment,
         load_running=recorder.load_running,
         modes=chat,
+        owns=cluster.owns,
+        handover_delay_s=settings.cluster.handover_delay_s,
     )
     bridge.tasks = tasks
     board.sink = bridge
     voice.tasks = tasks
     assessment.on_text = tasks.on_asr_text
-    components: list[Component] = [*parts.components, board, xiaozhi, assessment, tasks]
+    cluster.on_change(tasks.on_owners_changed)
+    cluster.on_change(board.release_unowned)
+    components: list[Component] = [*parts.components, cluster, board, xiaozhi, assessment, tasks]
     if chat is not None:
         chat.channel = xiaozhi
         if settings.chat.voice_task:

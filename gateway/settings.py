@@ -203,6 +203,13 @@ class BoardSettings(_Section):
     outbox_limit: int = Field(
         64, ge=1, description="Queued commands per device (overflow: refuse newest)."
     )
+    max_devices: int = Field(
+        10_000,
+        ge=1,
+        description="Boards tracked (presence, outbox); beyond it the idle offline ones are "
+        "forgotten, then new boards refused. Scale-out: every gateway tracks every board of "
+        "its cluster, so at least the cluster's board count.",
+    )
     max_in_flight: int = Field(
         4, ge=1, description="Commands sent to one board before the oldest is acked (in order)."
     )
@@ -277,6 +284,21 @@ class StoreSettings(_Section):
         if v is not None and urlsplit(v).scheme not in ("sqlite", "postgresql", "postgres"):
             raise ValueError("expected sqlite:///FILE or postgresql://…")
         return v
+
+
+class ClusterSettings(_Section):
+    enabled: bool = Field(
+        False,
+        description="Scale-out: several gateways on one broker and one PostgreSQL store; each "
+        "device is owned by one live gateway (rendezvous hashing over the retained gateway "
+        "statuses). Off: this gateway serves every device.",
+    )
+    handover_delay_s: float = Field(
+        1.0,
+        ge=0,
+        description="A gateway gaining devices resumes their running lessons from the store "
+        "this long after the membership change (the previous owner, if alive, stops first).",
+    )
 
 
 class OpsSettings(_Section):
@@ -377,6 +399,7 @@ class Settings(BaseSettings):
     runtime: RuntimeSettings = RuntimeSettings()
     asr: AsrSettings = AsrSettings()
     store: StoreSettings = StoreSettings()
+    cluster: ClusterSettings = ClusterSettings()
     ops: OpsSettings = OpsSettings()
     chat: ChatSettings = ChatSettings()
 

@@ -70,3 +70,15 @@ class GatewayStatus(OwnModel):
     online: bool
     gateway_id: GatewayId
     ts: EpochMs
+    udp: (
+        Annotated[
+            str,
+            Field(
+                max_length=262,
+                pattern=r"^[A-Za-z0-9.:\[\]_-]+:[0-9]{1,5}$",
+                description="The gateway's announced UDP audio endpoint `host:port` "
+                "(udp.public_host/public_port); the hello reply of the device's owner names it.",
+            ),
+        ]
+        | None
+    ) = None

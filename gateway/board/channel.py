@@ -99,6 +99,10 @@ class BoardChannel:
         self._sleep_until = float("inf")
         self._online_count = 0  # kept in step, so a presence change costs O(1)
         self._out: BoardOutputs | None = None
+        # Scale-out: whether this gateway owns a device (gateway.cluster). Every gateway tracks
+        # every board's presence (a new owner needs it at once); only the owner handles acks,
+        # reports and events, sends commands and writes presence outputs.
+        self.owns: Callable[[str], bool] = lambda _dev: True
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -301,6 +305,11 @@ class BoardChannel:
             self._drop(topic.kind.value, "too_many_devices", msg, None)
             return
         now = self._clock()
+        if not isinstance(parsed, Status | Heartbeat) and not self.owns(device.dev):
+            self._presence(device, device.presence.on_activity(now))
+            self.m.dropped.labels(topic.kind.value, "not_owner").inc()  # normal: counted only
+            self._reschedule(device)
+            return
         match parsed:
             case Status():
                 self._on_status(device, parsed, now)
@@ -432,7 +441,8 @@ class BoardChannel:
     def _presence(self, device: Device, effects: list[PresenceEffect]) -> None:
         for effect in effects:
             if isinstance(effect, Flapping):
-                self.out.flapping(effect)
+                if self.owns(device.dev):
+                    self.out.flapping(effect)
             else:
                 self._on_presence_change(device, effect, online=effect.online, reason=effect.reason)
 
@@ -440,7 +450,8 @@ class BoardChannel:
         self, device: Device, change: PresenceChange, *, online: bool, reason: str
     ) -> None:
         self._online_count += 1 if online else -1
-        self.out.presence(device.dev, online=online, reason=reason, online_count=self._online_count)
+        if self.owns(device.dev):
+            self.out.presence(device.dev, online=online, reason=reason, online_count=self._online_count)
         if online:
             device.new_session()
         else:
@@ -449,6 +460,14 @@ class BoardChannel:
         self._apply(device, device.outbox.set_online(online, change.at_mono))
         if self.sink is not None:
             self.sink.presence_changed(change)
+
+    def release_unowned(self) -> None:
+        """Ownership moved (cluster listener): end the pending commands of boards owned
+        elsewhere now, so this gateway sends them nothing more (no resend, no late command)."""
+        for dev, device in self._devices.items():
+            if not self.owns(dev):
+                self._fail_downloads(device, "not_owner")
+                self._apply(device, device.outbox.cancel_all())
 
     def _fail_downloads(self, device: Device, code: str) -> None:
         for download in device.downloads.values():

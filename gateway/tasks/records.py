@@ -119,6 +119,9 @@ class StoreRecorder:
         self._store.submit_step(to_store_step(record))
 
     async def load_running(self) -> list[tuple[rt.InstanceRecord, list[rt.StepRecord]]]:
+        # Our own latest writes first: an instance that just ended here must not read as
+        # running (a handover adopts what the store says is running).
+        await self._store.flush()
         out = []
         for inst in await self._store.running_instances():
             found = await self._store.get_instance(inst.instance_id)

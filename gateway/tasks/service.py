@@ -88,6 +88,8 @@ class TaskService:
         restore_wait_s: float = RESTORE_WAIT_S,
         modes: ModeListener | None = None,
         max_devices: int = MAX_DEVICES,
+        owns: Callable[[str], bool] | None = None,
+        handover_delay_s: float = 0.0,
     ) -> None:
         self._catalog = catalog
         self._config = config
@@ -98,6 +100,12 @@ class TaskService:
         self._assessment = assessment
         self._load_running = load_running
         self._restore_wait_s = restore_wait_s
+        # Scale-out (gateway.cluster): act only for devices this gateway owns; adopt the
+        # running instances of devices it gains from the store, ``handover_delay_s`` after the
+        # change (time for a previous owner that is still alive to see it and stop).
+        self._owns = owns or (lambda _dev: True)
+        self._handover_delay_s = handover_delay_s
+        self._adopt = asyncio.Event()
         self.modes = modes
         self._max_devices = max_devices
         # Least recently used first; bounded by max_devices (see MAX_DEVICES).
@@ -131,6 +139,9 @@ class TaskService:
         self._m_refused = ctx.metrics.counter(
             "runtime_devices_refused", "Devices given no actor: the table was full of busy ones"
         )
+        self._m_not_owner = ctx.metrics.counter(
+            "runtime_not_owner", "Device events and requests left to the device's owner"
+        )
         by_state = ctx.metrics.gauge("runtime_instances", "Instances now, by state", ["state"])
         for state in RuntimeState:
             by_state.labels(state.value).set_function(functools.partial(self._count_in, state))
@@ -151,12 +162,40 @@ class TaskService:
             try:
                 await self._restore()
                 self._ready.set()
-                await asyncio.Event().wait()
+                await self._adopt_on_changes()
             finally:
                 self._tg = None
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
+
+    # -- ownership (scale-out) -----------------------------------------------------------------
+
+    def on_owners_changed(self) -> None:
+        """Cluster listener: stop acting for devices now owned elsewhere (their state is in
+        the store; the new owner resumes them), then adopt the ones gained."""
+        for device in [d for d in self._actors if not self._owns(d)]:
+            self._release(device)
+        for device in [d for d in self._pending_restore if not self._owns(d)]:
+            del self._pending_restore[device]
+        self._adopt.set()
+
+    async def _adopt_on_changes(self) -> None:
+        while True:
+            await self._adopt.wait()
+            await asyncio.sleep(self._handover_delay_s)
+            self._adopt.clear()
+            await self._restore()
+
+    def _release(self, device: str) -> None:
+        """Stop acting for ``device`` (its actor's task ends; a TaskGroup ignores a child that
+        ends cancelled). Logged: the ownership log is these lines and ``ownership gained``."""
+        self._actors.pop(device, None)
+        task = self._actor_tasks.pop(device, None)
+        if task is not None:
+            task.cancel()
+        self._m_devices.set(len(self._actors))
+        log.info("ownership released %s at_ms=%d", device, _now_ms())
 
     # -- sinks (called by the channels and the assessment side path) ---------------------------
 
@@ -247,6 +286,9 @@ class TaskService:
             self._m_ctl_invalid.labels("retained").inc()
             return
         device = topic.dev
+        if not self._owns(device):
+            self._m_not_owner.inc()
+            return
         try:
             req = parse_ctl_request(msg.payload)
         except PayloadError as exc:
@@ -281,7 +323,10 @@ class TaskService:
     def _post(self, device: str, event: Event, *, create: bool = True) -> None:
         actor = self._actors.get(device)
         if actor is None:
-            if not create:
+            if not create or device in self._pending_restore:
+                return  # a stored instance is about to be resumed: it gets the next events
+            if not self._owns(device):
+                self._m_not_owner.inc()
                 return
             actor = self._spawn(device, None)
             if actor is None:
@@ -313,18 +358,15 @@ class TaskService:
         self._m_devices.set(len(self._actors))
         task = self._tg.create_task(actor.run(), name=f"device[{device}].tasks")
         self._actor_tasks[device] = task
+        log.info("ownership gained %s at_ms=%d", device, _now_ms())
         return actor
 
     def _evict_idle(self) -> bool:
         """Stop the least recently used idle actor; False when every actor is busy."""
         for device, actor in self._actors.items():
             if actor.idle() and device not in self._pending_restore:
-                del self._actors[device]
-                task = self._actor_tasks.pop(device, None)
-                if task is not None:
-                    task.cancel()  # a TaskGroup ignores a child that ends cancelled
+                self._release(device)
                 self._m_evicted.inc()
-                self._m_devices.set(len(self._actors))
                 return True
         return False
 
@@ -374,7 +416,13 @@ class TaskService:
             log.exception("could not load running instances; none restored")
             return
         for instance, steps in running:
-            self._pending_restore[instance.device_id] = (instance, steps)
+            device = instance.device_id
+            if not self._owns(device) or device in self._pending_restore:
+                continue
+            actor = self._actors.get(device)
+            if actor is not None and actor.runtime.instance is not None:
+                continue  # already running here (ours all along, or started since)
+            self._pending_restore[device] = (instance, steps)
             if instance.device_id in self._online:
                 self._restore_device(instance.device_id, self._online[instance.device_id])
         if self._pending_restore and self._tg is not None:
@@ -387,6 +435,11 @@ class TaskService:
 
     def _restore_device(self, device: str, online: bool) -> None:
         instance, steps = self._pending_restore.pop(device)
+        idle = self._actors.get(device)
+        if idle is not None:  # made for an event that came in before the adoption: replace it
+            if idle.runtime.instance is not None:
+                return
+            self._release(device)
         loop = asyncio.get_running_loop()
         now = loop.time() * 1000.0
         try:

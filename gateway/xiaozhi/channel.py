@@ -73,6 +73,9 @@ class XiaozhiChannel:
         self._voice = voice
         self._events = events
         self.uplink_tap = uplink_tap  # may be set after construction (CHAT is built later)
+        # Scale-out (gateway.cluster): only the device's owner answers its control messages,
+        # so its hello reply names the owner's UDP endpoint and the session lives there.
+        self.owns: Callable[[str], bool] = lambda _dev: True
         self._provision = provision
         self._new_segmenter = new_segmenter
         self._clock = clock

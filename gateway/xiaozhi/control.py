@@ -77,6 +77,9 @@ class ControlHandler:
         if inbound.retain:  # replayed at every (re)subscribe: never a live request
             stats.control_dropped.labels("retained").inc()
             return
+        if not self._channel.owns(dev):
+            stats.control_dropped.labels("not_owner").inc()
+            return
         try:
             msg = messages.parse_device_message(inbound.payload)
         except ControlError as exc:

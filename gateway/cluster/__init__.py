@@ -1,0 +1,9 @@
+"""Scale-out: many gateway processes, one owner per device (see docs/scale-out.md).
+
+``membership`` is the pure core (live set + rendezvous hashing); ``component`` its MQTT shell.
+"""
+
+from gateway.cluster.component import Cluster
+from gateway.cluster.membership import Membership, owner_of
+
+__all__ = ["Cluster", "Membership", "owner_of"]

@@ -1,0 +1,113 @@
+"""Scale-out, Xiaozhi side: two gateways on one broker; a device's hello is answered by its
+owner alone, and the reply names the owner's UDP endpoint (each gateway announces its own)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from gateway.cluster import Cluster, owner_of
+from gateway.service import Service
+from gateway.xiaozhi.channel import XiaozhiChannel
+from gateway.xiaozhi.provisioning import broker_provisioner
+from tests.integration.xiaozhi_support import (
+    FAST_STREAM_PPS,
+    Gateway,
+    Recorder,
+    gateway_settings,
+    provisioned_device,
+)
+from tests.support.broker import Broker
+
+pytestmark = pytest.mark.integration
+
+
+class Asked:
+    """The channel's ownership question, answered by the cluster and remembered, so the test
+    can wait until a gateway has seen a device's control message."""
+
+    def __init__(self, owns: Callable[[str], bool]) -> None:
+        self._owns = owns
+        self.asked: list[str] = []
+        self.changed = asyncio.Event()
+
+    def __call__(self, dev: str) -> bool:
+        self.asked.append(dev)
+        self.changed.set()
+        return self._owns(dev)
+
+    async def until_asked(self, dev: str) -> None:
+        async with asyncio.timeout(20):
+            while dev not in self.asked:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+@contextlib.asynccontextmanager
+async def clustered(
+    broker: Broker, count: int
+) -> AsyncIterator[list[tuple[Gateway, Cluster, Asked]]]:
+    """``count`` gateways with the Xiaozhi channel and the cluster component, all settled on
+    the same live set."""
+    changed = asyncio.Event()
+    members: list[tuple[Gateway, Cluster, Asked]] = []
+    for _ in range(count):
+        settings = gateway_settings(broker)
+        recorder = Recorder()
+        channel = XiaozhiChannel(
+            settings=settings,
+            voice=recorder,
+            events=recorder,
+            provision=broker_provisioner(
+                data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload
+            ),
+            udp_rate_pps=FAST_STREAM_PPS,
+        )
+        cluster = Cluster(settings.gateway_id, enabled=True, udp=channel)
+        asked = Asked(cluster.owns)
+        channel.owns = asked
+        cluster.on_change(changed.set)
+        service = Service(settings, [cluster, channel])
+        members.append((Gateway(service, channel, recorder, settings), cluster, asked))
+    ids = {gw.settings.gateway_id for gw, _, _ in members}
+    async with asyncio.TaskGroup() as tg:
+        tasks = [
+            tg.create_task(gw.service.run(), name=f"test.{gw.settings.gateway_id}")
+            for gw, _, _ in members
+        ]
+        try:
+            async with asyncio.timeout(20):
+                while not all(c.membership.live == ids for _, c, _ in members):
+                    changed.clear()
+                    await changed.wait()
+                for gw, _, _ in members:
+                    await gw.service.http.wait_started()
+                    await gw.channel.wait_ready()
+            yield members
+        finally:
+            for task in tasks:
+                task.cancel()
+
+
+async def test_the_owner_alone_answers_the_hello_with_its_own_udp_endpoint(
+    broker: Broker,
+) -> None:
+    async with clustered(broker, 2) as members:
+        ports = {gw.settings.gateway_id: gw.channel.udp_port for gw, _, _ in members}
+        assert len(set(ports.values())) == 2  # each gateway its own endpoint
+        first = members[0][0]
+        async with provisioned_device(first) as (dev, sim):  # OTA: any gateway serves it
+            owner = owner_of(dev, ports)
+            hello = await sim.open_audio_channel()
+            assert hello.port == ports[owner]
+            for gw, _, asked in members:
+                await asked.until_asked(dev)  # the hello reached every gateway
+                refused = gw.metric("xiaozhi_control_dropped_total", reason="not_owner")
+                opened = [e for e in gw.recorder.events if e[0] == "opened"]
+                if gw.settings.gateway_id == owner:
+                    assert (refused, len(opened)) == (0, 1)
+                else:
+                    assert (refused, opened) == (1, [])  # left to the owner

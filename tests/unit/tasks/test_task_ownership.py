@@ -1,0 +1,114 @@
+"""The task shell under scale-out: it acts only for devices it owns; losing a device stops its
+actor at once, gaining one resumes the stored running instance through the restore path."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gateway.http import HttpServer
+from gateway.metrics import Metrics
+from gateway.runtime import InstanceRecord, RuntimeConfig, StepRecord, load_catalog, resource_reader
+from gateway.service import Context, Ops
+from gateway.settings import load_settings
+from gateway.tasks.service import TaskService
+from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeMqtt, FakeRecorder
+from tests.unit.tasks.test_task_service import (  # the catalog fixture and request helpers
+    CATALOG,
+    DEV,
+    _start,
+    _task_events,
+    fast_catalog,
+)
+
+__all__ = ["fast_catalog"]
+Rig = tuple[TaskService, FakeMqtt, FakeBoard, FakeRecorder, "Owned", Metrics]
+
+
+@dataclass
+class _Wire:
+    mqtt: FakeMqtt
+
+
+class Owned:
+    def __init__(self) -> None:
+        self.devices = {DEV}
+
+    def __call__(self, dev: str) -> bool:
+        return dev in self.devices
+
+
+def _running(recorder: FakeRecorder) -> list[tuple[InstanceRecord, Sequence[StepRecord]]]:
+    """What a shared store would hold: the latest snapshot of each instance, if running."""
+    latest = {r.instance_id: r for r in recorder.instances}
+    out = []
+    for inst in latest.values():
+        if inst.state in ("running", "paused"):
+            steps = {s.step_index: s for s in recorder.steps if s.instance_id == inst.instance_id}
+            out.append((inst, [steps[k] for k in sorted(steps)]))
+    return out
+
+
+@pytest.fixture
+async def owned_rig(fast_catalog: Path) -> AsyncIterator[Rig]:
+    metrics, mqtt, owns = Metrics(), FakeMqtt(), Owned()
+    board, recorder = FakeBoard(clip_ms=300), FakeRecorder()
+
+    async def load_running() -> list[tuple[InstanceRecord, Sequence[StepRecord]]]:
+        return _running(recorder)
+
+    svc = TaskService(
+        catalog=load_catalog(fast_catalog).catalog,
+        config=RuntimeConfig(min_window_ms=300),
+        read_text=resource_reader(CATALOG / "resources"),
+        commands=board,
+        mic=FakeMic(),
+        recorder=recorder,
+        assessment=FakeAssessment(),
+        load_running=load_running,
+        owns=owns,
+        handover_delay_s=0.0,
+    )
+    board.sink = svc.on_board_event
+    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
+    ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
+    svc.attach(ctx)
+    svc.on_presence(DEV, True)
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(svc.run(), name="test.tasks")
+        await svc.wait_ready()
+        yield svc, mqtt, board, recorder, owns, metrics
+        task.cancel()
+
+
+async def test_a_request_for_a_device_owned_elsewhere_is_left_alone(owned_rig: Rig) -> None:
+    svc, mqtt, board, _, owns, metrics = owned_rig
+    owns.devices.clear()
+    _start(_Wire(mqtt))  # type: ignore[arg-type]  # the same start request the owner gets
+    assert mqtt.on("/reply/" + DEV) == []
+    assert svc.runtime_of(DEV) is None
+    assert board.sent == []
+    assert metrics.snapshot()["snlpgw_runtime_not_owner_total"] == 1.0
+
+
+async def test_handover_stops_the_old_actor_and_resumes_from_the_store(owned_rig: Rig) -> None:
+    svc, mqtt, board, recorder, owns, _ = owned_rig
+    rig = _Wire(mqtt)
+    _start(rig)  # type: ignore[arg-type]
+    await mqtt.wait_for(lambda: len(board.times_of("PLAY_MEDIA")) >= 2)
+    owns.devices.clear()
+    svc.on_owners_changed()  # the device is someone else's now
+    assert svc.runtime_of(DEV) is None
+    sent = len(board.sent)
+    played = [p["name"] for _, c, _, p in board.sent if c == "PLAY_MEDIA"]
+    owns.devices.add(DEV)
+    svc.on_owners_changed()  # ... and ours again: adopted from what the store holds
+    await mqtt.wait_for(lambda: bool(_task_events(rig, "instance.completed")), wait_s=10)  # type: ignore[arg-type]
+    replayed = [p["name"] for _, c, _, p in board.sent[sent:] if c == "PLAY_MEDIA"]
+    assert replayed[0] == played[-1]  # the step in flight is played again, nothing earlier
+    assert played[:-1] + replayed == list(dict.fromkeys(played + replayed))  # no other repeat
+    assert recorder.instances[-1].state == "completed"
