@@ -19,6 +19,7 @@ from gateway.service import Component, Service
 from gateway.settings import Settings
 from gateway.store import Store, build_store_components
 from gateway.tasks.assessing import AssessmentPath
+from gateway.tasks.durable import DurableCommands
 from gateway.tasks.records import StoreRecorder
 from gateway.tasks.service import TaskService
 from gateway.xiaozhi import XiaozhiChannel, utterance_id
@@ -93,7 +94,8 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         catalog=loaded.catalog,
         config=RuntimeConfig.from_settings(settings.runtime),
         read_text=resource_reader(settings.runtime.resource_dir),
-        commands=bridge,
+        # Scale-out: a command leaves once the store has the step it follows (durable.py).
+        commands=DurableCommands(bridge, parts.store) if settings.cluster.enabled else bridge,
         mic=xiaozhi,
         recorder=recorder,
         assessment=assessment,

@@ -33,6 +33,7 @@ def key_of(record: Record) -> Key:
 class Entry:
     record: Record
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    first_seq: int = 0  # the store's submit number of the first update merged here
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,15 @@ class CoalescingQueue:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, record: Record, waiter: asyncio.Future[None] | None = None) -> PutResult:
+    def oldest_seq(self) -> int | None:
+        """``first_seq`` of the oldest pending entry (entries are kept in that order)."""
+        for entry in self._entries.values():
+            return entry.first_seq
+        return None
+
+    def put(
+        self, record: Record, waiter: asyncio.Future[None] | None = None, *, seq: int = 0
+    ) -> PutResult:
         key = key_of(record)
         entry = self._entries.get(key)
         if entry is not None:
@@ -62,7 +71,7 @@ class CoalescingQueue:
         dropped = None
         if len(self._entries) >= self.limit:
             _, dropped = self._entries.popitem(last=False)
-        self._entries[key] = Entry(record, [waiter] if waiter is not None else [])
+        self._entries[key] = Entry(record, [waiter] if waiter is not None else [], seq)
         return PutResult(coalesced=False, dropped=dropped)
 
     def take(self, max_items: int) -> list[Entry]:

@@ -14,6 +14,9 @@ reads and writes are serialized and the event loop never blocks on the disk.
 * Queue overflow: see :mod:`gateway.store.pending` (coalesce by key; oldest row dropped only
   when ``queue_limit`` distinct rows are pending).
 * After a row commits, listeners (the manager reporter) are told its instance id, on the loop.
+* :meth:`after_committed` runs a callback once every row submitted so far has been written (or
+  has failed): scale-out sends a board command only once the step it starts is in the shared
+  store, so a gateway taking over never replays a step the board already moved past.
 * Shutdown (cancellation of ``run``) writes what is pending within ``close_timeout_s``.
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -85,6 +89,10 @@ class Store:
         self._idle.set()
         self._inflight: tuple[list[Entry], asyncio.Future[WriteResults]] | None = None
         self._listeners: list[Listener] = []
+        self._seq = 0  # submits so far; rows carry the number of their first update
+        # (submit number, callback), in submit order; released as rows commit. Bounded by the
+        # callers (one per board command in flight), never by the store.
+        self._after: deque[tuple[int, Callable[[], None]]] = deque()
         self._failing = False
         self.bind(metrics=Metrics(), alarm=no_alarm)
 
@@ -130,6 +138,31 @@ class Store:
 
     async def upsert_step(self, record: StepRecord) -> None:
         await self._put_and_wait(record)
+
+    def after_committed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the loop) once every row submitted before now has been
+        written or has failed; at once if that is already so. Callbacks run in call order."""
+        if not self._after and self._committed_upto() >= self._seq:
+            callback()
+        else:
+            self._after.append((self._seq, callback))
+
+    def _committed_upto(self) -> int:
+        """Every submit numbered up to this is written (or failed): a pending or in-flight row
+        holds updates numbered from its ``first_seq`` on, and rows leave in that order."""
+        if self._inflight is not None and self._inflight[0]:
+            return self._inflight[0][0].first_seq - 1
+        oldest = self._queue.oldest_seq()
+        return self._seq if oldest is None else oldest - 1
+
+    def _release_after(self) -> None:
+        upto = self._committed_upto()
+        while self._after and self._after[0][0] <= upto:
+            _, callback = self._after.popleft()
+            try:
+                callback()
+            except Exception:
+                log.exception("store after_committed callback failed")
 
     async def flush(self) -> None:
         """Wait until everything submitted so far has been written (or has failed)."""
@@ -194,6 +227,7 @@ class Store:
             else:
                 self._record_failure(error, rows=1, key=entry.record.instance_id)
             _settle(entry, error)
+        self._release_after()
         for instance_id in changed:
             for listener in self._listeners:
                 try:
@@ -228,6 +262,7 @@ class Store:
             log.warning("store closed with %d rows unwritten", len(left))
             self._finish(left, _closed_errors(left))
         self._depth.set(0)
+        self._after.clear()  # closing: nothing more leaves for the boards
         self._idle.set()
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -250,7 +285,8 @@ class Store:
             else:
                 self._record_failure(error, rows=1, key=record.instance_id)
             return
-        result = self._queue.put(record, waiter)
+        self._seq += 1
+        result = self._queue.put(record, waiter, seq=self._seq)
         if result.coalesced:
             self._coalesced.inc()
         if result.dropped is not None:

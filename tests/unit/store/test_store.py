@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from functools import reduce
 from pathlib import Path
@@ -270,3 +270,30 @@ async def test_a_dropped_postgres_connection_is_reopened(postgres: Postgres) -> 
         listed = {r.instance_id for r in await store.list_instances()}
     assert {"before", "after"} <= listed
     assert sample(metrics, "store_write_failures_total") == 1
+
+
+async def test_after_committed_waits_for_every_earlier_row_in_order(connector: Connector) -> None:
+    """What a callback sees in the database (read on another connection) when it runs."""
+    store = Store(connect=connector)
+    seen: list[tuple[str, object]] = []
+
+    def probe(name: str) -> Callable[[], None]:
+        def call() -> None:
+            db = Database.open(connector)
+            found = db.get_instance("a")
+            db.close()
+            seen.append((name, found and ([s.played_ms for s in found[1]], found[0].current_step)))
+
+        return call
+
+    async with running(store):
+        store.after_committed(probe("idle"))  # nothing submitted: at once
+        assert seen == [("idle", None)]
+        store.submit_instance(InstanceRecord("a", state=InstanceState.RUNNING))
+        store.after_committed(probe("after-a"))
+        store.submit_step(StepRecord("a", 0, played_ms=1))
+        store.submit_instance(InstanceRecord("a", current_step=0))  # merged into a's row
+        store.after_committed(probe("after-step"))
+        assert len(seen) == 1  # nothing written yet
+        await store.flush()
+    assert seen[1:] == [("after-a", ([1], 0)), ("after-step", ([1], 0))]
