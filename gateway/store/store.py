@@ -147,6 +147,13 @@ class Store:
         else:
             self._after.append((self._seq, callback))
 
+    async def committed(self) -> None:
+        """Wait until every row submitted before now is written (or failed); unlike
+        :meth:`flush` it does not wait for rows submitted meanwhile."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.after_committed(lambda: None if done.done() else done.set_result(None))
+        await done
+
     def _committed_upto(self) -> int:
         """Every submit numbered up to this is written (or failed): a pending or in-flight row
         holds updates numbered from its ``first_seq`` on, and rows leave in that order."""

@@ -121,7 +121,7 @@ class StoreRecorder:
     async def load_running(self) -> list[tuple[rt.InstanceRecord, list[rt.StepRecord]]]:
         # Our own latest writes first: an instance that just ended here must not read as
         # running (a handover adopts what the store says is running).
-        await self._store.flush()
+        await self._store.committed()
         out = []
         for inst in await self._store.running_instances():
             found = await self._store.get_instance(inst.instance_id)

@@ -126,8 +126,11 @@ def _clips(board: PlayingBoard) -> list[tuple[str, float]]:
 
 @pytest.mark.timeout(900)
 async def test_three_gateways_sixty_lessons_one_killed_mid_lesson(
-    broker: Broker, postgres: Postgres, tmp_path: Path
+    fresh_broker: Broker, postgres: Postgres, tmp_path: Path
 ) -> None:
+    # A broker of its own: the membership must be exactly these three gateways (in-process
+    # gateways of other tests that were cancelled, not shut down, left retained statuses).
+    broker = fresh_broker
     store_url = postgres.new_database()
     catalog = fast_catalog(
         tmp_path / "catalog.json", durations_ms=DURATIONS_MS, min_window_ms=MIN_WINDOW_MS

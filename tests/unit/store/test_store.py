@@ -295,5 +295,5 @@ async def test_after_committed_waits_for_every_earlier_row_in_order(connector: C
         store.submit_instance(InstanceRecord("a", current_step=0))  # merged into a's row
         store.after_committed(probe("after-step"))
         assert len(seen) == 1  # nothing written yet
-        await store.flush()
+        await store.committed()  # released after the callbacks before it
     assert seen[1:] == [("after-a", ([1], 0)), ("after-step", ([1], 0))]
