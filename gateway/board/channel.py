@@ -451,7 +451,9 @@ class BoardChannel:
     ) -> None:
         self._online_count += 1 if online else -1
         if self.owns(device.dev):
-            self.out.presence(device.dev, online=online, reason=reason, online_count=self._online_count)
+            self.out.presence(
+                device.dev, online=online, reason=reason, online_count=self._online_count
+            )
         if online:
             device.new_session()
         else:
