@@ -112,7 +112,7 @@ async def bounded(run: Coroutine[Any, Any, dict[str, Any]], **what: Any) -> dict
     """A run's result, or what failed (a run that times out must not sink the others)."""
     try:
         return await run
-    except (TimeoutError, RuntimeError) as exc:
+    except (TimeoutError, RuntimeError, OSError) as exc:
         return {**what, "error": f"{type(exc).__name__}: {exc}"}
 
 

@@ -56,8 +56,8 @@ async def run(n: int, root: Path, *, per_device: int, span_s: float,
         ):
             for proc in procs:
                 await proc.line(180)
+            # Workers exit right after their last report, so they measure their own CPU.
             pids = {"gateway": gw.pid, "broker": broker.proc.pid}
-            pids |= {f"devices{i}": p.pid for i, p in enumerate(procs)}
             phases: dict[str, Any] = {}
             for phase in ("staggered", "burst"):
                 meter = Meter(pids)
@@ -70,6 +70,12 @@ async def run(n: int, root: Path, *, per_device: int, span_s: float,
                 phases[phase] = meter.stop()
                 await asyncio.sleep(1.0)
             found = [await proc.line(60) for proc in procs]
+            for phase, cpu in phases.items():
+                devices_cpu = sum(f[phase]["cpu_s"] for f in found)
+                cpu["devices_cpu_s"] = round(devices_cpu, 3)
+                cpu["others_core_share"] = round(
+                    max(0.0, cpu["others_core_share"] - devices_cpu / cpu["wall_s"]), 3
+                )
             handling = {
                 k.split("stat=")[1].rstrip("}"): v
                 for k, v in (await asyncio.to_thread(gw.metrics)).items()
