@@ -397,7 +397,7 @@ class BoardChannel:
         for evictable in (Device.idle, Device.quiet):
             for dev, device in self._devices.items():
                 if evictable(device):
-                    if device.presence.online:
+                    if device.counted_online:
                         self._online_count -= 1
                     del self._devices[dev]
                     self._deadlines.pop(dev, None)
@@ -449,7 +449,9 @@ class BoardChannel:
     def _on_presence_change(
         self, device: Device, change: PresenceChange, *, online: bool, reason: str
     ) -> None:
-        self._online_count += 1 if online else -1
+        if online != device.counted_online:
+            self._online_count += 1 if online else -1
+            device.counted_online = online
         if self.owns(device.dev):
             self.out.presence(
                 device.dev, online=online, reason=reason, online_count=self._online_count

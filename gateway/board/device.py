@@ -35,6 +35,9 @@ class Device:
     downloads: dict[str, Download] = field(default_factory=dict)
     up_ms: int | None = None
     session: str | None = None
+    # Whether the channel's online count includes this board: a first-ever status may say
+    # "offline" (UNKNOWN → OFFLINE), which must not take one off the count.
+    counted_online: bool = False
 
     @classmethod
     def create(cls, dev: str, s: BoardSettings) -> Device:

@@ -90,6 +90,14 @@ async def test_board_lwt_is_honoured_without_a_gateway_write() -> None:
     assert [p.json()["data"]["online"] for p in rig.pub.on(f"task/{DEV}")] == [True, False]
 
 
+async def test_first_news_of_a_board_saying_offline_leaves_the_online_count_alone() -> None:
+    rig = make_rig()
+    rig.deliver("11_22_33_44_55_66", "status", {"v": 1, "online": False, "session": "s0"})
+    assert rig.metric("board_devices_online") == 0
+    rig.hb()
+    assert rig.metric("board_devices_online") == 1
+
+
 async def test_resend_same_id_then_duplicate_ack_counts_as_delivered() -> None:
     rig = make_rig()
     rig.hb()
