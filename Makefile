@@ -61,7 +61,7 @@ typecheck: venv
 check: lint typecheck
 
 test: setup check
-	$(BIN)/pytest -q --cov=codec --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=100
+	$(BIN)/pytest -q --cov --cov-report=term-missing:skip-covered --cov-fail-under=100
 
 unit: venv
 	$(BIN)/pytest -q tests/unit

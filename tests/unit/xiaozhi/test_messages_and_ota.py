@@ -13,6 +13,7 @@ from gateway.xiaozhi.ota_wire import (
     ActivateBody,
     OtaRefused,
     activate_body,
+    activation_response,
     board_name,
     check_body,
     client_uuid,
@@ -266,3 +267,23 @@ def test_bad_activate_bodies_are_refused(body: bytes, message: str) -> None:
 )
 def test_serial_number_header(header: str | None, serial: str | None) -> None:
     assert serial_number(header) == serial
+
+
+def test_activation_response_shows_the_code_and_carries_no_mqtt() -> None:
+    body = activation_response(
+        code="123456",
+        challenge="c1",
+        message="Say 123456",
+        timeout_ms=30_000,
+        now_ms=1_764_460_800_123,
+        firmware="1.0.0",
+    )
+    assert body["activation"] == {
+        "message": "Say 123456",
+        "code": "123456",
+        "challenge": "c1",
+        "timeout_ms": 30_000,
+    }
+    assert body["server_time"]["timestamp"] == 1_764_460_800_123
+    assert body["firmware"] == {"version": "1.0.0", "url": ""}
+    assert "mqtt" not in body

@@ -25,6 +25,11 @@ def test_nonce_layout_matches_spec() -> None:
     assert session_nonce(0x11223344).hex() == "01000000" + "11223344" + "00000000" + "00000000"
 
 
+def test_a_sessions_nonce_is_built_from_its_ssrc() -> None:
+    session = SessionTable(idle_s=150, rand=seeded([0x0A0B0C0D])).hello(A, now=0.0).session
+    assert session.nonce == session_nonce(0x0A0B0C0D)
+
+
 def test_hello_opens_fresh_session_with_new_secrets_each_time() -> None:
     table = SessionTable(idle_s=150)
     first = table.hello(A, now=0.0).session
