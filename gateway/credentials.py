@@ -4,7 +4,9 @@ Layout under ``<data_dir>``::
 
     mosquitto/mosquitto.conf   broker config (`snlpgw broker init`)
     mosquitto/users.json       registry: name → role (never passwords)
-    mosquitto/passwd           Mosquitto 2.0 `$7$` hashes, mode 0600
+    mosquitto/passwd           Mosquitto 2.0 `$7$` hashes of every user, mode 0600
+    mosquitto/passwd.gateway   the same without device users (gateway's listener), 0600
+    mosquitto/passwd.devices   device users only (device listener), 0600
     mosquitto/acl              generated from the registry, mode 0600
     mosquitto/mosquitto.pid    written by the broker; SIGHUP target for reloads
     mosquitto/data/            broker persistence
@@ -65,6 +67,7 @@ __all__ = [
     "Reloader",
     "Role",
     "command_reloader",
+    "device_listener_port",
     "ensure_password",
     "gateway_password",
     "init_broker_files",
@@ -81,6 +84,8 @@ class BrokerFiles:
     config: Path
     registry: Path
     password_file: Path
+    gateway_listener_passwd: Path
+    device_listener_passwd: Path
     acl_file: Path
     pid_file: Path
     persistence_dir: Path
@@ -96,6 +101,8 @@ class BrokerFiles:
             config=d / "mosquitto.conf",
             registry=d / "users.json",
             password_file=d / "passwd",
+            gateway_listener_passwd=d / "passwd.gateway",
+            device_listener_passwd=d / "passwd.devices",
             acl_file=d / "acl",
             pid_file=d / "mosquitto.pid",
             persistence_dir=d / "data",
@@ -109,6 +116,8 @@ class BrokerFiles:
             acl_file=self.acl_file,
             pid_file=self.pid_file,
             persistence_dir=self.persistence_dir,
+            gateway_password_file=self.gateway_listener_passwd,
+            device_password_file=self.device_listener_passwd,
         )
 
 
@@ -156,11 +165,14 @@ def init_broker_files(
     listener_host: str = "127.0.0.1",
     listener_port: int = 1883,
     device_port: int | None = None,
+    devices_on_gateway_listener: bool = False,
 ) -> BrokerFiles:
     """Create or refresh every broker file; idempotent (existing users and hashes are kept).
 
     ``device_port``: also listen there (on ``listener_host``) for devices, with client ids
-    forced to user names (see ``broker_files.DEVICE_LISTENER_TEMPLATE``)."""
+    forced to user names; the first listener then admits no device user (see
+    ``broker_files.DEVICE_LISTENER_TEMPLATE``; ``devices_on_gateway_listener`` is for test
+    harnesses only)."""
     files = BrokerFiles.at(data_dir)
     with locked(files.lock_file):
         files.persistence_dir.mkdir(parents=True, exist_ok=True)
@@ -174,6 +186,7 @@ def init_broker_files(
                 listener_port=listener_port,
                 run_as=_effective_user(),
                 device_listener=None if device_port is None else (listener_host, device_port),
+                devices_on_gateway_listener=devices_on_gateway_listener,
             ),
             mode=0o644,
         )
@@ -280,6 +293,22 @@ def local_broker_url(data_dir: Path) -> str | None:
     return None
 
 
+def device_listener_port(data_dir: Path) -> int | None:
+    """Port of the device listener (``use_username_as_clientid``) in the generated config."""
+    try:
+        text = BrokerFiles.at(data_dir).config.read_text()
+    except FileNotFoundError:
+        return None
+    port: int | None = None
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == "listener" and words[1].isdigit():
+            port = int(words[1])
+        elif words == ["use_username_as_clientid", "true"] and port is not None:
+            return port
+    return None
+
+
 # -- internals ---------------------------------------------------------------------------------
 
 
@@ -322,8 +351,13 @@ def _load(files: BrokerFiles) -> tuple[_Registry, dict[str, str]]:
 
 def _store(files: BrokerFiles, registry: _Registry, hashes: dict[str, str]) -> None:
     write_atomic(files.registry, registry.model_dump_json(indent=2) + "\n", mode=0o600)
-    write_atomic(files.password_file, render_passwd(hashes), mode=0o600)
     roles = {name: entry.role for name, entry in registry.users.items()}
+    devices = {u: h for u, h in hashes.items() if roles.get(u) is Role.DEVICE}
+    others = {u: h for u, h in hashes.items() if u not in devices}
+    # Split files first, the full one last: `_load` reads the full one back.
+    write_atomic(files.device_listener_passwd, render_passwd(devices), mode=0o600)
+    write_atomic(files.gateway_listener_passwd, render_passwd(others), mode=0o600)
+    write_atomic(files.password_file, render_passwd(hashes), mode=0o600)
     write_atomic(files.acl_file, render_acl(roles), mode=0o600)
 
 

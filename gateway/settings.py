@@ -145,7 +145,9 @@ class XiaozhiSettings(_Section):
     )
     hello_burst: int = Field(5, ge=1, description="Hellos a device may send back to back.")
     ota_mqtt_endpoint: str | None = Field(
-        None, description="host:port given to devices by OTA (default: the broker's host:port)."
+        None,
+        description="host:port given to devices by OTA (default: the broker's host with the "
+        "generated config's device listener port, else the broker's host:port).",
     )
     ota_keepalive_s: int = Field(
         240,

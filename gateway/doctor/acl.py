@@ -17,10 +17,12 @@ from gateway.doctor.network import Findings, gateway_password
 from gateway.doctor.report import Row, fail, ok, skip
 from gateway.probe import Probe
 from gateway.settings import Settings
+from gateway.xiaozhi.ota_wire import mqtt_endpoint
 
 NAME = "ACL isolation"
 WAIT_S = 5.0
 _DENIED = 0x80  # SUBACK / PUBACK reason codes at or above this are refusals
+_FIRMWARE_TLS_PORT = 8883
 
 
 def throwaway_device_id() -> str:
@@ -47,11 +49,25 @@ def check_acl(settings: Settings, found: Findings, reload: Reloader) -> Row:
             revoke(data_dir, me, reload=reload)
 
 
-def _login(settings: Settings, user: str, password: str | None) -> Probe | None:
+def device_endpoint(settings: Settings) -> tuple[str, int, bool]:
+    """(host, port, tls) boards are sent to: the OTA endpoint (TLS exactly on 8883, as the
+    firmware does), else the generated config's device listener, else the gateway's broker."""
+    endpoint = mqtt_endpoint(settings)
+    host, _, port = endpoint.rpartition(":")
+    if settings.xiaozhi.ota_mqtt_endpoint:
+        return host, int(port), int(port) == _FIRMWARE_TLS_PORT
+    return settings.mqtt.host, int(port), settings.mqtt.tls
+
+
+def _login(
+    settings: Settings, user: str, password: str | None, *, device: bool = False
+) -> Probe | None:
     mqtt = settings.mqtt
+    # With a device listener the gateway's listener admits no device user.
+    host, port, tls = device_endpoint(settings) if device else (mqtt.host, mqtt.port, mqtt.tls)
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:  # the broker takes new users on its reload (SIGHUP)
-        probe = Probe(mqtt.host, mqtt.port, user, password, tls=mqtt.tls)
+        probe = Probe(host, port, user, password, tls=tls)
         with contextlib.suppress(OSError):
             if probe.connect(WAIT_S) == 0:
                 return probe
@@ -61,7 +77,7 @@ def _login(settings: Settings, user: str, password: str | None) -> Probe | None:
 
 
 def _probe(settings: Settings, me: str, other: str, password: str | None) -> Row:
-    device = _login(settings, me, password)
+    device = _login(settings, me, password, device=True)
     if device is None:
         return fail(NAME, f"test device {me} could not log in after provisioning (broker reload?)")
     gateway = _login(settings, settings.mqtt.username, gateway_password(settings))

@@ -14,14 +14,17 @@ every few seconds; 202 means "not yet", 200 "activated, ask OTA again".
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gateway.credentials import device_listener_port
 from gateway.settings import Settings
 from topics.tree import build_xiaozhi_topic
 
@@ -141,10 +144,20 @@ def activation_response(
 
 
 def mqtt_endpoint(settings: Settings) -> str:
+    """Where boards connect: ``xiaozhi.ota_mqtt_endpoint``; else, when the generated broker
+    config has a device listener, that listener on the broker's host (its gateway listener
+    admits no device user); else the gateway's own broker address."""
     if settings.xiaozhi.ota_mqtt_endpoint:
         return settings.xiaozhi.ota_mqtt_endpoint
     parts = urlsplit(settings.mqtt.url)
-    return f"{parts.hostname}:{settings.mqtt.port}"
+    port = _device_listener_port(settings.data_dir) or settings.mqtt.port
+    return f"{parts.hostname}:{port}"
+
+
+@functools.lru_cache(maxsize=8)
+def _device_listener_port(data_dir: Path) -> int | None:
+    # Read once per data dir: the broker config only changes with a broker restart.
+    return device_listener_port(data_dir)
 
 
 def ota_response(

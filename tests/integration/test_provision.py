@@ -170,6 +170,13 @@ def test_production_config_serves_devices_over_tls(tmp_path: Path, device_id: st
         )
         wrong = connect_reason_code("127.0.0.1", tls_port, device_id, "x", ca_file=certs.ca)
         assert wrong == NOT_AUTHORIZED
+        # Each listener admits only its users: no device on the gateway's, no gateway on the boards'.
+        local = connect_reason_code("127.0.0.1", local_port, device_id, device.password)
+        assert local == NOT_AUTHORIZED
+        gw_on_tls = connect_reason_code(
+            "127.0.0.1", tls_port, GATEWAY_USERNAME, password, ca_file=certs.ca
+        )
+        assert gw_on_tls == NOT_AUTHORIZED
     finally:
         broker.stop()
 

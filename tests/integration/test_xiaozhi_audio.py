@@ -68,7 +68,8 @@ async def test_ota_hello_speech_goodbye(broker: Broker) -> None:
             f"device-server/{dev}",
             f"devices/p2p/{dev}",
         )
-        assert info.endpoint == f"127.0.0.1:{broker.port}"
+        # No ota_mqtt_endpoint: OTA sends boards to the device listener, never the gateway's.
+        assert info.endpoint == f"127.0.0.1:{broker.device_port}"
         assert not info.tls
         async with sim:  # the returned credentials work at once
             hello = await sim.open_audio_channel()

@@ -295,19 +295,27 @@ def mosquitto_binary() -> str:
         ) from exc
 
 
-def start_broker(data_dir: Path) -> Broker:
-    """Write the broker files under ``data_dir`` and start a broker on a free port."""
+def start_broker(data_dir: Path, *, split: bool = False) -> Broker:
+    """Write the broker files under ``data_dir`` and start a broker on a free port.
+
+    ``split``: the config `snlpgw broker init --device-port` writes, where the first listener
+    admits no device user. By default device users may also log in on the first listener,
+    because most tests' simulated boards still connect there."""
     port = free_port()
     device_port = free_port()
     files = init_broker_files(
-        data_dir, listener_host="127.0.0.1", listener_port=port, device_port=device_port
+        data_dir,
+        listener_host="127.0.0.1",
+        listener_port=port,
+        device_port=device_port,
+        devices_on_gateway_listener=not split,
     )
     forced = os.environ.get("SNLPGW_TEST_BROKER", "")
     backend: Backend
     if forced == "container" or (forced != "local" and docker_answers()):
         from tests.support.broker_container import ContainerMosquitto  # noqa: PLC0415
 
-        backend = ContainerMosquitto(files, port, device_port)
+        backend = ContainerMosquitto(files, port, device_port, split=split)
     else:
         backend = LocalMosquitto(files.config, mosquitto_binary())
     broker = Broker(data_dir, port, backend, files, device_port)

@@ -22,7 +22,9 @@ _IN_CONTAINER = Path("/snlp/mosquitto")
 class ContainerMosquitto:
     kind: Literal["local", "container"] = "container"
 
-    def __init__(self, files: BrokerFiles, port: int, device_port: int) -> None:
+    def __init__(
+        self, files: BrokerFiles, port: int, device_port: int, *, split: bool = False
+    ) -> None:
         from testcontainers.core.container import DockerContainer  # noqa: PLC0415
 
         config = files.directory / "mosquitto.container.conf"
@@ -31,6 +33,8 @@ class ContainerMosquitto:
             acl_file=_IN_CONTAINER / "acl",
             pid_file=Path("/tmp/mosquitto.pid"),  # noqa: S108 - container-private, never the host's
             persistence_dir=_IN_CONTAINER / "data",
+            gateway_password_file=_IN_CONTAINER / "passwd.gateway",
+            device_password_file=_IN_CONTAINER / "passwd.devices",
         )
         # `user root`: read the host-owned 0600 files without the image's chown dance.
         text = render_config(
@@ -40,6 +44,7 @@ class ContainerMosquitto:
             run_as="root",
             flavour="test",
             device_listener=("0.0.0.0", 1884),
+            devices_on_gateway_listener=not split,
         )
         config.write_text(text)
         self._container: Any = (

@@ -25,6 +25,7 @@ from gateway.broker_files import (
 from gateway.cli import main
 from gateway.credentials import (
     BrokerFiles,
+    device_listener_port,
     gateway_password,
     init_broker_files,
     local_broker_url,
@@ -249,16 +250,68 @@ def test_corrupt_registry_is_a_typed_error_and_changes_nothing(tmp_path: Path) -
     assert files.password_file.read_text() == before
 
 
-def test_device_listener_forces_client_id_to_user_name() -> None:
+def _split_paths(*, split_files: bool = True) -> ConfigPaths:
     base = Path(".data/mosquitto")
-    paths = ConfigPaths(base / "passwd", base / "acl", base / "mosquitto.pid", base / "data")
+    return ConfigPaths(
+        base / "passwd",
+        base / "acl",
+        base / "mosquitto.pid",
+        base / "data",
+        gateway_password_file=base / "passwd.gateway" if split_files else None,
+        device_password_file=base / "passwd.devices" if split_files else None,
+    )
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_device_listener_forces_client_id_to_user_name(shared: bool) -> None:
     rendered = render_config(
-        paths,
+        _split_paths(),
         listener_host="127.0.0.1",
         listener_port=1883,
         run_as=None,
         device_listener=("0.0.0.0", 1884),
+        devices_on_gateway_listener=shared,
     )
-    gateway_part, device_part = rendered.split("listener 1884 0.0.0.0\n")
+    head, gateway_part = rendered.split("listener 1883 127.0.0.1\n")
+    gateway_part, device_part = gateway_part.split("listener 1884 0.0.0.0\n")
+    assert "per_listener_settings true\n" in head
+    assert "password_file" not in head
     assert "use_username_as_clientid" not in gateway_part
+    gateway_file = "passwd" if shared else "passwd.gateway"
+    assert f"password_file .data/mosquitto/{gateway_file}\n" in gateway_part
     assert device_part.startswith("protocol mqtt\nuse_username_as_clientid true\n")
+    assert "password_file .data/mosquitto/passwd.devices\n" in device_part
+    for part in (gateway_part, device_part):
+        assert "allow_anonymous false\n" in part
+        assert "acl_file .data/mosquitto/acl\n" in part
+
+
+def test_device_listener_needs_split_password_files() -> None:
+    with pytest.raises(ValueError, match="device listener"):
+        render_config(
+            _split_paths(split_files=False),
+            listener_host="127.0.0.1",
+            listener_port=1883,
+            run_as=None,
+            device_listener=("0.0.0.0", 1884),
+        )
+
+
+def test_listener_password_files_split_users_by_role(tmp_path: Path) -> None:
+    files = init_broker_files(tmp_path, listener_port=19000, device_port=19001)
+    provision(tmp_path, DEV, reload=None)
+    provision(tmp_path, "grafana", role="ops", reload=None)
+    assert device_listener_port(tmp_path) == 19001
+    assert local_broker_url(tmp_path) == "mqtt://127.0.0.1:19000"
+    gateway_side = parse_passwd(files.gateway_listener_passwd.read_text())
+    device_side = parse_passwd(files.device_listener_passwd.read_text())
+    assert gateway_side.keys() == {GATEWAY_USERNAME, "grafana"}
+    assert device_side.keys() == {DEV}
+    assert _hashes(tmp_path) == gateway_side | device_side
+    assert revoke(tmp_path, DEV, reload=None)
+    assert parse_passwd(files.device_listener_passwd.read_text()) == {}
+    for private in (files.gateway_listener_passwd, files.device_listener_passwd):
+        assert private.stat().st_mode & 0o777 == 0o600
+    init_broker_files(tmp_path, listener_port=19000)
+    assert device_listener_port(tmp_path) is None
+    assert device_listener_port(tmp_path / "nowhere") is None

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from gateway.credentials import init_broker_files
 from gateway.settings import Settings
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.messages import ControlError, DeviceGoodbye, DeviceHello, DeviceMcp, Listen
@@ -233,6 +235,17 @@ def test_ota_response_shape() -> None:
     assert mqtt_endpoint(Settings(xiaozhi={"ota_mqtt_endpoint": "mqtt.example:1883"})) == (
         "mqtt.example:1883"
     )
+
+
+def test_ota_endpoint_is_the_device_listener_when_the_config_has_one(tmp_path: Path) -> None:
+    url = {"url": "mqtt://broker.lan:1883"}
+    init_broker_files(tmp_path / "plain", listener_port=1883)
+    init_broker_files(tmp_path / "split", listener_port=1883, device_port=1884)
+    for sub, expected in (("plain", "broker.lan:1883"), ("split", "broker.lan:1884")):
+        assert mqtt_endpoint(Settings(data_dir=tmp_path / sub, mqtt=url)) == expected
+    explicit = {"ota_mqtt_endpoint": "boards.example:8883"}
+    settings = Settings(data_dir=tmp_path / "split", mqtt=url, xiaozhi=explicit)
+    assert mqtt_endpoint(settings) == "boards.example:8883"
 
 
 @pytest.mark.parametrize(
