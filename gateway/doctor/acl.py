@@ -12,7 +12,7 @@ import secrets
 import time
 
 from gateway.broker_io import Reloader
-from gateway.credentials import BrokerFiles, provision, revoke
+from gateway.credentials import BrokerFiles, device_listener_port, provision, revoke
 from gateway.doctor.network import Findings, gateway_password
 from gateway.doctor.report import Row, fail, ok, skip
 from gateway.probe import Probe
@@ -52,7 +52,7 @@ def check_acl(settings: Settings, found: Findings, reload: Reloader) -> Row:
 def device_endpoint(settings: Settings) -> tuple[str, int, bool]:
     """(host, port, tls) boards are sent to: the OTA endpoint (TLS exactly on 8883, as the
     firmware does), else the generated config's device listener, else the gateway's broker."""
-    endpoint = mqtt_endpoint(settings)
+    endpoint = mqtt_endpoint(settings, device_listener_port(settings.data_dir))
     host, _, port = endpoint.rpartition(":")
     if settings.xiaozhi.ota_mqtt_endpoint:
         return host, int(port), int(port) == _FIRMWARE_TLS_PORT

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from gateway.credentials import device_listener_port
 from gateway.http import HttpServer
 from gateway.settings import Settings
 from gateway.xiaozhi import ota_wire as wire
@@ -96,6 +97,8 @@ class OtaEndpoint:
         x = settings.xiaozhi
         self._revoke = revoke
         self._settings = settings
+        # Resolved once: the broker config changes only with a broker restart.
+        self._endpoint = wire.mqtt_endpoint(settings, device_listener_port(settings.data_dir))
         self._configured = provision is not None
         self._provision: Provisioner = provision or _unconfigured
         self._stats = stats
@@ -237,6 +240,7 @@ class OtaEndpoint:
             return self._reply(500, {"error": "provisioning failed"})
         body = wire.ota_response(
             settings=self._settings,
+            endpoint=self._endpoint,
             dev=dev,
             board=board,
             uuid_text=client,

@@ -14,17 +14,14 @@ every few seconds; 202 means "not yet", 200 "activated, ask OTA again".
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.credentials import device_listener_port
 from gateway.settings import Settings
 from topics.tree import build_xiaozhi_topic
 
@@ -143,30 +140,31 @@ def activation_response(
     }
 
 
-def mqtt_endpoint(settings: Settings) -> str:
+def mqtt_endpoint(settings: Settings, device_port: int | None = None) -> str:
     """Where boards connect: ``xiaozhi.ota_mqtt_endpoint``; else, when the generated broker
-    config has a device listener, that listener on the broker's host (its gateway listener
-    admits no device user); else the gateway's own broker address."""
+    config has a device listener (``device_port``), that listener on the broker's host (the
+    gateway's listener then admits no device user); else the gateway's own broker address."""
     if settings.xiaozhi.ota_mqtt_endpoint:
         return settings.xiaozhi.ota_mqtt_endpoint
     parts = urlsplit(settings.mqtt.url)
-    port = _device_listener_port(settings.data_dir) or settings.mqtt.port
-    return f"{parts.hostname}:{port}"
-
-
-@functools.lru_cache(maxsize=8)
-def _device_listener_port(data_dir: Path) -> int | None:
-    # Read once per data dir: the broker config only changes with a broker restart.
-    return device_listener_port(data_dir)
+    return f"{parts.hostname}:{device_port or settings.mqtt.port}"
 
 
 def ota_response(
-    *, settings: Settings, dev: str, board: str, uuid_text: str, password: str, now_ms: int
+    *,
+    settings: Settings,
+    endpoint: str,
+    dev: str,
+    board: str,
+    uuid_text: str,
+    password: str,
+    now_ms: int,
 ) -> dict[str, Any]:
+    """``endpoint``: :func:`mqtt_endpoint`, resolved once by the shell."""
     x = settings.xiaozhi
     return {
         "mqtt": {
-            "endpoint": mqtt_endpoint(settings),
+            "endpoint": endpoint,
             "client_id": f"GID_{board}@@@{dev}@@@{uuid_text}",
             "username": dev,
             "password": password,

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from gateway.credentials import init_broker_files
 from gateway.settings import Settings
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.messages import ControlError, DeviceGoodbye, DeviceHello, DeviceMcp, Listen
@@ -215,6 +213,7 @@ def test_ota_response_shape() -> None:
     settings = Settings(mqtt={"url": "mqtt://broker.example:1884"})
     body = ota_response(
         settings=settings,
+        endpoint=mqtt_endpoint(settings),
         dev="24_0a_c4_12_34_56",
         board="bread",
         uuid_text="u-u-i-d",
@@ -237,15 +236,12 @@ def test_ota_response_shape() -> None:
     )
 
 
-def test_ota_endpoint_is_the_device_listener_when_the_config_has_one(tmp_path: Path) -> None:
+def test_ota_endpoint_is_the_device_listener_when_the_config_has_one() -> None:
     url = {"url": "mqtt://broker.lan:1883"}
-    init_broker_files(tmp_path / "plain", listener_port=1883)
-    init_broker_files(tmp_path / "split", listener_port=1883, device_port=1884)
-    for sub, expected in (("plain", "broker.lan:1883"), ("split", "broker.lan:1884")):
-        assert mqtt_endpoint(Settings(data_dir=tmp_path / sub, mqtt=url)) == expected
+    assert mqtt_endpoint(Settings(mqtt=url)) == "broker.lan:1883"
+    assert mqtt_endpoint(Settings(mqtt=url), 1884) == "broker.lan:1884"
     explicit = {"ota_mqtt_endpoint": "boards.example:8883"}
-    settings = Settings(data_dir=tmp_path / "split", mqtt=url, xiaozhi=explicit)
-    assert mqtt_endpoint(settings) == "boards.example:8883"
+    assert mqtt_endpoint(Settings(mqtt=url, xiaozhi=explicit), 1884) == "boards.example:8883"
 
 
 @pytest.mark.parametrize(
