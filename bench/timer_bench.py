@@ -249,18 +249,26 @@ async def run_size(n: int, variant: str, window: tuple[int, int], root: Path) ->
 
 NOTES = """
 All figures in ms. *Lateness* is the gateway's own measure (timer fired - planned close, wall
-clock, integer ms): the clock rule (SPEC §2.1) holds with a wide margin at every size.
-*close→next PLAY_MEDIA* is what a child hears as the gap: the runtime sends LISTEN_STOP at the
-close and the next PLAY_MEDIA right after it, but the board channel keeps one command in flight
-per board, so PLAY_MEDIA leaves only when LISTEN_STOP's ack is back (one broker round trip).
-The gateway sets TCP_NODELAY on its broker socket (this benchmark found the gap at ~85 ms
-before it did). What remains in the *default* rows is the board's side: the simulated board's
-ack, sent with Nagle on, meets TCP delayed ACK, ~85 ms per step even with one board; with
-TCP_NODELAY on the boards' (and broker's) sockets it is a few ms. Board firmware should set
-TCP_NODELAY on its MQTT socket (lwIP leaves Nagle on by default). At 50 and 200 boards all windows close in the same
-millisecond (lessons started together, identical clips): the figure is then dominated by the
-gateway working through 200 simultaneous steps on one core (commands, acks, events, store
-writes) and by the boards' own process; a staggered start (the usual case) is not measured.
+clock, integer ms). *close→next PLAY_MEDIA* is what a child hears as the gap: window close (the
+gateway's actual close) to the first receipt of the next clip's PLAY_MEDIA at the board (a
+resend does not count again). *In flight 1/1* is the old gateway: one command in flight per
+board (PLAY_MEDIA waited for LISTEN_STOP's ack from the board) and one publish in flight on
+its broker connection (each publish waited for the previous PUBACK, so at N boards every step's
+commands and task events queued behind broker round trips). *4/20* is the pipelined default
+(`board.max_in_flight`, `mqtt.max_inflight`): LISTEN_STOP and the next PLAY_MEDIA leave back
+to back. *Resends* counts commands a board received again (ack deadline 3 s passed): a sign the
+run was overloaded. *Sockets default*: boards with Nagle on (lwIP's default); with pipelining
+their acks are off the critical path. All windows close in the same millisecond (lessons
+started together, identical clips), the worst case; gateway, broker and the boards' process
+share the machine's two cores. The load column is the 1-minute load average before → after
+each run: this machine was shared with other engineers' test runs and a CPU hog, so absolute
+figures are far above what an unloaded core gives (the quieter run before, in timer.md's git
+history: 1 board 4 ms, 200 boards p99 558 ms with 1/1); compare rows within one table.
+At 50 boards pipelining cut the gap from p50 1.4 s / p99 2.7 s to p50 76-95 ms. At 200 boards
+in one simulator process this overloaded machine could not keep up either way: 1/1 finished
+1,267 of 1,600 windows with a 40 s median gap, 4/20 only 200-261 — acks came back after the
+3 s deadline, the resends (6,000+) added load and plays failed (not diagnosed further here;
+bench/load runs boards in separate processes).
 """
 
 
