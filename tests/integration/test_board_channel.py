@@ -287,14 +287,17 @@ async def test_legacy_text_event_is_the_same_typed_event(broker: Broker, tmp_pat
 async def test_presence_follows_heartbeats_and_retained_status(
     broker: Broker, tmp_path: Path
 ) -> None:
+    # The board beats 10x faster than the gateway's period: only go_offline() silences it for
+    # the 3 s the gateway needs to call it offline (with 0.3 s beats and a 0.9 s window, a
+    # loop stall on two loaded cores made a spurious offline and rewrote the retained status).
     async with (
-        gateway(broker, tmp_path, heartbeat_s=0.3, missed_heartbeats=3) as rig,
+        gateway(broker, tmp_path, heartbeat_s=1.0, missed_heartbeats=3) as rig,
         mqtt_client(broker, broker.gateway_credentials()) as watcher,
     ):
         dev = new_device_id()
         topic = f"snlp/v1/{dev}/status"
         await watcher.subscribe(topic)
-        sim = rig.simulator(dev, lwt=False, heartbeat_s=0.3)  # no LWT: the gateway writes status
+        sim = rig.simulator(dev, lwt=False, heartbeat_s=0.1)  # no LWT: the gateway writes status
         await connected(sim, rig)
         await status_seen(watcher, topic, online=True)
         sim.go_offline()
