@@ -65,6 +65,9 @@ async def test_uplink_byte_for_byte_and_tts_in_order(broker: Broker, tmp_path: P
         reply = encode_pcm(synthesize("Hello! Nice to hear you. I am fine, thank you."))
         await peer.speak(reply, heard="good morning how are you")
         stop = await rig.device.expect("tts", state="stop")
+        # tts stop (MQTT) leaves after the last datagram, but the device reads its two sockets
+        # in whatever order the loop serves them: wait for the audio, then compare it whole.
+        await rig.device.wait_audio(len(reply), timeout_s=30.0)
         assert rig.device.downlink_audio == reply  # decrypted by the device, in order
         assert rig.device.crypto is not None
         assert rig.device.crypto.drops == {}
@@ -179,6 +182,11 @@ async def test_server_ending_the_chat_says_goodbye_after_its_audio(
         await peer.ws.close()  # xiaozhi-esp32-server closes after its exit intent (code 1000)
         bye = await rig.device.expect("goodbye")
         assert bye["session_id"] == rig.device.hello.session_id
+        # The goodbye left after the last datagram. The audio is paced over seconds, so a
+        # goodbye sent early would find next to none of it played; the last few datagrams may
+        # still sit unread in the device's UDP socket (it serves two sockets), so wait for them.
+        assert len(rig.device.downlink_audio) >= len(reply) // 2
+        await rig.device.wait_audio(len(reply), timeout_s=30.0)
         assert rig.device.downlink_audio == reply  # the goodbye waited for the audio
         assert rig.lesson.metric('chat_upstream_ends_total{reason="ended"}') == 1
         assert rig.lesson.metric('ops_alarms_total{alarm="chat_upstream_lost"}') == 0

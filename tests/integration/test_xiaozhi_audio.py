@@ -128,6 +128,7 @@ async def test_downlink_audio_is_paced_after_tts_start(broker: Broker) -> None:
             result = await gw.channel.speak(dev, packets)
             assert (result.sent, result.dropped) == (len(packets), 0)
             await sim.expect("tts", state="stop")
+            await sim.wait_audio(len(packets), timeout_s=30.0)  # UDP and MQTT: two sockets
             assert sim.downlink_audio == packets  # every frame, in order, decrypted exactly
             assert sim.downlink_discarded == 0
             assert sim.crypto is not None
