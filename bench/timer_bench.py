@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import platform
 import resource
@@ -33,6 +32,7 @@ from typing import Any
 
 import aiomqtt
 
+from bench.load.stats import quantile
 from gateway.credentials import provision
 from gateway.demo_env import gateway_settings, local_broker, running_gateway, wait_connectable
 from gateway.simulators.board import BoardSimulator, SimOptions
@@ -73,11 +73,6 @@ def write_catalog(path: Path) -> Path:
 
 def device_ids(n: int) -> list[str]:
     return [f"b0_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(n)]
-
-
-def quantile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def summary(samples: list[float]) -> dict[str, float]:
