@@ -28,6 +28,8 @@ SETTLE_S = 3.0
 
 @contextlib.asynccontextmanager
 async def connected(client: aiomqtt.Client) -> AsyncIterator[aiomqtt.Client]:
+    # Owned here, not by a TaskGroup: shield() needs a task, and every path below awaits it to
+    # its end or, past SETTLE_S, cancels it (see _settle); it never outlives this function.
     enter = asyncio.create_task(_enter(client), name="mqtt.connect")
     try:
         await asyncio.shield(enter)
