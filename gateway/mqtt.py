@@ -28,17 +28,17 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import random
 import secrets
 import socket
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import aiomqtt
 
+from gateway.backoff import BackoffPolicy, FailureStreak
 from gateway.metrics import Metrics
 from gateway.mqtt_connect import connected
 from gateway.mqtt_outbound import Outbound, OutboundCounters, OutboundQueue
@@ -87,25 +87,6 @@ class _Route:
     qos: int
 
 
-@dataclass
-class Backoff:
-    """Capped exponential back-off with full jitter; reset after a good connection."""
-
-    minimum: float
-    maximum: float
-    attempt: int = 0
-    rng: random.Random = field(default_factory=random.Random)
-
-    def next_delay(self) -> float:
-        ceiling = min(self.maximum, self.minimum * (2.0**self.attempt))
-        self.attempt += 1
-        jitter: float = self.rng.random()
-        return self.minimum + jitter * max(0.0, ceiling - self.minimum)
-
-    def reset(self) -> None:
-        self.attempt = 0
-
-
 class MqttConnection:
     def __init__(
         self,
@@ -129,7 +110,9 @@ class MqttConnection:
         self._connections = 0
         self.received = 0  # messages taken off the inbound queue (tests wait on this)
         self._in_overflows = 0
-        self._backoff = Backoff(settings.reconnect_min_s, settings.reconnect_max_s)
+        self._backoff = FailureStreak(
+            BackoffPolicy(settings.reconnect_min_s, settings.reconnect_max_s, jitter=True)
+        )
 
         self.m_connected = metrics.gauge("mqtt_connected", "1 while connected to the broker")
         self.m_connects = metrics.counter("mqtt_connects", "Successful broker connections")
@@ -212,7 +195,7 @@ class MqttConnection:
                 await self._serve_once()
             except aiomqtt.MqttError as exc:
                 self._mark_disconnected()
-                delay = self._backoff.next_delay()
+                delay = self._backoff.failed()
                 log.warning("broker connection lost (%s); reconnecting in %.2fs", exc, delay)
                 await asyncio.sleep(delay)
 

@@ -27,6 +27,7 @@ from gateway.assessment.jobs import (
     audio_ms,
     check_pcm,
 )
+from gateway.backoff import BackoffPolicy
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class HttpAsrEngine:
         self._model = model
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._retries = retries
-        self._backoff_s = backoff_s
+        self._backoff = BackoffPolicy(backoff_s)  # doubling, no cap: ``retries`` bounds it
         self._session: aiohttp.ClientSession | None = None
 
     async def _attempt(self, session: aiohttp.ClientSession, wav: bytes) -> AsrFailure | str:
@@ -106,8 +107,8 @@ class HttpAsrEngine:
                 if attempt >= self._retries:
                     return exc.failure
                 log.info("ASR HTTP attempt %d failed (%s), retrying", attempt + 1, exc)
-                await asyncio.sleep(self._backoff_s * 2**attempt)
                 attempt += 1
+                await asyncio.sleep(self._backoff.delay(attempt))
                 continue
             if isinstance(got, AsrFailure):
                 return got

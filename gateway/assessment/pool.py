@@ -20,13 +20,15 @@ from typing import TypeVar
 from gateway.assessment.asr_metrics import AsrMetrics
 from gateway.assessment.engine import Backend, EngineUnavailable, Slot
 from gateway.assessment.jobs import AsrFailure, AsrJob, AsrOutcome, AsrResult, FailureReason
+from gateway.backoff import BackoffPolicy
 
 log = logging.getLogger(__name__)
 
 OnResult = Callable[[AsrOutcome], None]
 OnDrop = Callable[[AsrJob], None]
 
-_BACKOFF_MAX_S = 30.0
+# A slot whose engine cannot start waits 1 s, 2 s, 4 s … up to 30 s before trying again.
+_RESTART_BACKOFF = BackoffPolicy(1.0, 30.0)
 _T = TypeVar("_T")
 
 
@@ -132,7 +134,7 @@ class AsrPool:
                         self._deliver(
                             pending, AsrFailure(FailureReason.ENGINE_UNAVAILABLE, "cannot start")
                         )
-                        await asyncio.sleep(min(_BACKOFF_MAX_S, 0.5 * 2**failures))
+                        await asyncio.sleep(_RESTART_BACKOFF.delay(failures))
                         continue
                     failures = 0
                 pending = await self._take()

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
+from gateway.backoff import BackoffPolicy
 from gateway.chat.framing import AudioFrame
 from gateway.chat.upstream import UpstreamConfig, UpstreamError, UpstreamLink
 
@@ -26,17 +27,24 @@ Spawn = Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
 
 @dataclass(slots=True)
 class Backoff:
+    """The gateway-wide gate in front of new upstream links: closed until ``not_before``
+    after a failure; the delay is :class:`~gateway.backoff.BackoffPolicy` (no jitter)."""
+
     min_s: float
     max_s: float
     failures: int = 0
     not_before: float = 0.0
+    policy: BackoffPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = BackoffPolicy(self.min_s, self.max_s)
 
     def allowed(self, now: float) -> bool:
         return now >= self.not_before
 
     def failed(self, now: float) -> float:
         self.failures += 1
-        delay: float = min(self.max_s, self.min_s * 2.0 ** (self.failures - 1))
+        delay = self.policy.delay(self.failures)
         self.not_before = now + delay
         return delay
 

@@ -10,7 +10,8 @@ snapshot from the store and PUTs it with ``Authorization: Bearer <secret>`` (nev
 * Bound: ``pending_limit`` instances. Overflow policy: the OLDEST pending instance is dropped
   and counted (``manager_dropped``); its next change makes it pending again.
 * Retries: connection errors, timeouts, 408/429 and 5xx are retried ``retries`` times with
-  exponential back-off (``backoff_s`` doubling, capped at ``backoff_max_s``); other statuses
+  exponential back-off (:mod:`gateway.backoff`: ``backoff_s`` doubling, capped at
+  ``backoff_max_s``); other statuses
   fail at once. A snapshot that finally fails is counted (``manager_puts{result="failed"}``)
   and raises the ops alarm ``manager_failed`` (at most one per ``alarm_interval_s``).
 """
@@ -26,6 +27,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from gateway.backoff import BackoffPolicy
 from gateway.metrics import Metrics
 from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
 from gateway.store.errors import StoreError
@@ -65,8 +67,7 @@ class ManagerReporter:
         self._retries = retries
         self._pending_limit = pending_limit
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._backoff_s = backoff_s
-        self._backoff_max_s = backoff_max_s
+        self._backoff = BackoffPolicy(backoff_s, backoff_max_s)
         self._alarm_interval_s = alarm_interval_s
         # Bounded: at most ``pending_limit`` ids; overflow drops the oldest (see module doc).
         self._pending: OrderedDict[str, None] = OrderedDict()
@@ -126,7 +127,7 @@ class ManagerReporter:
         error = "no attempt"
         for attempt in range(self._retries + 1):
             if attempt:
-                await asyncio.sleep(min(self._backoff_max_s, self._backoff_s * 2 ** (attempt - 1)))
+                await asyncio.sleep(self._backoff.delay(attempt))
             try:
                 body = await self._snapshot(instance_id)
             except StoreError as exc:

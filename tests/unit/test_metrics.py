@@ -3,7 +3,6 @@ from __future__ import annotations
 import math
 
 from gateway.metrics import Metrics
-from gateway.mqtt import Backoff
 
 
 def test_quantiles_nearest_rank_over_bounded_window() -> None:
@@ -33,12 +32,3 @@ def test_snapshot_and_exposition_carry_labelled_counters() -> None:
     assert m.snapshot()['snlpgw_udp_dropped_total{reason="replay"}'] == 3.0
     assert b'snlpgw_udp_dropped_total{reason="replay"} 3.0' in m.exposition()
     assert b"_created" not in m.exposition()
-
-
-def test_backoff_is_capped_and_resets() -> None:
-    b = Backoff(0.5, 4.0)
-    delays = [b.next_delay() for _ in range(10)]
-    assert all(0.5 <= d <= 4.0 for d in delays)
-    assert b.attempt == 10
-    b.reset()
-    assert b.next_delay() == 0.5  # attempt 0: ceiling == minimum
