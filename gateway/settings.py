@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AnyUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    UrlConstraints,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -35,8 +44,17 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class MqttDsn(AnyUrl):
+    """``mqtt://host[:port]`` (port 1883) or ``mqtts://host[:port]`` (TLS, port 8883), parsed
+    and checked by pydantic: another scheme, no host or a port past 65535 is refused."""
+
+    _constraints = UrlConstraints(allowed_schemes=["mqtt", "mqtts"], host_required=True)
+
+
 class MqttSettings(_Section):
-    url: str = Field("mqtt://127.0.0.1:1883", description="Broker URI (mqtt:// or mqtts://).")
+    url: MqttDsn = Field(
+        MqttDsn("mqtt://127.0.0.1:1883"), description="Broker URI (mqtt:// or mqtts://)."
+    )
     username: str = Field("snlp-gateway", description="Gateway broker user.")
     password: str | None = Field(
         None, description="Gateway broker password; if unset, read from the data directory."
@@ -65,26 +83,18 @@ class MqttSettings(_Section):
         "since the broker would disconnect the gateway for it.",
     )
 
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, v: str) -> str:
-        parts = urlsplit(v)
-        if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
-            raise ValueError("expected mqtt://host[:port] or mqtts://host[:port]")
-        return v
-
     @property
     def host(self) -> str:
-        return urlsplit(self.url).hostname or "127.0.0.1"
+        """The broker's host as a socket takes it (an IPv6 literal without its brackets)."""
+        return (self.url.host or "127.0.0.1").strip("[]").lower()
 
     @property
     def port(self) -> int:
-        parts = urlsplit(self.url)
-        return parts.port or (8883 if parts.scheme == "mqtts" else 1883)
+        return self.url.port or (8883 if self.tls else 1883)
 
     @property
     def tls(self) -> bool:
-        return urlsplit(self.url).scheme == "mqtts"
+        return self.url.scheme == "mqtts"
 
 
 class HttpSettings(_Section):

@@ -20,7 +20,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from gateway.settings import Settings
 from topics.tree import build_xiaozhi_topic
@@ -146,8 +145,7 @@ def mqtt_endpoint(settings: Settings, device_port: int | None = None) -> str:
     gateway's listener then admits no device user); else the gateway's own broker address."""
     if settings.xiaozhi.ota_mqtt_endpoint:
         return settings.xiaozhi.ota_mqtt_endpoint
-    parts = urlsplit(settings.mqtt.url)
-    return f"{parts.hostname}:{device_port or settings.mqtt.port}"
+    return f"{settings.mqtt.host}:{device_port or settings.mqtt.port}"
 
 
 def ota_response(

@@ -67,3 +67,33 @@ def test_readme_settings_table_is_current() -> None:
     start = text.index(settings_doc.BEGIN)
     end = text.index(settings_doc.END) + len(settings_doc.END)
     assert text[start:end] == settings_doc.render(), "run: python -m gateway.settings_doc --write"
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "port", "tls"),
+    [
+        ("mqtt://127.0.0.1:1883", "127.0.0.1", 1883, False),
+        ("mqtt://broker.lan", "broker.lan", 1883, False),
+        ("mqtts://Broker.Example", "broker.example", 8883, True),
+        ("mqtts://broker.example:9883", "broker.example", 9883, True),
+        ("mqtt://[::1]:1884", "::1", 1884, False),  # a socket takes the literal bare
+    ],
+)
+def test_mqtt_url_forms(url: str, host: str, port: int, tls: bool) -> None:
+    mqtt = load_settings(mqtt={"url": url}).mqtt
+    assert (mqtt.host, mqtt.port, mqtt.tls) == (host, port, tls)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://broker.lan", "URL scheme should be 'mqtt' or 'mqtts'"),
+        ("broker.lan:1883", "URL scheme should be 'mqtt' or 'mqtts'"),
+        ("mqtt://", "empty host"),
+        ("mqtt://broker.lan:99999", "invalid port number"),
+    ],
+)
+def test_mqtt_url_refusals_say_why(url: str, says: str) -> None:
+    with pytest.raises(ValidationError, match=r"mqtt\.url") as refused:
+        load_settings(mqtt={"url": url})
+    assert says in str(refused.value)
