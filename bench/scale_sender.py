@@ -24,7 +24,7 @@ from gateway import demo_audio as audio
 from gateway.simulators.xiaozhi import (
     FRAME_MS,
     DeviceUdpCrypto,
-    ServerHello,
+    ServerHelloParams,
     encode_pcm,
     hello_json,
     parse_server_hello,
@@ -46,9 +46,9 @@ def speech_loop() -> list[bytes]:
     return encode_pcm(pcm + audio.silence(700))
 
 
-async def open_sessions(spec: dict[str, Any]) -> dict[str, ServerHello]:
+async def open_sessions(spec: dict[str, Any]) -> dict[str, ServerHelloParams]:
     devs: list[str] = spec["devices"]
-    hellos: dict[str, ServerHello] = {}
+    hellos: dict[str, ServerHelloParams] = {}
     async with aiomqtt.Client(
         spec["host"],
         spec["port"],
@@ -71,7 +71,7 @@ async def open_sessions(spec: dict[str, Any]) -> dict[str, ServerHello]:
     return hellos
 
 
-def seal_all(hellos: dict[str, ServerHello], frames: int) -> list[list[bytes]]:
+def seal_all(hellos: dict[str, ServerHelloParams], frames: int) -> list[list[bytes]]:
     """Every session's datagrams for ``frames`` ticks, from its own point of the speech loop."""
     loop = speech_loop()
     sealed = []

@@ -33,7 +33,7 @@ from typing import Any
 import aiomqtt
 
 from bench.load.stats import quantile
-from gateway.credentials import provision
+from gateway.broker.credentials import provision
 from gateway.demo_env import gateway_settings, local_broker, running_gateway, wait_connectable
 from gateway.simulators.board import BoardSimulator, SimOptions
 

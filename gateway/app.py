@@ -10,15 +10,15 @@ import logging
 from dataclasses import dataclass
 
 from gateway.assessment.engine import Backend
+from gateway.assessment.path import AssessmentPath
 from gateway.board import BoardChannel
 from gateway.board.bridge import BoardBridge
 from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster
-from gateway.runtime import RuntimeConfig, load_catalog, resource_reader
 from gateway.service import Component, Service
 from gateway.settings import Settings
 from gateway.store import Store, build_store_components
-from gateway.tasks.assessing import AssessmentPath
+from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
 from gateway.tasks.durable import DurableCommands
 from gateway.tasks.records import StoreRecorder
 from gateway.tasks.service import TaskService

@@ -23,10 +23,10 @@ from typing import Any
 import aiomqtt
 
 from gateway.app import Gateway, build_gateway
-from gateway.broker_files import GATEWAY_USERNAME
-from gateway.broker_io import pid_file_reloader
-from gateway.credentials import BrokerFiles, Credentials, gateway_password, init_broker_files
-from gateway.credentials import provision as provision_user
+from gateway.broker.credentials import BrokerFiles, Credentials, gateway_password, init_broker_files
+from gateway.broker.credentials import provision as provision_user
+from gateway.broker.io import pid_file_reloader
+from gateway.broker.rules import GATEWAY_USERNAME
 from gateway.settings import Settings, load_settings, merge_sections
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

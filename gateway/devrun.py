@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from gateway.credentials import CredentialsError, gateway_password, init_broker_files
+from gateway.broker.credentials import CredentialsError, gateway_password, init_broker_files
 from gateway.ports import Proto, describe_holder, port_free
 from gateway.probe import connack
 from gateway.procwatch import fatal_signal_in_handler, make_ancestor

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import get_args
 
-from gateway.runtime.events import AudioEvent, Event, Outcome
+from gateway.tasks.core.events import AudioPhase, DeliveryResult, Event
 from topics.snlp_commands import COMMAND_ADAPTER
 from topics.snlp_events import AUDIO_EVENTS
 
@@ -36,12 +36,12 @@ REPORT_STAGES: frozenset[str] = frozenset({"progress", "done"})
 BOARD_EVENTS: frozenset[str] = AUDIO_EVENTS | {"button", "app_task"}
 # What the runtime reports as an ignored event: an event type, or an audio event kind.
 RUNTIME_EVENTS: frozenset[str] = frozenset(
-    {cls.__name__ for cls in get_args(Event)} | {str(kind) for kind in AudioEvent}
+    {cls.__name__ for cls in get_args(Event)} | {str(kind) for kind in AudioPhase}
 )
-# Reasons a step fails or an instance is cancelled (gateway/runtime); anything new is `other`
+# Reasons a step fails or an instance is cancelled (gateway/tasks/core); anything new is `other`
 # until it is listed here.
 STEP_FAILURES: frozenset[str] = frozenset(
-    {"watchdog", *(str(kind) for kind in AudioEvent), *(f"play_{o}" for o in Outcome)}
+    {"watchdog", *(str(kind) for kind in AudioPhase), *(f"play_{o}" for o in DeliveryResult)}
 )
 CANCEL_REASONS: frozenset[str] = frozenset(
     {"button", "exit_phrase", "stopped", "restarted", "preempted", "offline", "gateway_restart"}

@@ -29,8 +29,8 @@ from typing import Any
 import aiomqtt
 
 from bench.load.procs import die_with_parent
-from gateway.runtime.rules import listen_window_ms
 from gateway.simulators.board import BoardSimulator, SimOptions
+from gateway.tasks.core.rules import listen_window_ms
 
 CONNECT_TIMEOUT_S = 120.0
 

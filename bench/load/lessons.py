@@ -19,9 +19,9 @@ from bench.load.procs import Meter, rss_bytes
 from bench.load.stack import base_settings, gateway_process, split, workers
 from bench.load.stats import summary
 from bench.load.stream import start_profiler
-from gateway.credentials import provision
+from gateway.broker.credentials import provision
 from gateway.demo_env import LocalBroker, local_broker, wait_connectable
-from gateway.runtime.rules import listen_window_ms
+from gateway.tasks.core.rules import listen_window_ms
 
 APP, TASK, LESSON = "load", "shadowing", "l1"
 RATIO, MIN_WINDOW_MS = 1.2, 800  # SPEC defaults

@@ -21,7 +21,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.credentials import gateway_password
+from gateway.broker.credentials import gateway_password
 from gateway.demo_env import REPO_ROOT, LocalBroker
 
 READY_TIMEOUT_S = 60.0

@@ -33,7 +33,7 @@ _T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
-class _Pending:
+class _QueuedJob:
     job: AsrJob
     submitted: float  # monotonic seconds
 
@@ -60,7 +60,7 @@ class AsrPool:
         self._timeout = job_timeout_s
         self._clock = clock
         # Bounded by queue_limit; overflow drops the oldest entry; keyed by step (supersede).
-        self._queue: OrderedDict[tuple[str, int], _Pending] = OrderedDict()
+        self._queue: OrderedDict[tuple[str, int], _QueuedJob] = OrderedDict()
         self._work = asyncio.Event()
 
     @property
@@ -78,12 +78,12 @@ class AsrPool:
             log.warning("ASR queue full (%d): dropped oldest job %s", self._limit, oldest.job.key)
             if self._on_drop is not None:
                 self._safe(self._on_drop, oldest.job)
-        self._queue[step] = _Pending(job, self._clock())
+        self._queue[step] = _QueuedJob(job, self._clock())
         self._metrics.queued.inc()
         self._metrics.depth.set(len(self._queue))
         self._work.set()
 
-    async def _take(self) -> _Pending:
+    async def _take(self) -> _QueuedJob:
         while not self._queue:
             self._work.clear()
             await self._work.wait()
@@ -91,7 +91,7 @@ class AsrPool:
         self._metrics.depth.set(len(self._queue))
         return pending
 
-    def _deliver(self, pending: _Pending, result: AsrResult | AsrFailure) -> None:
+    def _deliver(self, pending: _QueuedJob, result: AsrResult | AsrFailure) -> None:
         outcome = AsrOutcome(pending.job.key, result, (self._clock() - pending.submitted) * 1000)
         self._metrics.outcome(outcome)
         self._safe(self._on_result, outcome)

@@ -6,32 +6,32 @@ dataclasses in ``model``; ``outputs`` publishes, alarms and counts.
 """
 
 from gateway.board.channel import BoardChannel, BoardEventSink
-from gateway.board.device import Download
+from gateway.board.device import DownloadInFlight
 from gateway.board.model import (
-    AppTaskEvent,
-    AudioEvent,
     AudioEventKind,
+    BoardAppTask,
+    BoardAudio,
+    BoardButton,
     BoardEvent,
-    ButtonEvent,
-    ButtonPress,
+    BoardReport,
     Outcome,
     OutcomeKind,
     PresenceChange,
-    Report,
+    PressKind,
 )
 
 __all__ = [
-    "AppTaskEvent",
-    "AudioEvent",
     "AudioEventKind",
+    "BoardAppTask",
+    "BoardAudio",
+    "BoardButton",
     "BoardChannel",
     "BoardEvent",
     "BoardEventSink",
-    "ButtonEvent",
-    "ButtonPress",
-    "Download",
+    "BoardReport",
+    "DownloadInFlight",
     "Outcome",
     "OutcomeKind",
     "PresenceChange",
-    "Report",
+    "PressKind",
 ]

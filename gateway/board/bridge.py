@@ -19,29 +19,27 @@ from typing import Protocol
 
 from gateway.board.channel import BoardChannel
 from gateway.board.model import (
-    AudioEvent,
+    BoardAudio,
+    BoardButton,
     BoardEvent,
-    ButtonEvent,
     Outcome,
     OutcomeKind,
     PresenceChange,
 )
-from gateway.runtime.events import AudioEvent as RuntimeAudioEvent
-from gateway.runtime.events import BoardEvent as RuntimeBoardEvent
-from gateway.runtime.events import Outcome as RuntimeOutcome
+from gateway.tasks.core.events import AudioPhase, DeliveryResult, PlaybackEvent
 from topics.errors import WireError
 
 log = logging.getLogger(__name__)
 
 OUTCOMES = {
-    OutcomeKind.ACCEPTED: RuntimeOutcome.ACKED,
-    OutcomeKind.DUPLICATE: RuntimeOutcome.ACKED,
-    OutcomeKind.REJECTED: RuntimeOutcome.REJECTED,
-    OutcomeKind.BUSY: RuntimeOutcome.REJECTED,
-    OutcomeKind.EXPIRED: RuntimeOutcome.EXPIRED,
-    OutcomeKind.FAILED: RuntimeOutcome.FAILED,
-    OutcomeKind.OVERFLOW: RuntimeOutcome.FAILED,
-    OutcomeKind.CANCELLED: RuntimeOutcome.FAILED,
+    OutcomeKind.ACCEPTED: DeliveryResult.ACKED,
+    OutcomeKind.DUPLICATE: DeliveryResult.ACKED,
+    OutcomeKind.REJECTED: DeliveryResult.REJECTED,
+    OutcomeKind.BUSY: DeliveryResult.REJECTED,
+    OutcomeKind.EXPIRED: DeliveryResult.EXPIRED,
+    OutcomeKind.FAILED: DeliveryResult.FAILED,
+    OutcomeKind.OVERFLOW: DeliveryResult.FAILED,
+    OutcomeKind.CANCELLED: DeliveryResult.FAILED,
 }
 
 
@@ -56,7 +54,7 @@ def _app_of(params: Mapping[str, object]) -> str | None:
 class TaskSinks(Protocol):
     """The task shell's inbound side (``gateway.tasks.service.TaskService``)."""
 
-    def on_board_event(self, device: str, event: RuntimeBoardEvent) -> None: ...
+    def on_board_event(self, device: str, event: PlaybackEvent) -> None: ...
 
     def on_button(self, device: str, kind: str) -> None: ...
 
@@ -78,7 +76,7 @@ class BoardBridge:
         cmd: str,
         params: Mapping[str, object],
         prio: int,
-        on_outcome: Callable[[RuntimeOutcome], None],
+        on_outcome: Callable[[DeliveryResult], None],
     ) -> None:
         """Queue the command; ``on_outcome`` is called once, on the loop, with its outcome.
 
@@ -91,11 +89,11 @@ class BoardBridge:
             future = self.channel.submit(device, cmd, params, command_id=command_id, prio=prio)
         except (WireError, ValueError):
             log.exception("board %s: command %s %s refused", device, cmd, command_id)
-            asyncio.get_running_loop().call_soon(on_outcome, RuntimeOutcome.FAILED)
+            asyncio.get_running_loop().call_soon(on_outcome, DeliveryResult.FAILED)
             return
 
         def done(f: asyncio.Future[Outcome]) -> None:
-            on_outcome(RuntimeOutcome.FAILED if f.cancelled() else OUTCOMES[f.result().kind])
+            on_outcome(DeliveryResult.FAILED if f.cancelled() else OUTCOMES[f.result().kind])
 
         future.add_done_callback(done)
 
@@ -106,18 +104,18 @@ class BoardBridge:
         if tasks is None:
             return
         body = event.body
-        if isinstance(body, AudioEvent):
+        if isinstance(body, BoardAudio):
             tasks.on_board_event(
                 event.dev,
-                RuntimeBoardEvent(
-                    RuntimeAudioEvent(body.kind.value),
+                PlaybackEvent(
+                    AudioPhase(body.kind.value),
                     ref=event.ref,
                     name=body.name,
                     duration_ms=body.duration_ms,
                     reason=body.reason,
                 ),
             )
-        elif isinstance(body, ButtonEvent):
+        elif isinstance(body, BoardButton):
             tasks.on_button(event.dev, body.press.value)
         # AppTaskEvent: the board's own app tasks; the gateway's runtime does not use them.
 

@@ -24,18 +24,18 @@ from typing import TYPE_CHECKING, Protocol
 
 from gateway import labels
 from gateway.board import wire
-from gateway.board.device import Device, Download, ProgressCallback
+from gateway.board.device import Device, DownloadInFlight, ProgressCallback
 from gateway.board.metrics import BoardMetrics
 from gateway.board.model import (
-    Ack,
+    BoardAck,
     BoardEvent,
+    BoardHeartbeat,
+    BoardReport,
     Envelope,
-    Heartbeat,
+    OnlineStatus,
     Outcome,
     OutcomeKind,
     PresenceChange,
-    Report,
-    Status,
 )
 from gateway.board.outbox import Effect, Send
 from gateway.board.outputs import Alarms, BoardOutputs
@@ -252,7 +252,7 @@ class BoardChannel:
         on_progress: ProgressCallback | None = None,
         prio: Priority = 2,
         ttl_ms: int | None = None,
-    ) -> Download:
+    ) -> DownloadInFlight:
         """Send DOWNLOAD; ``result`` resolves with the final report (``ok``, ``code``, bytes,
         sha256), or a synthesised failed one (code ``not_delivered:<outcome>`` or
         ``board_offline``) when the board never took it or dropped off mid-way."""
@@ -260,23 +260,23 @@ class BoardChannel:
         envelope = wire.build_command(
             params, id=uuid.uuid4().hex, ts_ms=self._wall_ms(), prio=prio, ttl_ms=self._ttl(ttl_ms)
         )
-        result: asyncio.Future[Report] = asyncio.get_running_loop().create_future()
+        result: asyncio.Future[BoardReport] = asyncio.get_running_loop().create_future()
         acked = self._submit(dev, envelope)
-        download = Download(envelope.id, acked, result, on_progress)
+        download = DownloadInFlight(envelope.id, acked, result, on_progress)
         device = self._devices.get(dev)
         if device is not None and not acked.done():
             device.downloads[envelope.id] = download
         acked.add_done_callback(lambda f: self._download_acked(dev, download, f.result()))
         return download
 
-    def _download_acked(self, dev: str, download: Download, outcome: Outcome) -> None:
+    def _download_acked(self, dev: str, download: DownloadInFlight, outcome: Outcome) -> None:
         if outcome.delivered or download.result.done():
             return
         device = self._devices.get(dev)
         if device is not None:
             device.downloads.pop(download.id, None)
         code = f"not_delivered:{outcome.kind.value}"
-        download.result.set_result(Report(outcome.id, "DOWNLOAD", "done", ok=False, code=code))
+        download.result.set_result(BoardReport(outcome.id, "DOWNLOAD", "done", ok=False, code=code))
 
     # -- inbound ---------------------------------------------------------------------------
 
@@ -305,22 +305,22 @@ class BoardChannel:
             self._drop(topic.kind.value, "too_many_devices", msg, None)
             return
         now = self._clock()
-        if not isinstance(parsed, Status | Heartbeat) and not self.owns(device.dev):
+        if not isinstance(parsed, OnlineStatus | BoardHeartbeat) and not self.owns(device.dev):
             self._presence(device, device.presence.on_activity(now))
             self.m.dropped.labels(topic.kind.value, "not_owner").inc()  # normal: counted only
             self._reschedule(device)
             return
         match parsed:
-            case Status():
+            case OnlineStatus():
                 self._on_status(device, parsed, now)
-            case Heartbeat():
+            case BoardHeartbeat():
                 if device.note_uptime(parsed.up_ms):
                     device.new_session()
                 self._presence(device, device.presence.on_heartbeat(now))
-            case Ack():  # resolve first: a board coming back must not get a needless resend
+            case BoardAck():  # resolve first: a board coming back must not get a needless resend
                 self._on_ack(device, parsed, now)
                 self._presence(device, device.presence.on_activity(now))
-            case Report():
+            case BoardReport():
                 self._presence(device, device.presence.on_activity(now))
                 self._on_report(device, parsed)
             case _:
@@ -328,12 +328,12 @@ class BoardChannel:
                 self._on_event(device, parsed, msg)
         self._reschedule(device)
 
-    def _on_status(self, device: Device, status: Status, now: float) -> None:
+    def _on_status(self, device: Device, status: OnlineStatus, now: float) -> None:
         if not status.by_gateway and device.note_session(status.session):
             device.new_session()
         self._presence(device, device.presence.on_status(status, now))
 
-    def _on_ack(self, device: Device, ack: Ack, now: float) -> None:
+    def _on_ack(self, device: Device, ack: BoardAck, now: float) -> None:
         effects = device.outbox.on_ack(ack, now)
         if effects is None:
             self.m.unmatched.labels("ack").inc()
@@ -341,7 +341,7 @@ class BoardChannel:
             return
         self._apply(device, effects)
 
-    def _on_report(self, device: Device, report: Report) -> None:
+    def _on_report(self, device: Device, report: BoardReport) -> None:
         m_cmd = labels.bounded(report.cmd, labels.COMMANDS)
         self.m.reports.labels(m_cmd, labels.bounded(report.stage, labels.REPORT_STAGES)).inc()
         download = device.downloads.get(report.ref)
@@ -477,6 +477,6 @@ class BoardChannel:
         for download in device.downloads.values():
             if not download.result.done():
                 download.result.set_result(
-                    Report(download.id, "DOWNLOAD", "done", ok=False, code=code)
+                    BoardReport(download.id, "DOWNLOAD", "done", ok=False, code=code)
                 )
         device.downloads.clear()

@@ -6,21 +6,21 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.board.model import Outcome, Report
+from gateway.board.model import BoardReport, Outcome
 from gateway.board.outbox import Outbox
-from gateway.board.presence import Presence
+from gateway.board.presence import PresenceTracker
 from gateway.settings import BoardSettings
 
-ProgressCallback = Callable[[Report], None]
+ProgressCallback = Callable[[BoardReport], None]
 
 
 @dataclass(slots=True)
-class Download:
+class DownloadInFlight:
     """A DOWNLOAD in progress: ``acked`` when the board takes it, ``result`` the final report."""
 
     id: str
     acked: asyncio.Future[Outcome]
-    result: asyncio.Future[Report]
+    result: asyncio.Future[BoardReport]
     on_progress: ProgressCallback | None = None
 
 
@@ -28,11 +28,11 @@ class Download:
 class Device:
     dev: str
     outbox: Outbox
-    presence: Presence
+    presence: PresenceTracker
     futures: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
     # ENSURE_APP_DIRS per app for the board's current session (cleared when it reconnects).
     ensured: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
-    downloads: dict[str, Download] = field(default_factory=dict)
+    downloads: dict[str, DownloadInFlight] = field(default_factory=dict)
     up_ms: int | None = None
     session: str | None = None
     # Whether the channel's online count includes this board: a first-ever status may say
@@ -49,7 +49,7 @@ class Device:
                 limit=s.outbox_limit,
                 window=s.max_in_flight,
             ),
-            Presence(
+            PresenceTracker(
                 dev,
                 heartbeat_s=s.heartbeat_s,
                 missed_heartbeats=s.missed_heartbeats,

@@ -60,7 +60,7 @@ class Outcome:
 
 
 @dataclass(frozen=True, slots=True)
-class Ack:
+class BoardAck:
     ref: str
     status: AckStatus
     cmd: str | None = None
@@ -68,7 +68,7 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
-class Report:
+class BoardReport:
     """A DOWNLOAD (or other long command) progress or final report."""
 
     ref: str
@@ -95,7 +95,7 @@ class AudioEventKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class AudioEvent:
+class BoardAudio:
     kind: AudioEventKind
     name: str | None = None
     duration_ms: int | None = None
@@ -104,26 +104,26 @@ class AudioEvent:
     code: str | None = None  # failure code (audio.failed)
 
 
-class ButtonPress(StrEnum):
+class PressKind(StrEnum):
     SHORT = "short"
     LONG = "long"
     DOUBLE = "double"
 
 
 @dataclass(frozen=True, slots=True)
-class ButtonEvent:
-    press: ButtonPress
+class BoardButton:
+    press: PressKind
     key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class AppTaskEvent:
+class BoardAppTask:
     evt: str  # "app_task.<something>"
     state: str
     detail: Mapping[str, object]  # read-only view
 
 
-EventBody = AudioEvent | ButtonEvent | AppTaskEvent
+EventBody = BoardAudio | BoardButton | BoardAppTask
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +141,12 @@ class BoardEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class Heartbeat:
+class BoardHeartbeat:
     up_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Status:
+class OnlineStatus:
     online: bool
     by_gateway: bool
     session: str | None = None

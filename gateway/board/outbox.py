@@ -1,6 +1,6 @@
 """Per-device command outbox: a sans-I/O state machine (time in, sends and outcomes out).
 
-Delivery rules (SPEC §3 "Command delivery"; the README's board section states them for users):
+DeliveryResult rules (SPEC §3 "Command delivery"; the README's board section states them for users):
 
 * **Pipelined, in submit order.** Up to ``window`` commands are in flight per device at once
   (sent, not yet acked): LISTEN_STOP and the next PLAY_MEDIA leave together instead of the
@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
-from gateway.board.model import Ack, AckStatus, Envelope, Outcome, OutcomeKind
+from gateway.board.model import AckStatus, BoardAck, Envelope, Outcome, OutcomeKind
 
 
 class Phase(Enum):
@@ -65,7 +65,7 @@ _ACK_OUTCOME = {
 
 
 @dataclass(slots=True)
-class _Entry:
+class _OutboxEntry:
     envelope: Envelope
     expires_at: float
     phase: Phase = Phase.QUEUED
@@ -87,7 +87,7 @@ class Outbox:
         self._window = window
         # Bounded by ``limit`` (checked in submit: refuse newest). Submit order; the entries
         # in flight are always a prefix of it (sent front to back, re-queued all together).
-        self._entries: deque[_Entry] = deque()
+        self._entries: deque[_OutboxEntry] = deque()
         self._in_flight = 0  # length of that prefix
         self._online = False
 
@@ -105,7 +105,7 @@ class Outbox:
     def submit(self, envelope: Envelope, now: float) -> list[Effect]:
         if len(self._entries) >= self._limit:
             return [Done(envelope, _outcome(envelope, OutcomeKind.OVERFLOW, 0))]
-        self._entries.append(_Entry(envelope, expires_at=now + envelope.ttl_ms / 1000))
+        self._entries.append(_OutboxEntry(envelope, expires_at=now + envelope.ttl_ms / 1000))
         return self._pump(now)
 
     def set_online(self, online: bool, now: float) -> list[Effect]:
@@ -118,7 +118,7 @@ class Outbox:
             self._in_flight = 0
         return self._pump(now)
 
-    def on_ack(self, ack: Ack, now: float) -> list[Effect] | None:
+    def on_ack(self, ack: BoardAck, now: float) -> list[Effect] | None:
         """Resolve the command ``ack.ref``; ``None`` if no pending command has that id."""
         for entry in self._entries:
             if entry.envelope.id == ack.ref:
@@ -159,14 +159,14 @@ class Outbox:
         self._in_flight = 0
         return effects
 
-    def _flying(self) -> list[_Entry]:
+    def _flying(self) -> list[_OutboxEntry]:
         return [self._entries[i] for i in range(self._in_flight)]
 
-    def _end(self, entry: _Entry, kind: OutcomeKind) -> Done:
+    def _end(self, entry: _OutboxEntry, kind: OutcomeKind) -> Done:
         self._remove(entry)
         return Done(entry.envelope, _outcome(entry.envelope, kind, entry.sends))
 
-    def _remove(self, entry: _Entry) -> None:
+    def _remove(self, entry: _OutboxEntry) -> None:
         self._entries.remove(entry)
         if entry.phase is Phase.IN_FLIGHT:
             self._in_flight -= 1
@@ -182,7 +182,7 @@ class Outbox:
             sends.append(self._send(entry, now))
         return sends
 
-    def _send(self, entry: _Entry, now: float) -> Send:
+    def _send(self, entry: _OutboxEntry, now: float) -> Send:
         entry.sends += 1
         entry.ack_due = now + self._ack_timeout_s
         if entry.first_sent_at is None:

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
-from gateway.board.model import PresenceChange, Status
+from gateway.board.model import OnlineStatus, PresenceChange
 
 
 class Liveness(Enum):
@@ -42,7 +42,7 @@ class Flapping:
 PresenceEffect = PresenceChange | Flapping
 
 
-class Presence:
+class PresenceTracker:
     def __init__(
         self,
         dev: str,
@@ -71,7 +71,7 @@ class Presence:
     def on_activity(self, now: float) -> list[PresenceEffect]:
         return self._seen(now, Reason.ACTIVITY)
 
-    def on_status(self, status: Status, now: float) -> list[PresenceEffect]:
+    def on_status(self, status: OnlineStatus, now: float) -> list[PresenceEffect]:
         if status.by_gateway:
             return []
         if status.online:

@@ -11,18 +11,18 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from gateway.board.model import (
-    Ack,
     AckStatus,
-    AppTaskEvent,
-    AudioEvent,
     AudioEventKind,
-    ButtonEvent,
-    ButtonPress,
+    BoardAck,
+    BoardAppTask,
+    BoardAudio,
+    BoardButton,
+    BoardHeartbeat,
+    BoardReport,
     Envelope,
     EventBody,
-    Heartbeat,
-    Report,
-    Status,
+    OnlineStatus,
+    PressKind,
 )
 from topics import snlp, snlp_events
 from topics.backend import PresenceChanged, PresenceData
@@ -53,7 +53,7 @@ class ParsedEvent:
     legacy: bool
 
 
-Inbound = Ack | Report | ParsedEvent | Heartbeat | Status
+Inbound = BoardAck | BoardReport | ParsedEvent | BoardHeartbeat | OnlineStatus
 
 
 def _code(value: int | str | None) -> str | None:
@@ -65,9 +65,11 @@ def parse(kind: TopicKind, payload: bytes, *, max_bytes: int) -> Inbound:
     message = snlp.parse_board_message(kind, payload, max_bytes=max_bytes)
     match message:
         case snlp.Ack():
-            return Ack(message.ref, AckStatus(message.status), message.cmd, _code(message.code))
+            return BoardAck(
+                message.ref, AckStatus(message.status), message.cmd, _code(message.code)
+            )
         case snlp.Report():
-            return Report(
+            return BoardReport(
                 ref=message.ref,
                 cmd=message.cmd,
                 stage=message.stage,
@@ -78,9 +80,9 @@ def parse(kind: TopicKind, payload: bytes, *, max_bytes: int) -> Inbound:
                 sha256=message.sha256,
             )
         case snlp.Heartbeat():
-            return Heartbeat(up_ms=message.up_ms)
+            return BoardHeartbeat(up_ms=message.up_ms)
         case snlp.BoardStatus():
-            return Status(message.online, message.by == "gateway", message.session)
+            return OnlineStatus(message.online, message.by == "gateway", message.session)
         case snlp_events.Event():
             body = _event_body(message)
             legacy = kind is TopicKind.EVT and snlp_events.is_legacy_text(payload)
@@ -92,7 +94,7 @@ def parse(kind: TopicKind, payload: bytes, *, max_bytes: int) -> Inbound:
 def _event_body(message: snlp_events.Event) -> EventBody:
     match message:
         case snlp_events.AudioEvent(data=data):
-            return AudioEvent(
+            return BoardAudio(
                 AudioEventKind(message.evt),
                 name=data.name,
                 duration_ms=data.duration_ms,
@@ -101,9 +103,9 @@ def _event_body(message: snlp_events.Event) -> EventBody:
                 code=_code(data.code),
             )
         case snlp_events.ButtonEvent(data=data):
-            return ButtonEvent(ButtonPress(data.press), data.key)
+            return BoardButton(PressKind(data.press), data.key)
         case snlp_events.AppTaskEvent(data=data):
-            return AppTaskEvent(message.evt, data.state, MappingProxyType(dict(data.detail)))
+            return BoardAppTask(message.evt, data.state, MappingProxyType(dict(data.detail)))
         case _:
             raise PayloadError(PayloadReason.UNKNOWN_TYPE, f"event {message.evt!r}")
 

@@ -110,14 +110,14 @@ class DeviceChat:
         self.session_id = session_id
         self.player.reset()  # nothing queued for an earlier session goes to this one
         self._end_after_tts = self._task_after_tts = False
-        self.handle(v.Opened())
+        self.handle(v.VoiceOpened())
         if self.core.state is not v.ChatState.SUSPENDED:
             self._p.channel.set_listening(self.dev, True)  # our VAD drives the timeout
 
     def closed(self, session_id: str, reason: str) -> None:
         if session_id == self.session_id:
             self.session_id = None
-            self.handle(v.Closed(reason))
+            self.handle(v.VoiceClosed(reason))
 
     def listen(self, state: str, mode: str | None, text: str | None) -> None:
         fields: dict[str, Any] = {"type": "listen", "state": state}
@@ -128,15 +128,15 @@ class DeviceChat:
         self._relay(fields)
         match state:
             case "start":
-                self.handle(v.ListenStart(mode))
+                self.handle(v.VoiceListenStart(mode))
             case "stop":
-                self.handle(v.ListenStop())
+                self.handle(v.VoiceListenStop())
             case "detect":
-                self.handle(v.ListenDetect())
+                self.handle(v.VoiceListenDetect())
 
     def abort(self, reason: str | None) -> None:
         self._relay({"type": "abort", **({"reason": reason} if reason else {})})
-        self.handle(v.Abort())
+        self.handle(v.VoiceAbort())
 
     def mcp(self, payload: Mapping[str, Any]) -> None:
         self._relay({"type": "mcp", "payload": dict(payload)})
@@ -150,7 +150,7 @@ class DeviceChat:
     def speech(self, started: bool, pcm: bytes = b"") -> None:
         if not started:
             self._pcm = pcm
-        self.handle(v.SpeechStarted() if started else v.SpeechStopped())
+        self.handle(v.VoiceSpeechStarted() if started else v.VoiceSpeechStopped())
 
     # -- from the task runtime ---------------------------------------------------------------
 
@@ -207,7 +207,7 @@ class DeviceChat:
                 if self.bridge is not None:
                     self.bridge.close()
                 p.channel.close_session(self.dev)
-            case v.Alarm(alarm=alarm, reason=reason):
+            case v.VoiceAlarm(alarm=alarm, reason=reason):
                 p.alarm(alarm, self.dev, reason)
 
     async def _timer(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from gateway.runtime.rules import normalise
+from gateway.tasks.core.rules import normalise
 
 PHRASES: tuple[str, ...] = (
     "hello",

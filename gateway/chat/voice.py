@@ -26,21 +26,12 @@ from dataclasses import dataclass
 from enum import Enum
 
 from gateway.chat.voice_events import (
-    Abort,
-    Alarm,
     BackToChat,
     BeginTurn,
-    Closed,
     CloseUpstream,
     EndSegment,
-    ListenDetect,
-    ListenStart,
-    ListenStop,
-    Opened,
     OpenUpstream,
     ServerStt,
-    SpeechStarted,
-    SpeechStopped,
     Standby,
     StopPlayback,
     TaskStarted,
@@ -48,29 +39,29 @@ from gateway.chat.voice_events import (
     TtsStarted,
     TtsStopped,
     UpstreamLost,
+    VoiceAbort,
+    VoiceAlarm,
+    VoiceClosed,
     VoiceEffect,
     VoiceEvent,
+    VoiceListenDetect,
+    VoiceListenStart,
+    VoiceListenStop,
+    VoiceOpened,
+    VoiceSpeechStarted,
+    VoiceSpeechStopped,
 )
 
 # The core's events and effects are re-exported: one import for the core's users.
 __all__ = [
-    "Abort",
-    "Alarm",
     "BackToChat",
     "BeginTurn",
     "ChatState",
     "CloseUpstream",
-    "Closed",
     "EndSegment",
-    "ListenDetect",
     "ListenMode",
-    "ListenStart",
-    "ListenStop",
     "OpenUpstream",
-    "Opened",
     "ServerStt",
-    "SpeechStarted",
-    "SpeechStopped",
     "Standby",
     "StopPlayback",
     "TaskStarted",
@@ -78,11 +69,20 @@ __all__ = [
     "TtsStarted",
     "TtsStopped",
     "UpstreamLost",
+    "VoiceAbort",
+    "VoiceAlarm",
+    "VoiceClosed",
     "VoiceConfig",
     "VoiceEffect",
     "VoiceEvent",
+    "VoiceListenDetect",
+    "VoiceListenStart",
+    "VoiceListenStop",
+    "VoiceOpened",
     "VoiceSession",
     "VoiceSessionError",
+    "VoiceSpeechStarted",
+    "VoiceSpeechStopped",
 ]
 
 
@@ -150,29 +150,29 @@ class VoiceSession:
         self._now = now
         state = self.state
         match event:
-            case Opened():
+            case VoiceOpened():
                 self.session_open = True
                 if state is ChatState.SUSPENDED:
                     return []
                 self._go(ChatState.IDLE)
                 return [OpenUpstream()]
-            case Closed(reason=reason):
+            case VoiceClosed(reason=reason):
                 self.session_open = False
                 if state is ChatState.SUSPENDED or state is ChatState.CLOSED:
                     return []
                 self._go(ChatState.CLOSED)
                 return [StopPlayback("closed"), CloseUpstream(reason)]
-            case ListenStart(mode=mode) if state in _ACTIVE:
+            case VoiceListenStart(mode=mode) if state in _ACTIVE:
                 self.mode = ListenMode.parse(mode, self.mode)
                 return self._listen(now)
-            case ListenDetect() if state in _ACTIVE:
+            case VoiceListenDetect() if state in _ACTIVE:
                 return self._listen(now)
-            case ListenStop() if state in _LISTENING:
+            case VoiceListenStop() if state in _LISTENING:
                 return self._end_segment(now, "device")
-            case SpeechStarted() if state is ChatState.PROMPT_LISTEN:
+            case VoiceSpeechStarted() if state is ChatState.PROMPT_LISTEN:
                 self._go(ChatState.HEARING)
                 return []
-            case SpeechStopped() if state is ChatState.HEARING:
+            case VoiceSpeechStopped() if state is ChatState.HEARING:
                 if self.config.local_segments:
                     return self._end_segment(now, "vad")
                 self._go(ChatState.PROMPT_LISTEN, self._silence_deadline(now))
@@ -188,7 +188,7 @@ class VoiceSession:
                     self._go(ChatState.IDLE)
                     return []
                 return self._listen(now)
-            case Abort() if state in (ChatState.THINKING, ChatState.SPEAKING):
+            case VoiceAbort() if state in (ChatState.THINKING, ChatState.SPEAKING):
                 return [StopPlayback("abort")]
             case TaskStarted():
                 if state is ChatState.SUSPENDED:
@@ -210,20 +210,20 @@ class VoiceSession:
                 return [
                     StopPlayback("upstream"),
                     Standby("upstream_lost"),
-                    Alarm("chat_upstream_lost", reason),
+                    VoiceAlarm("chat_upstream_lost", reason),
                 ]
             case Tick():
                 return self._on_time(now)
             case (
-                ListenStart()
-                | ListenDetect()
-                | ListenStop()
-                | SpeechStarted()
-                | SpeechStopped()
+                VoiceListenStart()
+                | VoiceListenDetect()
+                | VoiceListenStop()
+                | VoiceSpeechStarted()
+                | VoiceSpeechStopped()
                 | ServerStt()
                 | TtsStarted()
                 | TtsStopped()
-                | Abort()
+                | VoiceAbort()
                 | BackToChat()
                 | UpstreamLost()
             ):

@@ -8,37 +8,37 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class Opened:
+class VoiceOpened:
     """The device said hello (a new Xiaozhi session)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Closed:
+class VoiceClosed:
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class ListenStart:
+class VoiceListenStart:
     mode: str | None
 
 
 @dataclass(frozen=True, slots=True)
-class ListenDetect:
+class VoiceListenDetect:
     """A local wake word: a turn begins in the mode the device used last."""
 
 
 @dataclass(frozen=True, slots=True)
-class ListenStop:
+class VoiceListenStop:
     """Push-to-talk release: the device ends the segment."""
 
 
 @dataclass(frozen=True, slots=True)
-class SpeechStarted:
+class VoiceSpeechStarted:
     """The gateway's VAD heard speech begin."""
 
 
 @dataclass(frozen=True, slots=True)
-class SpeechStopped:
+class VoiceSpeechStopped:
     """The gateway's VAD closed an utterance."""
 
 
@@ -58,7 +58,7 @@ class TtsStopped:
 
 
 @dataclass(frozen=True, slots=True)
-class Abort:
+class VoiceAbort:
     """The device asked to stop speaking."""
 
 
@@ -83,17 +83,17 @@ class Tick:
 
 
 VoiceEvent = (
-    Opened
-    | Closed
-    | ListenStart
-    | ListenDetect
-    | ListenStop
-    | SpeechStarted
-    | SpeechStopped
+    VoiceOpened
+    | VoiceClosed
+    | VoiceListenStart
+    | VoiceListenDetect
+    | VoiceListenStop
+    | VoiceSpeechStarted
+    | VoiceSpeechStopped
     | ServerStt
     | TtsStarted
     | TtsStopped
-    | Abort
+    | VoiceAbort
     | TaskStarted
     | BackToChat
     | UpstreamLost
@@ -139,9 +139,11 @@ class Standby:
 
 
 @dataclass(frozen=True, slots=True)
-class Alarm:
+class VoiceAlarm:
     alarm: str
     reason: str
 
 
-VoiceEffect = OpenUpstream | CloseUpstream | BeginTurn | EndSegment | StopPlayback | Standby | Alarm
+VoiceEffect = (
+    OpenUpstream | CloseUpstream | BeginTurn | EndSegment | StopPlayback | Standby | VoiceAlarm
+)

@@ -16,12 +16,11 @@ Rows, in order (a row whose prerequisite failed is ``skip`` and says so):
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from typing import Any
 
-from gateway.broker_io import Reloader, command_reloader, pid_file_reloader
-from gateway.credentials import BrokerFiles
+from gateway.broker.io import Reloader, reloader_for
+from gateway.broker.layout import BrokerFiles
 from gateway.doctor.acl import check_acl
 from gateway.doctor.local import check_asr, check_audio_libs, check_clock, check_store
 from gateway.doctor.network import Findings, check_broker, check_gateway_http, check_udp
@@ -47,10 +46,8 @@ def run_checks(settings: Settings, reload: Reloader) -> list[Row]:
 def _cmd_doctor(args: argparse.Namespace) -> int:
     overrides = {} if args.data_dir is None else {"data_dir": args.data_dir}
     settings = load_settings(args.config, **overrides)
-    if args.reload_command:
-        reload = command_reloader(shlex.split(args.reload_command))
-    else:
-        reload = pid_file_reloader(BrokerFiles.at(settings.data_dir).pid_file)
+    pid_file = BrokerFiles.at(settings.data_dir).pid_file
+    reload = reloader_for(args.reload_command or None, pid_file)
     rows = run_checks(settings, reload)
     sys.stdout.write(render(rows))
     return exit_code(rows)

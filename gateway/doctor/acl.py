@@ -11,8 +11,8 @@ import contextlib
 import secrets
 import time
 
-from gateway.broker_io import Reloader
-from gateway.credentials import BrokerFiles, device_listener_port, provision, revoke
+from gateway.broker.credentials import BrokerFiles, device_listener_port, provision, revoke
+from gateway.broker.io import Reloader
 from gateway.doctor.network import Findings, gateway_password
 from gateway.doctor.report import Row, fail, ok, skip
 from gateway.probe import Probe

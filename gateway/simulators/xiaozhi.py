@@ -72,7 +72,7 @@ class MqttInfo:
 
 
 @dataclass(frozen=True)
-class ServerHello:
+class ServerHelloParams:
     session_id: str
     server: str
     port: int
@@ -82,7 +82,7 @@ class ServerHello:
     frame_duration: int
 
 
-def parse_server_hello(obj: Any) -> ServerHello | None:
+def parse_server_hello(obj: Any) -> ServerHelloParams | None:
     """Firmware v2.4 ``ParseServerHello``: ``None`` where the device would ignore the reply."""
     if not isinstance(obj, dict) or obj.get("transport") != "udp":
         return None
@@ -100,7 +100,7 @@ def parse_server_hello(obj: Any) -> ServerHello | None:
     params = params if isinstance(params, dict) else {}
     rate, duration = params.get("sample_rate"), params.get("frame_duration")
     sid = obj.get("session_id")
-    return ServerHello(
+    return ServerHelloParams(
         session_id=sid if isinstance(sid, str) else "",
         server=server,
         port=int(port),
@@ -247,7 +247,7 @@ class XiaozhiDeviceSim:
         self.hmac_key = hmac_key
         self.activation: dict[str, Any] | None = None
         self.mqtt_info: MqttInfo | None = None
-        self.hello: ServerHello | None = None
+        self.hello: ServerHelloParams | None = None
         self.crypto: DeviceUdpCrypto | None = None
         self.speaking = False
         self.inbox: list[dict[str, Any]] = []  # every control JSON received, oldest first
@@ -357,7 +357,7 @@ class XiaozhiDeviceSim:
             raise RuntimeError("not connected")
         await self._client.publish(self._info().publish_topic, payload, qos=0)
 
-    async def open_audio_channel(self, *, timeout_s: float = 10.0) -> ServerHello:
+    async def open_audio_channel(self, *, timeout_s: float = 10.0) -> ServerHelloParams:
         """Send hello, wait for a reply the firmware accepts, open the UDP socket."""
         seen = len(self.inbox)
         await self.publish(hello_json())

@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.runtime.effects import InstanceState
 from gateway.store.api import TaskApi
 from gateway.store.dialect import connector_for
 from gateway.store.errors import StoreError
-from gateway.store.records import InstanceRecord, MetricValue, StepRecord
+from gateway.store.records import InstanceRecord, StepRecord, StoredMetric
 from gateway.store.reporter import ManagerReporter
 from gateway.store.store import Store
+from gateway.tasks.core.effects import InstanceState
 
 if TYPE_CHECKING:
     from gateway.service import Component
@@ -29,11 +29,11 @@ __all__ = [
     "InstanceRecord",
     "InstanceState",
     "ManagerReporter",
-    "MetricValue",
     "StepRecord",
     "Store",
     "StoreComponents",
     "StoreError",
+    "StoredMetric",
     "TaskApi",
     "build_store_components",
 ]

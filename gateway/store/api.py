@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway.runtime.effects import InstanceState
 from gateway.store.errors import StoreError
 from gateway.store.store import Store
+from gateway.tasks.core.effects import InstanceState
 
 if TYPE_CHECKING:
     from gateway.service import Context

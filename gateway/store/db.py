@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.runtime.effects import InstanceState
 from gateway.store import schema
 from gateway.store.dialect import Connection, Connector, Dialect, file_connection
 from gateway.store.errors import StoreError
@@ -20,6 +19,7 @@ from gateway.store.records import (
     metrics_from_text,
     metrics_to_text,
 )
+from gateway.tasks.core.effects import InstanceState
 
 __all__ = ["Connector", "Database", "Record", "file_connection"]
 

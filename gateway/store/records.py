@@ -22,11 +22,11 @@ import json
 import math
 from dataclasses import dataclass, fields
 
-from gateway.runtime.effects import InstanceState  # one lifecycle vocabulary for both
+from gateway.tasks.core.effects import InstanceState  # one lifecycle vocabulary for both
 
 
 @dataclass(frozen=True, slots=True)
-class MetricValue:
+class StoredMetric:
     method: str
     value: float
 
@@ -81,7 +81,7 @@ class StepRecord:
     prompt_text: str | None = None  # the SD/board path of the clip
     expected_text: str | None = None
     asr_text: str | None = None
-    metrics: tuple[MetricValue, ...] = ()  # empty: keep what is stored
+    metrics: tuple[StoredMetric, ...] = ()  # empty: keep what is stored
     assessed_at: int | None = None  # epoch ms
     played_ms: int | None = None
     completed_ms: int | None = None
@@ -100,20 +100,20 @@ class StepRecord:
         return out
 
 
-def metrics_to_list(metrics: tuple[MetricValue, ...]) -> list[dict[str, object]]:
+def metrics_to_list(metrics: tuple[StoredMetric, ...]) -> list[dict[str, object]]:
     return [{"method": m.method, "value": m.value} for m in metrics]
 
 
-def metrics_to_text(metrics: tuple[MetricValue, ...]) -> str:
+def metrics_to_text(metrics: tuple[StoredMetric, ...]) -> str:
     return json.dumps(metrics_to_list(metrics), separators=(",", ":"), allow_nan=False)
 
 
-def metrics_from_text(text: str | None) -> tuple[MetricValue, ...]:
+def metrics_from_text(text: str | None) -> tuple[StoredMetric, ...]:
     """Parse stored metrics; anything malformed reads as no metrics."""
     try:
         items = json.loads(text or "[]")
         return tuple(
-            MetricValue(str(item["method"]), float(item["value"]))
+            StoredMetric(str(item["method"]), float(item["value"]))
             for item in items
             if isinstance(item, dict)
         )

@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.metrics import Metrics
-from gateway.runtime.effects import InstanceState
 from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
 from gateway.store.db import Connector, Record, file_connection
 from gateway.store.errors import StoreError
 from gateway.store.pending import CoalescingQueue, Entry
 from gateway.store.records import InstanceRecord, StepRecord
 from gateway.store.worker import Worker, WriteResults
+from gateway.tasks.core.effects import InstanceState
 
 if TYPE_CHECKING:
     from gateway.service import Context

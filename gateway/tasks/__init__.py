@@ -1,1 +1,2 @@
-"""The task runtime's asyncio shell: one actor per device around the pure ``DeviceRuntime``."""
+"""The task runtime: its pure core (:mod:`gateway.tasks.core`) and the asyncio shell around it
+(one actor per device)."""

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from gateway import labels
 from gateway.logs import DeviceLog
 from gateway.metrics import Metrics
-from gateway.runtime import (
+from gateway.tasks.core import (
     CommandOutcome,
     ControlReply,
+    DeliveryResult,
     DeviceRuntime,
     Effect,
     Event,
     Ignored,
-    Outcome,
     PublishTaskEvent,
     ReturnToChat,
     SendCommand,
@@ -34,7 +34,7 @@ from gateway.runtime import (
     StoreStep,
     SubmitUtterance,
     TimerFired,
-    WindowClosed,
+    WindowLateness,
 )
 from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
 
@@ -133,7 +133,7 @@ class DeviceActor:
     def perform(self, effects: list[Effect]) -> None:
         closed_at: float | None = None  # a close and the next clip's play come in one batch
         for effect in effects:
-            if isinstance(effect, WindowClosed):
+            if isinstance(effect, WindowLateness):
                 closed_at = effect.actual_ms
             elif (
                 closed_at is not None
@@ -202,7 +202,7 @@ class DeviceActor:
                 p.recorder.save_step(effect.record)
             case SubmitUtterance():
                 self._submit(effect)
-            case WindowClosed():
+            case WindowLateness():
                 self._m.windows.inc()
                 self._m.lateness.observe(effect.lateness_ms)
             case ControlReply():
@@ -223,9 +223,9 @@ class DeviceActor:
         elif effect.event == "step.failed":
             self._m.step_failures.labels(labels.bounded(reason, labels.STEP_FAILURES)).inc()
 
-    def _on_outcome(self, ref: str, outcome: Outcome) -> None:
+    def _on_outcome(self, ref: str, outcome: DeliveryResult) -> None:
         closed_at = self._gap_from.pop(ref, None)
-        if closed_at is not None and outcome is Outcome.ACKED:
+        if closed_at is not None and outcome is DeliveryResult.ACKED:
             self._m.next_clip_gap.observe(asyncio.get_running_loop().time() * 1000.0 - closed_at)
         self.post(CommandOutcome(ref, outcome))
 

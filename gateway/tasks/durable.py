@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gateway.runtime import Outcome
 from gateway.store import Store
+from gateway.tasks.core import DeliveryResult
 from gateway.tasks.ports import CommandSender
 
 
@@ -37,7 +37,7 @@ class DurableCommands:
         cmd: str,
         params: Mapping[str, object],
         prio: int,
-        on_outcome: Callable[[Outcome], None],
+        on_outcome: Callable[[DeliveryResult], None],
     ) -> None:
         def send() -> None:
             self._inner.send_command(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from gateway.runtime import InstanceRecord, Outcome, StepRecord
+from gateway.tasks.core import DeliveryResult, InstanceColumns, StepColumns
 
 
 class CommandSender(Protocol):
@@ -23,7 +23,7 @@ class CommandSender(Protocol):
         cmd: str,
         params: Mapping[str, object],
         prio: int,
-        on_outcome: Callable[[Outcome], None],
+        on_outcome: Callable[[DeliveryResult], None],
     ) -> None: ...
 
 
@@ -47,9 +47,9 @@ class ModeListener(Protocol):
 class Recorder(Protocol):
     """Fire-and-forget persistence (never blocks, never raises into stepping)."""
 
-    def save_instance(self, record: InstanceRecord) -> None: ...
+    def save_instance(self, record: InstanceColumns) -> None: ...
 
-    def save_step(self, record: StepRecord) -> None: ...
+    def save_step(self, record: StepColumns) -> None: ...
 
 
 class UtteranceSink(Protocol):

@@ -12,14 +12,14 @@ import logging
 from collections.abc import Sequence
 from typing import TypeVar
 
-from gateway import runtime as rt
 from gateway import store as st
+from gateway.tasks import core as rt
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def to_store_instance(r: rt.InstanceRecord) -> st.InstanceRecord:
+def to_store_instance(r: rt.InstanceColumns) -> st.InstanceRecord:
     return st.InstanceRecord(
         instance_id=r.instance_id,
         device_id=r.device_id,
@@ -37,7 +37,7 @@ def to_store_instance(r: rt.InstanceRecord) -> st.InstanceRecord:
     )
 
 
-def to_store_step(r: rt.StepRecord) -> st.StepRecord:
+def to_store_step(r: rt.StepColumns) -> st.StepRecord:
     window_ms = None
     if r.window_opened_ms is not None and r.window_planned_close_ms is not None:
         window_ms = r.window_planned_close_ms - r.window_opened_ms
@@ -60,11 +60,11 @@ def to_store_step(r: rt.StepRecord) -> st.StepRecord:
 
 def from_store(
     inst: st.InstanceRecord, steps: Sequence[st.StepRecord]
-) -> tuple[rt.InstanceRecord, list[rt.StepRecord]] | None:
+) -> tuple[rt.InstanceColumns, list[rt.StepColumns]] | None:
     """A stored instance as the runtime's record, or None when a required field is missing."""
     try:
         params = json.loads(inst.resume or "{}")
-        record = rt.InstanceRecord(
+        record = rt.InstanceColumns(
             instance_id=inst.instance_id,
             device_id=_req(inst.device_id),
             app_id=_req(inst.app_id),
@@ -83,7 +83,7 @@ def from_store(
         log.warning("stored instance %s cannot be restored: %s", inst.instance_id, exc)
         return None
     return record, [
-        rt.StepRecord(
+        rt.StepColumns(
             instance_id=s.instance_id,
             step_index=s.step_index,
             prompt_text=s.prompt_text,
@@ -112,13 +112,13 @@ class StoreRecorder:
     def __init__(self, store: st.Store) -> None:
         self._store = store
 
-    def save_instance(self, record: rt.InstanceRecord) -> None:
+    def save_instance(self, record: rt.InstanceColumns) -> None:
         self._store.submit_instance(to_store_instance(record))
 
-    def save_step(self, record: rt.StepRecord) -> None:
+    def save_step(self, record: rt.StepColumns) -> None:
         self._store.submit_step(to_store_step(record))
 
-    async def load_running(self) -> list[tuple[rt.InstanceRecord, list[rt.StepRecord]]]:
+    async def load_running(self) -> list[tuple[rt.InstanceColumns, list[rt.StepColumns]]]:
         # Our own latest writes first: an instance that just ended here must not read as
         # running (a handover adopts what the store says is running).
         await self._store.committed()

@@ -15,9 +15,10 @@ from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.mqtt import Inbound
-from gateway.runtime import (
+from gateway.service import Context
+from gateway.tasks.actor import ActorMetrics, DeviceActor, Ports
+from gateway.tasks.core import (
     AsrText,
-    BoardEvent,
     ButtonPress,
     Catalog,
     ControlAction,
@@ -25,21 +26,20 @@ from gateway.runtime import (
     ControlRequest,
     DeviceRuntime,
     Event,
-    InstanceRecord,
+    InstanceColumns,
+    PlaybackEvent,
     Presence,
     Priority,
     PublishTaskEvent,
     ReadText,
     RuntimeConfig,
     RuntimeState,
-    SpeechStarted,
-    SpeechStopped,
-    StepRecord,
+    StepColumns,
+    UtteranceStarted,
+    UtteranceStopped,
     resolve_expected_text,
     restore_runtime,
 )
-from gateway.service import Context
-from gateway.tasks.actor import ActorMetrics, DeviceActor, Ports
 from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
 from topics import (
     CtlReply,
@@ -63,7 +63,7 @@ STATE_COUNTS_TTL_S = 0.05  # one scan serves every state of one metrics collecti
 RESPONSE_ROUTES_KEPT = 1_024  # MQTT 5 response topics remembered per pending request
 RESTORE_WAIT_S = 10.0  # how long a stored running instance waits for its board's presence
 
-StoredInstance = tuple[InstanceRecord, Sequence[StepRecord]]
+StoredInstance = tuple[InstanceColumns, Sequence[StepColumns]]
 LoadRunning = Callable[[], Awaitable[Sequence[StoredInstance]]]
 
 
@@ -199,7 +199,7 @@ class TaskService:
 
     # -- sinks (called by the channels and the assessment side path) ---------------------------
 
-    def on_board_event(self, device: str, event: BoardEvent) -> None:
+    def on_board_event(self, device: str, event: PlaybackEvent) -> None:
         self._post(device, event)
 
     def on_button(self, device: str, kind: str) -> None:
@@ -216,7 +216,7 @@ class TaskService:
 
     def on_speech_started(self, device: str, utterance_id: str) -> None:
         self._speech_event(device, utterance_id, "speech.started", {"utterance_id": utterance_id})
-        self._post(device, SpeechStarted(utterance_id), create=False)
+        self._post(device, UtteranceStarted(utterance_id), create=False)
 
     def on_speech_stopped(
         self, device: str, utterance_id: str, pcm: bytes, duration_ms: int
@@ -231,7 +231,7 @@ class TaskService:
         if actor is None:
             return
         actor.keep_utterance(utterance_id, pcm)
-        actor.post(SpeechStopped(utterance_id, duration_ms))
+        actor.post(UtteranceStopped(utterance_id, duration_ms))
 
     def _speech_event(
         self, device: str, utterance_id: str, name: str, data: dict[str, object]

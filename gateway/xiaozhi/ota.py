@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from gateway.credentials import device_listener_port
+from gateway.broker.credentials import device_listener_port
 from gateway.http import HttpServer
 from gateway.settings import Settings
 from gateway.xiaozhi import ota_wire as wire

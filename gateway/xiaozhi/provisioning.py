@@ -3,7 +3,7 @@ make sure it already does before the device is told it.
 
 When the password file already holds a matching hash nothing is written, signalled or polled:
 a bound board asking OTA again costs one locked read of the files. Otherwise the user is
-created or its hash replaced (``gateway.credentials.ensure_password``) and the broker reloaded.
+created or its hash replaced (``gateway.broker.credentials.ensure_password``) and the broker reloaded.
 Mosquitto re-reads its password file on SIGHUP in its own loop, a moment after the signal; a
 device that connects within that moment would be refused and (on real firmware) wait about
 10 s to retry. So after a change the provisioner probes with an MQTT CONNECT as the device
@@ -25,8 +25,8 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from gateway.broker_io import pid_file_reloader
-from gateway.credentials import BrokerFiles, Reloader, ensure_password, revoke
+from gateway.broker.credentials import BrokerFiles, Reloader, ensure_password, revoke
+from gateway.broker.io import pid_file_reloader
 from gateway.settings import MqttSettings
 
 log = logging.getLogger(__name__)

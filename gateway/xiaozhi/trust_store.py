@@ -35,7 +35,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.broker_io import write_atomic
+from gateway.broker.io import write_atomic
 from gateway.xiaozhi.ota_wire import OtaRefused, device_id_from_mac
 from gateway.xiaozhi.trust import Binding
 

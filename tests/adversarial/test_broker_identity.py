@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.credentials import Credentials
+from gateway.broker.credentials import Credentials
 from tests.adversarial.peers import Peer, wait_for
 from tests.support.broker import Broker, new_device_id
 from tests.support.lesson_rig import lesson_rig

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.credentials import Credentials, revoke
+from gateway.broker.credentials import Credentials, revoke
 from tests.adversarial.peers import Peer, wait_for
 from tests.support.broker import Broker, connect_reason_code, new_device_id, start_broker
 

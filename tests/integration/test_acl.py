@@ -13,7 +13,7 @@ import secrets
 import aiomqtt
 import pytest
 
-from gateway.credentials import Credentials
+from gateway.broker.credentials import Credentials
 from tests.support.broker import Broker, connect_reason_code, new_device_id
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
 

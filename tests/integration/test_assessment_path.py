@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from gateway.assessment.path import AssessmentPath
 from gateway.assessment.procslot import ProcessBackend
 from gateway.assessment.sphinx import PocketsphinxEngine
 from gateway.http import HttpServer
@@ -12,7 +13,6 @@ from gateway.metrics import Metrics
 from gateway.service import Context, Ops
 from gateway.settings import AsrSettings, load_settings
 from gateway.store import InstanceRecord, InstanceState, Store
-from gateway.tasks.assessing import AssessmentPath
 from tests.support.asr_engines import SecondEngine
 from tests.support.speech import synthesize
 from tests.unit.tasks.fakes import FakeMqtt

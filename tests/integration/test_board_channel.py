@@ -15,8 +15,8 @@ import pytest
 
 from gateway.board.channel import BoardChannel
 from gateway.board.model import (
-    AudioEvent,
     AudioEventKind,
+    BoardAudio,
     BoardEvent,
     OutcomeKind,
     PresenceChange,
@@ -61,7 +61,7 @@ class RecordingSink:
             e
             for e in self.events
             if e.dev == dev
-            and isinstance(e.body, AudioEvent)
+            and isinstance(e.body, BoardAudio)
             and e.body.kind is kind
             and (ref is None or e.ref == ref)
         ]
@@ -143,7 +143,7 @@ async def test_play_media_acked_then_completed_with_real_duration(
         await rig.sink.wait_for(lambda: bool(rig.sink.audio(dev, AudioEventKind.COMPLETED)))
         (done,) = rig.sink.audio(dev, AudioEventKind.COMPLETED)
         assert done.ref == outcome.id
-        assert done.body == AudioEvent(
+        assert done.body == BoardAudio(
             AudioEventKind.COMPLETED, name="/lessons/u1/01.wav", duration_ms=400, reason="eof"
         )
         assert rig.sink.audio(dev, AudioEventKind.STARTED, outcome.id)
@@ -156,7 +156,7 @@ async def test_play_media_acked_then_completed_with_real_duration(
             lambda: bool(rig.sink.audio(dev, AudioEventKind.COMPLETED, outcome.id))
         )
         (done,) = rig.sink.audio(dev, AudioEventKind.COMPLETED, outcome.id)
-        assert isinstance(done.body, AudioEvent)
+        assert isinstance(done.body, BoardAudio)
         assert done.body.duration_ms == 1200
         assert [c["id"] for c in sim.received].count(outcome.id) == 1
         # a later command's ack proves no other completion of that play was on its way first
@@ -270,7 +270,7 @@ async def test_legacy_text_event_is_the_same_typed_event(broker: Broker, tmp_pat
         assert (
             first.body
             == second.body
-            == AudioEvent(AudioEventKind.COMPLETED, duration_ms=2140, reason="eof")
+            == BoardAudio(AudioEventKind.COMPLETED, duration_ms=2140, reason="eof")
         )
 
         # and a board simulator in legacy mode drives the same completion
@@ -281,7 +281,7 @@ async def test_legacy_text_event_is_the_same_typed_event(broker: Broker, tmp_pat
         await rig.sink.wait_for(lambda: bool(rig.sink.audio(dev2, AudioEventKind.COMPLETED)))
         (done,) = rig.sink.audio(dev2, AudioEventKind.COMPLETED)
         assert done.legacy
-        assert done.body == AudioEvent(AudioEventKind.COMPLETED, duration_ms=300, reason="eof")
+        assert done.body == BoardAudio(AudioEventKind.COMPLETED, duration_ms=300, reason="eof")
 
 
 async def test_presence_follows_heartbeats_and_retained_status(

@@ -13,10 +13,8 @@ import pytest
 from aiohttp import web
 
 from gateway.board.bridge import BoardBridge
-from gateway.board.model import AppTaskEvent, AudioEvent, AudioEventKind, OutcomeKind, Report
-from gateway.runtime.events import AudioEvent as RuntimeAudio
-from gateway.runtime.events import BoardEvent as RuntimeBoardEvent
-from gateway.runtime.events import Outcome as RuntimeOutcome
+from gateway.board.model import AudioEventKind, BoardAppTask, BoardAudio, BoardReport, OutcomeKind
+from gateway.tasks.core.events import AudioPhase, DeliveryResult, PlaybackEvent
 from tests.integration.test_board_channel import WAIT_S, connected, gateway
 from tests.support.broker import Broker, new_device_id
 from topics.snlp_commands import (
@@ -45,7 +43,7 @@ async def test_pause_resume_stop_and_preemption(broker: Broker, tmp_path: Path) 
         await asyncio.wait_for(rig.channel.send(dev, StopMedia()), WAIT_S)
         await sink.wait_for(lambda: bool(sink.audio(dev, AudioEventKind.STOPPED, play.id)))
         (stopped,) = sink.audio(dev, AudioEventKind.STOPPED, play.id)
-        assert isinstance(stopped.body, AudioEvent)
+        assert isinstance(stopped.body, BoardAudio)
         assert stopped.body.reason == "stopped"
         assert stopped.body.name == "long.mp3"
 
@@ -53,10 +51,10 @@ async def test_pause_resume_stop_and_preemption(broker: Broker, tmp_path: Path) 
         second = await asyncio.wait_for(rig.channel.send(dev, PlayMedia(name="short.mp3")), WAIT_S)
         await sink.wait_for(lambda: bool(sink.audio(dev, AudioEventKind.COMPLETED, second.id)))
         (preempted,) = sink.audio(dev, AudioEventKind.COMPLETED, first.id)
-        assert isinstance(preempted.body, AudioEvent)
+        assert isinstance(preempted.body, BoardAudio)
         assert (preempted.body.reason, preempted.body.by) == ("preempted", second.id)
         (done,) = sink.audio(dev, AudioEventKind.COMPLETED, second.id)
-        assert isinstance(done.body, AudioEvent)
+        assert isinstance(done.body, BoardAudio)
         assert (done.body.reason, done.body.duration_ms) == ("eof", 300)
 
 
@@ -90,7 +88,7 @@ async def test_download_to_sd_with_progress_and_checks(
         dev = new_device_id()
         sim = rig.simulator(dev, sd_dir=sd, heartbeat_s=5.0)
         await connected(sim, rig)
-        progress: list[Report] = []
+        progress: list[BoardReport] = []
         sha = hashlib.sha256(body).hexdigest()
         params = Download(url=url, path="/english/u1/clip.mp3", size=len(body), sha256=sha)
         download = rig.channel.download(dev, params, on_progress=progress.append)
@@ -137,9 +135,9 @@ async def test_ensure_app_dirs_once_per_board_session(broker: Broker, tmp_path: 
             rig.channel.send(dev, StartAppTask(app="shadowing", task="u1")), WAIT_S
         )
         await rig.sink.wait_for(
-            lambda: any(isinstance(e.body, AppTaskEvent) for e in rig.sink.events)
+            lambda: any(isinstance(e.body, BoardAppTask) for e in rig.sink.events)
         )
-        (task_event,) = [e.body for e in rig.sink.events if isinstance(e.body, AppTaskEvent)]
+        (task_event,) = [e.body for e in rig.sink.events if isinstance(e.body, BoardAppTask)]
         assert (task_event.evt, task_event.state) == ("app_task.state", "started")
 
 
@@ -154,7 +152,7 @@ async def test_task_shell_port_end_to_end(broker: Broker, tmp_path: Path) -> Non
         async with asyncio.timeout(WAIT_S):
             await sim.connected.wait()
             await tasks.seen.wait()
-        outcomes: list[RuntimeOutcome] = []
+        outcomes: list[DeliveryResult] = []
         bridge.send_command(
             dev,
             command_id="rt-step-0",
@@ -164,22 +162,22 @@ async def test_task_shell_port_end_to_end(broker: Broker, tmp_path: Path) -> Non
             on_outcome=outcomes.append,
         )
         async with asyncio.timeout(WAIT_S):
-            while not any(e.kind is RuntimeAudio.COMPLETED for _, e in tasks.events):
+            while not any(e.kind is AudioPhase.COMPLETED for _, e in tasks.events):
                 tasks.seen.clear()
                 await tasks.seen.wait()
-        assert outcomes == [RuntimeOutcome.ACKED]
-        done = next(e for _, e in tasks.events if e.kind is RuntimeAudio.COMPLETED)
+        assert outcomes == [DeliveryResult.ACKED]
+        done = next(e for _, e in tasks.events if e.kind is AudioPhase.COMPLETED)
         assert (done.ref, done.duration_ms, done.reason) == ("rt-step-0", 300, "eof")
         assert [online for d, online in tasks.presence if d == dev] == [True]
 
 
 @dataclass
 class RecordingTasks:
-    events: list[tuple[str, RuntimeBoardEvent]] = field(default_factory=list)
+    events: list[tuple[str, PlaybackEvent]] = field(default_factory=list)
     presence: list[tuple[str, bool]] = field(default_factory=list)
     seen: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def on_board_event(self, device: str, event: RuntimeBoardEvent) -> None:
+    def on_board_event(self, device: str, event: PlaybackEvent) -> None:
         self.events.append((device, event))
         self.seen.set()
 

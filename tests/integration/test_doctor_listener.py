@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.broker_files import parse_passwd
+from gateway.broker.rules import parse_passwd
 from gateway.doctor.acl import check_acl
 from gateway.doctor.network import Findings
 from gateway.doctor.report import Status

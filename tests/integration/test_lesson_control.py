@@ -18,7 +18,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from gateway.runtime import RuntimeState
+from gateway.tasks.core import RuntimeState
 from tests.support.broker import Broker
 from tests.support.lesson_rig import CLIPS, LessonRig, Seen, clip_path, lesson_rig
 

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
-from gateway.store import InstanceRecord, InstanceState, MetricValue, StepRecord, Store, TaskApi
+from gateway.store import InstanceRecord, InstanceState, StepRecord, Store, StoredMetric, TaskApi
 from tests.support.verdicts import FORBIDDEN, verdict_keys
 from tests.unit.topics.samples import SAMPLES
 from topics import encode
@@ -65,7 +65,7 @@ async def test_table_columns_and_http_responses_carry_no_verdicts(tmp_path: Path
                 prompt_text="/a/t/lessons/l/01.mp3",
                 expected_text="Hi.",
                 asr_text="hi",
-                metrics=(MetricValue("text_similarity_v0", 1.0),),
+                metrics=(StoredMetric("text_similarity_v0", 1.0),),
             )
         )
         await store.flush()

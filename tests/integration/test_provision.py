@@ -15,8 +15,8 @@ from typing import Any
 import aiomqtt
 import pytest
 
-from gateway.broker_files import GATEWAY_USERNAME, Role
-from gateway.credentials import Credentials, gateway_password, init_broker_files, provision
+from gateway.broker.credentials import Credentials, gateway_password, init_broker_files, provision
+from gateway.broker.rules import GATEWAY_USERNAME, Role
 from tests.support.broker import (
     Broker,
     LocalMosquitto,

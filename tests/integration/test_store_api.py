@@ -13,9 +13,9 @@ from gateway.service import Service
 from gateway.store import (
     InstanceRecord,
     InstanceState,
-    MetricValue,
     StepRecord,
     Store,
+    StoredMetric,
     TaskApi,
     build_store_components,
 )
@@ -72,7 +72,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Service, str]]:
                 0,
                 expected_text="Good morning.",
                 asr_text="good morning",
-                metrics=(MetricValue("text_similarity_v0", 1.0),),
+                metrics=(StoredMetric("text_similarity_v0", 1.0),),
                 assessed_at=150,
             )
         )

@@ -17,9 +17,9 @@ from gateway.store import (
     InstanceRecord,
     InstanceState,
     ManagerReporter,
-    MetricValue,
     StepRecord,
     Store,
+    StoredMetric,
 )
 from tests.unit.store.helpers import make_service, sample
 
@@ -115,7 +115,7 @@ def submit_lesson(store: Store, instance_id: str, steps: int) -> None:
     for n in range(steps):
         store.submit_step(StepRecord(instance_id, n, prompt_text=f"/a/t/lessons/u/{n:02}.mp3"))
         store.submit_step(
-            StepRecord(instance_id, n, metrics=(MetricValue("text_similarity_v0", n / 10),))
+            StepRecord(instance_id, n, metrics=(StoredMetric("text_similarity_v0", n / 10),))
         )
     store.submit_instance(InstanceRecord(instance_id, state=InstanceState.COMPLETED, ended_ms=9))
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from gateway.broker_files import Role
-from gateway.credentials import Credentials
+from gateway.broker.credentials import Credentials
+from gateway.broker.rules import Role
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim, encode_pcm
 from tests.integration.test_xiaozhi_audio import assert_boundaries
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway

@@ -1,7 +1,7 @@
 """A real gateway (service + Xiaozhi channel) on the harness broker, for the Xiaozhi tests.
 
 Everything is real: the service's MQTT connection, the aiohttp server on a free port, the UDP
-endpoint on a free port, credentials written by ``gateway.credentials`` with a broker reload.
+endpoint on a free port, credentials written by ``gateway.broker.credentials`` with a broker reload.
 The recorders turn the channel's callbacks into awaitable conditions (bounded waits only).
 """
 

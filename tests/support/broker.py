@@ -2,7 +2,7 @@
 
 :func:`start_broker` runs ``eclipse-mosquitto:2.0`` through testcontainers when a Docker engine
 answers a ping, otherwise the local ``mosquitto`` binary on a free port. Either way the broker
-reads the files ``gateway.credentials`` writes (password file, ACL, limits), and is ready when
+reads the files ``gateway.broker.credentials`` writes (password file, ACL, limits), and is ready when
 the gateway user completes an MQTT CONNECT — never after a sleep. Neither available → a clear
 failure, never a skip. ``SNLPGW_TEST_BROKER=local|container`` forces one.
 
@@ -29,8 +29,7 @@ from paho.mqtt.client import Client
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from gateway import demo_env
-from gateway.broker_files import GATEWAY_USERNAME, GRANTS, Role
-from gateway.credentials import (
+from gateway.broker.credentials import (
     BrokerFiles,
     Credentials,
     RoleName,
@@ -38,6 +37,7 @@ from gateway.credentials import (
     init_broker_files,
     provision,
 )
+from gateway.broker.rules import GATEWAY_USERNAME, GRANTS, Role
 from gateway.demo_env import free_port
 
 READY_TIMEOUT_S = 15.0

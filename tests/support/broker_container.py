@@ -11,8 +11,8 @@ import contextlib
 from pathlib import Path
 from typing import Any, Literal
 
-from gateway.broker_files import ConfigPaths, render_config
-from gateway.credentials import BrokerFiles
+from gateway.broker.credentials import BrokerFiles
+from gateway.broker.rules import ConfigPaths, render_config
 from tests.support.broker import BrokerUnavailableError
 
 IMAGE = "eclipse-mosquitto:2.0"

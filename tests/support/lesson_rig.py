@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 import aiohttp
 
 from gateway.app import Gateway, build_gateway
-from gateway.runtime import DeviceRuntime
 from gateway.settings import Settings
 from gateway.simulators.board import BoardSimulator, SimOptions
 from gateway.store import Store
+from gateway.tasks.core import DeviceRuntime
 from tests.support.broker import Broker, new_device_id
 from tests.support.gateway import gateway_settings
 from tests.support.mqtt_client import ClientSession, Received, mqtt_client

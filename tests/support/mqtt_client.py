@@ -20,7 +20,7 @@ import aiomqtt
 from paho.mqtt.client import Client
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from gateway.credentials import Credentials
+from gateway.broker.credentials import Credentials
 from tests.support.broker import Broker
 
 DEFAULT_WAIT_S = 5.0

@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from gateway.broker_files import (
+from gateway.broker.credentials import (
+    BrokerFiles,
+    device_listener_port,
+    gateway_password,
+    init_broker_files,
+    local_broker_url,
+    pid_file_reloader,
+    provision,
+    revoke,
+)
+from gateway.broker.rules import (
     GATEWAY_USERNAME,
     ConfigPaths,
     CredentialsError,
@@ -22,17 +32,7 @@ from gateway.broker_files import (
     render_config,
     verify_password,
 )
-from gateway.cli import main
-from gateway.credentials import (
-    BrokerFiles,
-    device_listener_port,
-    gateway_password,
-    init_broker_files,
-    local_broker_url,
-    pid_file_reloader,
-    provision,
-    revoke,
-)
+from gateway.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 DEV = "aa_bb_cc_dd_ee_ff"

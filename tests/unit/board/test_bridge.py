@@ -6,17 +6,17 @@ import asyncio
 from dataclasses import dataclass, field
 
 from gateway.board.bridge import BoardBridge
-from gateway.runtime.events import AudioEvent, BoardEvent, Outcome
+from gateway.tasks.core.events import AudioPhase, DeliveryResult, PlaybackEvent
 from tests.unit.board.fakes import DEV, make_rig
 
 
 @dataclass
 class FakeTasks:
-    events: list[tuple[str, BoardEvent]] = field(default_factory=list)
+    events: list[tuple[str, PlaybackEvent]] = field(default_factory=list)
     buttons: list[tuple[str, str]] = field(default_factory=list)
     presence: list[tuple[str, bool]] = field(default_factory=list)
 
-    def on_board_event(self, device: str, event: BoardEvent) -> None:
+    def on_board_event(self, device: str, event: PlaybackEvent) -> None:
         self.events.append((device, event))
 
     def on_button(self, device: str, kind: str) -> None:
@@ -32,7 +32,7 @@ async def test_commands_and_outcomes_through_the_port() -> None:
     rig.channel.sink = bridge
     rig.hb()  # no tasks bound yet: presence and events not forwarded, nothing breaks
     rig.deliver(DEV, "evt", "[skill_event]completed|5")
-    outcomes: list[Outcome] = []
+    outcomes: list[DeliveryResult] = []
     for i, cmd in enumerate(("PLAY_MEDIA", "STOP_MEDIA")):
         params = {"name": "a.mp3"} if cmd == "PLAY_MEDIA" else {}
         bridge.send_command(
@@ -43,15 +43,15 @@ async def test_commands_and_outcomes_through_the_port() -> None:
     bridge.send_command(
         DEV, command_id="rt-2", cmd="PLAY_MEDIA", params={}, prio=3, on_outcome=outcomes.append
     )
-    cancelled: list[Outcome] = []
+    cancelled: list[DeliveryResult] = []
     bridge.send_command(
         DEV, command_id="rt-3", cmd="STOP_MEDIA", params={}, prio=3, on_outcome=cancelled.append
     )
     rig.channel._devices[DEV].futures["rt-3"].cancel()
     for _ in range(3):
         await asyncio.sleep(0)
-    assert outcomes == [Outcome.ACKED, Outcome.FAILED, Outcome.FAILED]
-    assert cancelled == [Outcome.FAILED]
+    assert outcomes == [DeliveryResult.ACKED, DeliveryResult.FAILED, DeliveryResult.FAILED]
+    assert cancelled == [DeliveryResult.FAILED]
     assert rig.commands()[0]["id"] == "rt-0"
 
 
@@ -76,8 +76,8 @@ async def test_events_buttons_and_presence_reach_the_task_shell() -> None:
     assert tasks.events == [
         (
             DEV,
-            BoardEvent(
-                AudioEvent.COMPLETED, ref="c1", name="a.mp3", duration_ms=2140, reason="eof"
+            PlaybackEvent(
+                AudioPhase.COMPLETED, ref="c1", name="a.mp3", duration_ms=2140, reason="eof"
             ),
         )
     ]
@@ -89,7 +89,7 @@ async def test_first_play_leaves_right_behind_its_app_dirs() -> None:
     rig = make_rig()
     bridge = BoardBridge(rig.channel)
     rig.hb()
-    outcomes: list[Outcome] = []
+    outcomes: list[DeliveryResult] = []
     bridge.send_command(
         DEV,
         command_id="play-1",
@@ -103,4 +103,4 @@ async def test_first_play_leaves_right_behind_its_app_dirs() -> None:
     assert play["id"] == "play-1"
     rig.ack("play-1")
     await asyncio.sleep(0)
-    assert outcomes == [Outcome.ACKED]
+    assert outcomes == [DeliveryResult.ACKED]

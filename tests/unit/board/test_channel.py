@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gateway.board.channel import BoardChannel
-from gateway.board.model import AudioEvent, AudioEventKind, OutcomeKind, Report
+from gateway.board.model import AudioEventKind, BoardAudio, BoardReport, OutcomeKind
 from gateway.board.presence import Liveness
 from gateway.metrics import Metrics
 from gateway.mqtt import Inbound
@@ -197,7 +197,7 @@ async def test_legacy_and_structured_events_are_the_same_typed_event() -> None:
     assert (
         structured.body
         == legacy.body
-        == AudioEvent(AudioEventKind.COMPLETED, duration_ms=2140, reason="eof")
+        == BoardAudio(AudioEventKind.COMPLETED, duration_ms=2140, reason="eof")
     )
     assert (structured.legacy, legacy.legacy) == (False, True)
     assert legacy.received_ms == 1_764_460_800_000
@@ -260,7 +260,7 @@ SHA = "0" * 64
 async def test_download_progress_and_final_report() -> None:
     rig = make_rig()
     rig.hb()
-    progress: list[Report] = []
+    progress: list[BoardReport] = []
     params = Download(url="http://h/a.mp3", path="/x/a.mp3", size=10, sha256=SHA)
     download = rig.channel.download(DEV, params, on_progress=progress.append)
     (cmd,) = rig.commands()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.board.model import (
-    Ack,
     AckStatus,
+    BoardAck,
     Envelope,
     OutcomeKind,
 )
@@ -43,7 +43,7 @@ def done(effects: list[Send | Done]) -> list[tuple[str, OutcomeKind]]:
 def test_ack_status_maps_to_outcome(status: AckStatus, kind: OutcomeKind) -> None:
     b = box()
     assert sent(b.submit(env("c1"), 1.0)) == [("c1", 1)]
-    effects = b.on_ack(Ack("c1", status, code="E1"), 1.25)
+    effects = b.on_ack(BoardAck("c1", status, code="E1"), 1.25)
     assert effects is not None
     (d,) = effects
     assert isinstance(d, Done)
@@ -62,11 +62,11 @@ def test_window_of_one_sends_one_at_a_time_in_order() -> None:
     assert b.submit(env("c2"), 0.1) == []
     assert b.submit(env("c3"), 0.2) == []
     assert b.in_flight() == ("c1",)
-    effects = b.on_ack(Ack("c1", AckStatus.ACCEPTED), 0.5)
+    effects = b.on_ack(BoardAck("c1", AckStatus.ACCEPTED), 0.5)
     assert effects is not None
     assert done(effects) == [("c1", OutcomeKind.ACCEPTED)]
     assert sent(effects) == [("c2", 1)]
-    effects = b.on_ack(Ack("c2", AckStatus.ACCEPTED), 0.6)
+    effects = b.on_ack(BoardAck("c2", AckStatus.ACCEPTED), 0.6)
     assert effects is not None
     assert sent(effects) == [("c3", 1)]
 
@@ -94,7 +94,7 @@ def test_resend_is_marked_and_latency_counts_from_first_send() -> None:
     (s,) = b.tick(3.0)
     assert isinstance(s, Send)
     assert s.resend
-    effects = b.on_ack(Ack("c1", AckStatus.DUPLICATE), 3.5)
+    effects = b.on_ack(BoardAck("c1", AckStatus.DUPLICATE), 3.5)
     assert effects is not None
     d = effects[0]
     assert isinstance(d, Done)
@@ -131,7 +131,7 @@ def test_late_ack_for_requeued_command_resolves_it() -> None:
     b = box()
     b.submit(env("c1"), 0.0)
     b.set_online(False, 1.0)
-    effects = b.on_ack(Ack("c1", AckStatus.ACCEPTED), 1.5)
+    effects = b.on_ack(BoardAck("c1", AckStatus.ACCEPTED), 1.5)
     assert effects is not None
     assert done(effects) == [("c1", OutcomeKind.ACCEPTED)]
 
@@ -139,14 +139,14 @@ def test_late_ack_for_requeued_command_resolves_it() -> None:
 def test_ack_for_unknown_command_is_none() -> None:
     b = box()
     b.submit(env("c1"), 0.0)
-    assert b.on_ack(Ack("zz", AckStatus.ACCEPTED), 0.5) is None
+    assert b.on_ack(BoardAck("zz", AckStatus.ACCEPTED), 0.5) is None
     assert b.in_flight() == ("c1",)
 
 
 def test_ack_for_never_sent_command_has_no_latency() -> None:
     b = box(online=False)
     b.submit(env("c1"), 0.0)
-    effects = b.on_ack(Ack("c1", AckStatus.ACCEPTED), 0.5)
+    effects = b.on_ack(BoardAck("c1", AckStatus.ACCEPTED), 0.5)
     assert effects is not None
     d = effects[0]
     assert isinstance(d, Done)
@@ -205,7 +205,7 @@ def test_commands_submitted_together_leave_together_in_order() -> None:
     assert sent(b.submit(env("play"), 0.0)) == [("play", 1)]  # no wait for stop's ack
     assert sent(b.submit(env("c3"), 0.0)) == []  # the window is full
     assert b.in_flight() == ("stop", "play")
-    effects = b.on_ack(Ack("stop", AckStatus.ACCEPTED), 0.01)
+    effects = b.on_ack(BoardAck("stop", AckStatus.ACCEPTED), 0.01)
     assert effects is not None
     assert done(effects) == [("stop", OutcomeKind.ACCEPTED)]
     assert sent(effects) == [("c3", 1)]
@@ -216,12 +216,12 @@ def test_acks_in_any_order_resolve_their_own_command() -> None:
     b = box(window=3)
     for i in ("c1", "c2", "c3", "c4"):
         b.submit(env(i), 0.0)
-    effects = b.on_ack(Ack("c2", AckStatus.REJECTED), 0.1)
+    effects = b.on_ack(BoardAck("c2", AckStatus.REJECTED), 0.1)
     assert effects is not None
     assert done(effects) == [("c2", OutcomeKind.REJECTED)]
     assert sent(effects) == [("c4", 1)]
     assert b.in_flight() == ("c1", "c3", "c4")
-    effects = b.on_ack(Ack("c4", AckStatus.ACCEPTED), 0.2)
+    effects = b.on_ack(BoardAck("c4", AckStatus.ACCEPTED), 0.2)
     assert effects is not None
     assert done(effects) == [("c4", OutcomeKind.ACCEPTED)]
     assert sent(effects) == []
@@ -236,7 +236,7 @@ def test_each_command_in_flight_has_its_own_ack_deadline() -> None:
     assert sent(b.tick(3.0)) == [("c1", 2)]  # c2 is not due yet
     assert b.next_deadline() == 4.0
     assert sent(b.tick(4.0)) == [("c2", 2)]
-    effects = b.on_ack(Ack("c2", AckStatus.DUPLICATE), 4.5)
+    effects = b.on_ack(BoardAck("c2", AckStatus.DUPLICATE), 4.5)
     assert effects is not None
     assert done(effects) == [("c2", OutcomeKind.DUPLICATE)]
     effects = b.tick(6.0)  # c1 out of resends: failed alone
@@ -290,7 +290,7 @@ def test_board_drop_requeues_all_in_flight_and_resends_them_in_order() -> None:
     assert b.set_online(False, 1.0) == []
     assert b.in_flight() == ()
     assert b.next_deadline() == 30.0  # only the ttls now
-    effects = b.on_ack(Ack("c2", AckStatus.ACCEPTED), 1.5)  # late ack, sent before the drop
+    effects = b.on_ack(BoardAck("c2", AckStatus.ACCEPTED), 1.5)  # late ack, sent before the drop
     assert effects is not None
     assert done(effects) == [("c2", OutcomeKind.ACCEPTED)]
     assert sent(effects) == []  # offline: nothing leaves

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.board.model import Ack, AckStatus, Envelope
+from gateway.board.model import AckStatus, BoardAck, Envelope
 from gateway.board.outbox import Done, Effect, Outbox, Send
 
 # (operation, argument): submit (ttl 1 + arg % 20 s), ack (the arg-th submitted command, any
@@ -44,7 +44,7 @@ def test_order_and_window_hold_for_any_interleaving(
             submitted.append(cid)
             apply(b.submit(Envelope(cid, "X", b"{}", ttl_ms=(1 + arg % 20) * 1000), now))
         elif op == "ack" and submitted:
-            apply(b.on_ack(Ack(submitted[arg % len(submitted)], AckStatus.ACCEPTED), now))
+            apply(b.on_ack(BoardAck(submitted[arg % len(submitted)], AckStatus.ACCEPTED), now))
         elif op == "tick":
             now += arg % 5
             apply(b.tick(now))

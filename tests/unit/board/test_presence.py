@@ -1,15 +1,15 @@
-"""Presence core: a fake clock (floats) drives every transition."""
+"""PresenceTracker core: a fake clock (floats) drives every transition."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.board.model import PresenceChange, Status
-from gateway.board.presence import Flapping, Liveness, Presence
+from gateway.board.model import OnlineStatus, PresenceChange
+from gateway.board.presence import Flapping, Liveness, PresenceTracker
 
 
-def tracker(threshold: int = 4, window: float = 60.0) -> Presence:
-    return Presence(
+def tracker(threshold: int = 4, window: float = 60.0) -> PresenceTracker:
+    return PresenceTracker(
         "aa_bb_cc_dd_ee_ff",
         heartbeat_s=30.0,
         missed_heartbeats=3,
@@ -27,7 +27,7 @@ def changes(effects: list[PresenceChange | Flapping]) -> list[tuple[bool, str]]:
     [
         (lambda p, t: p.on_heartbeat(t), "heartbeat"),
         (lambda p, t: p.on_activity(t), "activity"),
-        (lambda p, t: p.on_status(Status(online=True, by_gateway=False), t), "status"),
+        (lambda p, t: p.on_status(OnlineStatus(online=True, by_gateway=False), t), "status"),
     ],
 )
 def test_online_on_first_sign_of_life(first, reason) -> None:  # type: ignore[no-untyped-def]
@@ -54,24 +54,26 @@ def test_offline_after_missed_heartbeats_and_back() -> None:
 def test_lwt_status_goes_offline_at_once() -> None:
     p = tracker()
     p.on_heartbeat(0.0)
-    assert changes(p.on_status(Status(online=False, by_gateway=False), 5.0)) == [(False, "lwt")]
+    assert changes(p.on_status(OnlineStatus(online=False, by_gateway=False), 5.0)) == [
+        (False, "lwt")
+    ]
     assert p.next_deadline() is None
-    assert p.on_status(Status(online=False, by_gateway=False), 6.0) == []
+    assert p.on_status(OnlineStatus(online=False, by_gateway=False), 6.0) == []
 
 
 def test_gateway_written_status_is_ignored() -> None:
     p = tracker()
-    assert p.on_status(Status(online=True, by_gateway=True), 0.0) == []
+    assert p.on_status(OnlineStatus(online=True, by_gateway=True), 0.0) == []
     assert p.state is Liveness.UNKNOWN
     p.on_heartbeat(1.0)
-    assert p.on_status(Status(online=False, by_gateway=True), 2.0) == []
+    assert p.on_status(OnlineStatus(online=False, by_gateway=True), 2.0) == []
     assert p.online
 
 
 def test_flapping_alarm_once_per_threshold_within_window() -> None:
     p = tracker(threshold=4, window=60.0)
     effects: list[PresenceChange | Flapping] = []
-    lwt = Status(online=False, by_gateway=False)
+    lwt = OnlineStatus(online=False, by_gateway=False)
     for t in (0.0, 10.0, 20.0, 30.0):
         effects += p.on_heartbeat(t) if p.state is not Liveness.ONLINE else p.on_status(lwt, t)
     flaps = [e for e in effects if isinstance(e, Flapping)]

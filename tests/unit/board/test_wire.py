@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.board import wire
-from gateway.board.model import Ack, AckStatus, Heartbeat, Report, Status
+from gateway.board.model import AckStatus, BoardAck, BoardHeartbeat, BoardReport, OnlineStatus
 from topics.errors import PayloadError, PayloadReason
 from topics.snlp_commands import PlayMedia
 from topics.tree import TopicKind
@@ -17,16 +17,16 @@ from topics.tree import TopicKind
         (
             TopicKind.ACK,
             b'{"v":1,"ref":"c1","cmd":"SOUND","status":"busy","code":409}',
-            Ack("c1", AckStatus.BUSY, "SOUND", "409"),
+            BoardAck("c1", AckStatus.BUSY, "SOUND", "409"),
         ),
         (
             TopicKind.RPT,
             b'{"ref":"c2","stage":"progress","bytes":1,"total":4}',
-            Report("c2", None, "progress", bytes=1, total=4),
+            BoardReport("c2", None, "progress", bytes=1, total=4),
         ),
-        (TopicKind.HB, b'{"v":1,"up_ms":42,"rssi":-60}', Heartbeat(up_ms=42)),
-        (TopicKind.STATUS, b'{"online":false,"session":"b1"}', Status(False, False, "b1")),
-        (TopicKind.STATUS, b'{"online":true,"by":"gateway"}', Status(True, True, None)),
+        (TopicKind.HB, b'{"v":1,"up_ms":42,"rssi":-60}', BoardHeartbeat(up_ms=42)),
+        (TopicKind.STATUS, b'{"online":false,"session":"b1"}', OnlineStatus(False, False, "b1")),
+        (TopicKind.STATUS, b'{"online":true,"by":"gateway"}', OnlineStatus(True, True, None)),
     ],
 )
 def test_parse_maps_to_inside_types(kind: TopicKind, payload: bytes, expected: object) -> None:

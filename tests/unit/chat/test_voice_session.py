@@ -5,23 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gateway.chat.voice import (
-    Abort,
-    Alarm,
     BackToChat,
     BeginTurn,
     ChatState,
-    Closed,
     CloseUpstream,
     EndSegment,
-    ListenDetect,
     ListenMode,
-    ListenStart,
-    ListenStop,
-    Opened,
     OpenUpstream,
     ServerStt,
-    SpeechStarted,
-    SpeechStopped,
     Standby,
     StopPlayback,
     TaskStarted,
@@ -29,10 +20,19 @@ from gateway.chat.voice import (
     TtsStarted,
     TtsStopped,
     UpstreamLost,
+    VoiceAbort,
+    VoiceAlarm,
+    VoiceClosed,
     VoiceConfig,
     VoiceEvent,
+    VoiceListenDetect,
+    VoiceListenStart,
+    VoiceListenStop,
+    VoiceOpened,
     VoiceSession,
     VoiceSessionError,
+    VoiceSpeechStarted,
+    VoiceSpeechStopped,
 )
 
 S = ChatState
@@ -45,8 +45,8 @@ def st(vs: VoiceSession) -> ChatState:
 
 def listening(*, local: bool = False, mode: str = "auto", at: float = 0.0) -> VoiceSession:
     vs = VoiceSession(VoiceConfig(local_segments=local))
-    assert vs.handle(Opened(), at) == [OpenUpstream()]
-    assert vs.handle(ListenStart(mode), at) == [BeginTurn(1)]
+    assert vs.handle(VoiceOpened(), at) == [OpenUpstream()]
+    assert vs.handle(VoiceListenStart(mode), at) == [BeginTurn(1)]
     return vs
 
 
@@ -54,11 +54,11 @@ def test_hello_then_listen_opens_turn_and_uplink() -> None:
     vs = VoiceSession()
     assert st(vs) is S.CLOSED
     assert not vs.uplink_open
-    assert vs.handle(Opened(), 0) == [OpenUpstream()]
+    assert vs.handle(VoiceOpened(), 0) == [OpenUpstream()]
     assert st(vs) is S.IDLE
     assert not vs.uplink_open
     assert vs.next_deadline() is None
-    assert vs.handle(ListenStart("auto"), 10) == [BeginTurn(1)]
+    assert vs.handle(VoiceListenStart("auto"), 10) == [BeginTurn(1)]
     assert st(vs) is S.PROMPT_LISTEN
     assert vs.uplink_open
     assert vs.next_deadline() == 5_010
@@ -76,13 +76,13 @@ def test_silence_timeout_goes_to_standby() -> None:
 
 def test_speech_resets_silence_timeout_bridged() -> None:
     vs = listening()
-    assert vs.handle(SpeechStarted(), 4_000) == []
+    assert vs.handle(VoiceSpeechStarted(), 4_000) == []
     assert st(vs) is S.HEARING
     assert vs.next_deadline() is None
     assert vs.uplink_open
     assert vs.handle(Tick(), 6_000) == []  # no deadline while speaking
     # bridged: the upstream's VAD ends the segment, ours only restarts the timeout
-    assert vs.handle(SpeechStopped(), 7_000) == []
+    assert vs.handle(VoiceSpeechStopped(), 7_000) == []
     assert st(vs) is S.PROMPT_LISTEN
     assert vs.next_deadline() == 12_000
     assert vs.handle(ServerStt(), 7_500) == []
@@ -93,35 +93,35 @@ def test_speech_resets_silence_timeout_bridged() -> None:
 
 def test_local_vad_ends_segment_for_embedded_engine() -> None:
     vs = listening(local=True)
-    vs.handle(SpeechStarted(), 100)
-    assert vs.handle(SpeechStopped(), 900) == [EndSegment(1, "vad")]
+    vs.handle(VoiceSpeechStarted(), 100)
+    assert vs.handle(VoiceSpeechStopped(), 900) == [EndSegment(1, "vad")]
     assert st(vs) is S.THINKING
     assert not vs.uplink_open
 
 
 def test_reply_timeout_goes_to_standby() -> None:
     vs = listening(local=True)
-    vs.handle(SpeechStarted(), 0)
-    vs.handle(SpeechStopped(), 1_000)
+    vs.handle(VoiceSpeechStarted(), 0)
+    vs.handle(VoiceSpeechStopped(), 1_000)
     assert vs.handle(Tick(), 1_000 + 20_000) == [StopPlayback("no_reply"), Standby("no_reply")]
     assert st(vs) is S.CLOSED
 
 
 def test_turn_cycle_auto_listens_again_with_new_turn() -> None:
     vs = listening(local=True)
-    vs.handle(SpeechStarted(), 0)
-    vs.handle(SpeechStopped(), 1_000)
+    vs.handle(VoiceSpeechStarted(), 0)
+    vs.handle(VoiceSpeechStopped(), 1_000)
     assert vs.handle(TtsStarted(), 1_500) == []
     assert st(vs) is S.SPEAKING
     assert not vs.uplink_open
     assert vs.next_deadline() is None
-    assert vs.handle(SpeechStarted(), 1_600) == []  # no barge-in: ignored while speaking
+    assert vs.handle(VoiceSpeechStarted(), 1_600) == []  # no barge-in: ignored while speaking
     assert st(vs) is S.SPEAKING
     assert vs.handle(TtsStopped(), 3_000) == [BeginTurn(2)]
     assert st(vs) is S.PROMPT_LISTEN
     assert vs.next_deadline() == 8_000
     # the device's own listen start after tts stop keeps the turn and re-arms from now
-    assert vs.handle(ListenStart("auto"), 3_100) == []
+    assert vs.handle(VoiceListenStart("auto"), 3_100) == []
     assert vs.turn == 2
     assert vs.next_deadline() == 8_100
 
@@ -131,7 +131,7 @@ def test_manual_mode_device_drives() -> None:
     assert vs.mode is ListenMode.MANUAL
     assert vs.next_deadline() is None
     assert vs.handle(Tick(), 60_000) == []  # no silence timeout for push-to-talk
-    assert vs.handle(ListenStop(), 61_000) == [EndSegment(1, "device")]
+    assert vs.handle(VoiceListenStop(), 61_000) == [EndSegment(1, "device")]
     vs.handle(TtsStarted(), 62_000)
     assert vs.handle(TtsStopped(), 63_000) == []
     assert st(vs) is S.IDLE
@@ -140,8 +140,8 @@ def test_manual_mode_device_drives() -> None:
 
 def test_wake_word_opens_turn_in_last_mode() -> None:
     vs = VoiceSession()
-    vs.handle(Opened(), 0)
-    assert vs.handle(ListenDetect(), 5) == [BeginTurn(1)]
+    vs.handle(VoiceOpened(), 0)
+    assert vs.handle(VoiceListenDetect(), 5) == [BeginTurn(1)]
     assert vs.mode is ListenMode.AUTO
     assert st(vs) is S.PROMPT_LISTEN
 
@@ -154,7 +154,7 @@ def test_unknown_mode_keeps_previous() -> None:
 
 def test_greeting_tts_from_idle() -> None:
     vs = VoiceSession()
-    vs.handle(Opened(), 0)
+    vs.handle(VoiceOpened(), 0)
     vs.handle(TtsStarted(), 1)
     assert st(vs) is S.SPEAKING
     assert vs.handle(TtsStopped(), 2) == [BeginTurn(1)]
@@ -162,24 +162,24 @@ def test_greeting_tts_from_idle() -> None:
 
 def test_abort_stops_playback_only_while_answering() -> None:
     vs = listening(local=True)
-    assert vs.handle(Abort(), 1) == []  # listening: nothing to stop
-    vs.handle(SpeechStarted(), 2)
-    vs.handle(SpeechStopped(), 3)
-    assert vs.handle(Abort(), 4) == [StopPlayback("abort")]
+    assert vs.handle(VoiceAbort(), 1) == []  # listening: nothing to stop
+    vs.handle(VoiceSpeechStarted(), 2)
+    vs.handle(VoiceSpeechStopped(), 3)
+    assert vs.handle(VoiceAbort(), 4) == [StopPlayback("abort")]
     vs.handle(TtsStarted(), 5)
-    assert vs.handle(Abort(), 6) == [StopPlayback("abort")]
+    assert vs.handle(VoiceAbort(), 6) == [StopPlayback("abort")]
     assert st(vs) is S.SPEAKING  # until tts stop went out
 
 
 def test_device_goodbye_closes_upstream() -> None:
     vs = listening()
-    assert vs.handle(Closed("device_goodbye"), 1) == [
+    assert vs.handle(VoiceClosed("device_goodbye"), 1) == [
         StopPlayback("closed"),
         CloseUpstream("device_goodbye"),
     ]
     assert st(vs) is S.CLOSED
     assert not vs.session_open
-    assert vs.handle(Closed("again"), 2) == []
+    assert vs.handle(VoiceClosed("again"), 2) == []
 
 
 def test_upstream_lost_goodbye_and_alarm() -> None:
@@ -187,7 +187,7 @@ def test_upstream_lost_goodbye_and_alarm() -> None:
     assert vs.handle(UpstreamLost("connection reset"), 1) == [
         StopPlayback("upstream"),
         Standby("upstream_lost"),
-        Alarm("chat_upstream_lost", "connection reset"),
+        VoiceAlarm("chat_upstream_lost", "connection reset"),
     ]
     assert st(vs) is S.CLOSED
     assert vs.handle(UpstreamLost("late"), 2) == []  # once
@@ -201,19 +201,25 @@ def test_task_suspends_and_back_to_chat_resumes() -> None:
     assert vs.next_deadline() is None
     assert vs.handle(TaskStarted(), 2) == []  # preemption: still suspended
     # device events while a task owns it change nothing
-    for event in (ListenStart("auto"), SpeechStarted(), TtsStarted(), UpstreamLost("x"), Tick()):
+    for event in (
+        VoiceListenStart("auto"),
+        VoiceSpeechStarted(),
+        TtsStarted(),
+        UpstreamLost("x"),
+        Tick(),
+    ):
         assert vs.handle(event, 3) == []
     assert st(vs) is S.SUSPENDED
-    assert vs.handle(Opened(), 4) == []  # a re-hello during the lesson: no chat yet
+    assert vs.handle(VoiceOpened(), 4) == []  # a re-hello during the lesson: no chat yet
     assert vs.handle(BackToChat(), 5) == [OpenUpstream()]
     assert st(vs) is S.IDLE
-    assert vs.handle(ListenStart(None), 6) == [BeginTurn(2)]
+    assert vs.handle(VoiceListenStart(None), 6) == [BeginTurn(2)]
 
 
 def test_back_to_chat_without_session() -> None:
     vs = listening()
     vs.handle(TaskStarted(), 1)
-    assert vs.handle(Closed("idle"), 2) == []
+    assert vs.handle(VoiceClosed("idle"), 2) == []
     assert vs.handle(BackToChat(), 3) == []
     assert st(vs) is S.CLOSED
     assert vs.handle(BackToChat(), 4) == []  # not suspended: nothing
@@ -229,14 +235,14 @@ def test_task_on_closed_session_and_suspended_start() -> None:
 @pytest.mark.parametrize(
     "event",
     [
-        ListenStop(),
-        SpeechStarted(),
-        SpeechStopped(),
+        VoiceListenStop(),
+        VoiceSpeechStarted(),
+        VoiceSpeechStopped(),
         ServerStt(),
         TtsStopped(),
-        Abort(),
-        ListenDetect(),
-        ListenStart("auto"),
+        VoiceAbort(),
+        VoiceListenDetect(),
+        VoiceListenStart("auto"),
         TtsStarted(),
     ],
 )

@@ -24,16 +24,16 @@ from gateway.store.migrations import scripts
 from gateway.store.records import (
     InstanceRecord,
     InstanceState,
-    MetricValue,
     StepRecord,
+    StoredMetric,
     merge_instance,
     merge_step,
 )
 from tests.support.postgres import Postgres
 from tests.unit.store.helpers import read_only
 
-M1 = (MetricValue("text_similarity_v0", 0.25),)
-M2 = (MetricValue("text_similarity_v0", 1.0), MetricValue("other_v0", 3.0))
+M1 = (StoredMetric("text_similarity_v0", 0.25),)
+M2 = (StoredMetric("text_similarity_v0", 1.0), StoredMetric("other_v0", 3.0))
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ def test_step_upsert_rule(
     db: Database,
     first: StepRecord,
     update: StepRecord,
-    metrics: tuple[MetricValue, ...],
+    metrics: tuple[StoredMetric, ...],
     asr: str | None,
 ) -> None:
     db.write([first])

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from gateway.store import InstanceRecord, InstanceState, MetricValue, StepRecord
+from gateway.store import InstanceRecord, InstanceState, StepRecord, StoredMetric
 from gateway.store.pending import CoalescingQueue
 
-M = (MetricValue("text_similarity_v0", 0.5),)
+M = (StoredMetric("text_similarity_v0", 0.5),)
 
 
 def test_updates_of_one_row_coalesce_with_merge_rules() -> None:

@@ -9,16 +9,16 @@ import pytest
 from gateway.store.records import (
     InstanceRecord,
     InstanceState,
-    MetricValue,
     StepRecord,
+    StoredMetric,
     merge_instance,
     merge_step,
     metrics_from_text,
     metrics_to_text,
 )
 
-M1 = (MetricValue("text_similarity_v0", 0.5),)
-M2 = (MetricValue("text_similarity_v0", 0.9),)
+M1 = (StoredMetric("text_similarity_v0", 0.5),)
+M2 = (StoredMetric("text_similarity_v0", 0.9),)
 VERDICTS = {"passed", "grade", "level", "good", "bad", "retry_count", "score"}
 
 
@@ -34,7 +34,7 @@ VERDICTS = {"passed", "grade", "level", "good", "bad", "retry_count", "score"}
         (StepRecord("i", 0), StepRecord("i", 0, metrics=M2), M2),
     ],
 )
-def test_step_metrics_rule(old: StepRecord, new: StepRecord, expected: tuple[MetricValue]) -> None:
+def test_step_metrics_rule(old: StepRecord, new: StepRecord, expected: tuple[StoredMetric]) -> None:
     assert merge_step(old, new).metrics == expected
 
 
@@ -79,7 +79,7 @@ def test_merge_refuses_other_keys() -> None:
 
 def test_metric_values_are_finite_numbers() -> None:
     with pytest.raises(ValueError, match="not finite"):
-        MetricValue("m", math.nan)
+        StoredMetric("m", math.nan)
     assert metrics_from_text(metrics_to_text(M1 + M2)) == M1 + M2
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gateway.metrics import Metrics
-from gateway.store import InstanceRecord, InstanceState, MetricValue, StepRecord, Store
+from gateway.store import InstanceRecord, InstanceState, StepRecord, Store, StoredMetric
 from gateway.store.db import Connector, Database, file_connection
 from gateway.store.dialect import postgres_connection, sqlite_connector
 from gateway.store.errors import StoreError
@@ -34,8 +34,8 @@ async def running(store: Store) -> AsyncIterator[Store]:
             task.cancel()
 
 
-def m(value: float) -> tuple[MetricValue, ...]:
-    return (MetricValue("text_similarity_v0", value),)
+def m(value: float) -> tuple[StoredMetric, ...]:
+    return (StoredMetric("text_similarity_v0", value),)
 
 
 async def test_burst_of_submits_coalesces_and_lands_in_final_state(connector: Connector) -> None:

@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.mqtt import Handler, Inbound
-from gateway.runtime import AudioEvent, BoardEvent, InstanceRecord, Outcome, StepRecord
+from gateway.tasks.core import (
+    AudioPhase,
+    DeliveryResult,
+    InstanceColumns,
+    PlaybackEvent,
+    StepColumns,
+)
 
 
 @dataclass
@@ -45,7 +51,7 @@ class FakeBoard:
     """Acks every command at once; 'plays' PLAY_MEDIA for ``clip_ms`` then reports completion."""
 
     clip_ms: int = 50
-    sink: Callable[[str, BoardEvent], None] | None = None
+    sink: Callable[[str, PlaybackEvent], None] | None = None
     sent: list[tuple[float, str, str, Mapping[str, object]]] = field(default_factory=list)
     fail_names: set[str] = field(default_factory=set)
 
@@ -57,18 +63,18 @@ class FakeBoard:
         cmd: str,
         params: Mapping[str, object],
         prio: int,
-        on_outcome: Callable[[Outcome], None],
+        on_outcome: Callable[[DeliveryResult], None],
     ) -> None:
         loop = asyncio.get_running_loop()
         self.sent.append((loop.time() * 1000, cmd, command_id, params))
-        on_outcome(Outcome.ACKED)
+        on_outcome(DeliveryResult.ACKED)
         if cmd == "PLAY_MEDIA":
             name = str(params["name"])
-            kind = AudioEvent.FAILED if name in self.fail_names else AudioEvent.COMPLETED
-            event = BoardEvent(kind, command_id, name, self.clip_ms)
+            kind = AudioPhase.FAILED if name in self.fail_names else AudioPhase.COMPLETED
+            event = PlaybackEvent(kind, command_id, name, self.clip_ms)
             loop.call_later(self.clip_ms / 1000, self._emit, device, event)
 
-    def _emit(self, device: str, event: BoardEvent) -> None:
+    def _emit(self, device: str, event: PlaybackEvent) -> None:
         assert self.sink is not None
         self.sink(device, event)
 
@@ -86,13 +92,13 @@ class FakeMic:
 
 @dataclass
 class FakeRecorder:
-    instances: list[InstanceRecord] = field(default_factory=list)
-    steps: list[StepRecord] = field(default_factory=list)
+    instances: list[InstanceColumns] = field(default_factory=list)
+    steps: list[StepColumns] = field(default_factory=list)
 
-    def save_instance(self, record: InstanceRecord) -> None:
+    def save_instance(self, record: InstanceColumns) -> None:
         self.instances.append(record)
 
-    def save_step(self, record: StepRecord) -> None:
+    def save_step(self, record: StepColumns) -> None:
         self.steps.append(record)
 
 

@@ -12,9 +12,15 @@ import pytest
 
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
-from gateway.runtime import InstanceRecord, RuntimeConfig, StepRecord, load_catalog, resource_reader
 from gateway.service import Context, Ops
 from gateway.settings import load_settings
+from gateway.tasks.core import (
+    InstanceColumns,
+    RuntimeConfig,
+    StepColumns,
+    load_catalog,
+    resource_reader,
+)
 from gateway.tasks.service import TaskService
 from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeMqtt, FakeRecorder
 from tests.unit.tasks.test_task_service import (  # the catalog fixture and request helpers
@@ -42,7 +48,7 @@ class Owned:
         return dev in self.devices
 
 
-def _running(recorder: FakeRecorder) -> list[tuple[InstanceRecord, Sequence[StepRecord]]]:
+def _running(recorder: FakeRecorder) -> list[tuple[InstanceColumns, Sequence[StepColumns]]]:
     """What a shared store would hold: the latest snapshot of each instance, if running."""
     latest = {r.instance_id: r for r in recorder.instances}
     out = []
@@ -58,7 +64,7 @@ async def owned_rig(fast_catalog: Path) -> AsyncIterator[Rig]:
     metrics, mqtt, owns = Metrics(), FakeMqtt(), Owned()
     board, recorder = FakeBoard(clip_ms=300), FakeRecorder()
 
-    async def load_running() -> list[tuple[InstanceRecord, Sequence[StepRecord]]]:
+    async def load_running() -> list[tuple[InstanceColumns, Sequence[StepColumns]]]:
         return _running(recorder)
 
     svc = TaskService(

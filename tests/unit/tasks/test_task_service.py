@@ -12,9 +12,9 @@ import pytest
 
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
-from gateway.runtime import RuntimeConfig, load_catalog, resource_reader
 from gateway.service import Context, Ops
 from gateway.settings import load_settings
+from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
 from gateway.tasks.service import TaskService
 from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeMqtt, FakeRecorder
 

@@ -1,0 +1,205 @@
+"""The assessment side path: utterance → ASR (off the loop) → metrics → store → topic.
+
+Nothing here can delay stepping: ``submit_utterance`` only enqueues into the bounded ASR pool
+(drop-oldest, counted, ``asr_dropped`` alarm). Results arrive whenever they arrive — after the
+next clip started, or after the lesson ended — and are applied to the step they belong to.
+Several utterances in one window: only the latest one submitted for a step is applied; an
+earlier one finishing later is discarded (counted). A failed job gives ``asr_text = null`` and
+``metrics = []``; the assessment is still published so the backend sees the step was handled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway import store as st
+from gateway.assessment.assessor import assess
+from gateway.assessment.engine import Backend
+from gateway.assessment.factory import build_pool
+from gateway.assessment.jobs import AsrFailure, AsrJob, AsrKey, AsrOutcome
+from gateway.assessment.pool import AsrPool
+from gateway.assessment.similarity import MetricValue
+from gateway.service import Context
+from gateway.settings import AsrSettings
+from topics import Assessment, Metric, TopicKind, build_topic, encode
+
+log = logging.getLogger(__name__)
+
+PENDING_KEPT = 4_096  # jobs whose context we remember; oldest forgotten (its result dropped)
+
+OnText = Callable[[str, str, int, str], None]  # device, instance_id, step_index, text
+OnTranscript = Callable[[str | None], None]  # the text, or None (failed or dropped)
+
+
+@dataclass(frozen=True, slots=True)
+class _StepContext:
+    device: str
+    prompt_text: str | None
+    expected_text: str | None
+    methods: tuple[str, ...]
+
+
+class AssessmentPath:
+    name = "assessment"
+
+    def __init__(
+        self, *, settings: AsrSettings, store: st.Store | None, backend: Backend | None = None
+    ) -> None:
+        """``backend`` overrides the engine ``settings.asr.engine`` names (e.g. a test engine)."""
+        self._settings = settings
+        self._store = store
+        self._backend = backend
+        self._pool: AsrPool | None = None
+        self._pending: OrderedDict[AsrKey, _StepContext] = OrderedDict()
+        self._latest: OrderedDict[tuple[str, int], str] = OrderedDict()
+        self._ctx: Context | None = None
+        self.on_text: OnText | None = None
+        # Jobs submitted by transcribe() (not assessed); bounded like _pending.
+        self._transcripts: OrderedDict[AsrKey, OnTranscript] = OrderedDict()
+
+    def attach(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._pool = build_pool(
+            self._settings,
+            metrics=ctx.metrics,
+            on_result=self._on_result,
+            on_drop=self._on_drop,
+            backend=self._backend,
+        )
+        self._m_published = ctx.metrics.counter("assessments_published", "Assessments published")
+        self._m_stale = ctx.metrics.counter(
+            "assessments_superseded", "ASR results discarded: a newer utterance of the step exists"
+        )
+        self._m_skipped = ctx.metrics.counter(
+            "assessments_skipped", "Utterances not assessed", ["reason"]
+        )
+
+    async def run(self) -> None:
+        if self._pool is None:
+            await asyncio.Event().wait()
+        else:
+            await self._pool.run()
+
+    # -- UtteranceSink -----------------------------------------------------------------------
+
+    def submit_utterance(
+        self,
+        *,
+        device: str,
+        instance_id: str,
+        step_index: int,
+        utterance_id: str,
+        pcm: bytes,
+        prompt_text: str | None,
+        expected_text: str | None,
+        methods: tuple[str, ...],
+        hints: tuple[str, ...],
+    ) -> None:
+        if self._pool is None:
+            self._m_skipped.labels("asr_off").inc()
+            return
+        if not methods:
+            self._m_skipped.labels("assessment_disabled").inc()
+            return
+        key = AsrKey(instance_id, step_index, utterance_id)
+        self._pending[key] = _StepContext(device, prompt_text, expected_text, methods)
+        self._latest[(instance_id, step_index)] = utterance_id
+        while len(self._pending) > PENDING_KEPT:
+            self._pending.popitem(last=False)
+        while len(self._latest) > PENDING_KEPT:
+            self._latest.popitem(last=False)
+        self._pool.submit(AsrJob(key, pcm, hints))
+
+    def transcribe(
+        self, key: AsrKey, pcm: bytes, hints: tuple[str, ...], on_text: OnTranscript
+    ) -> bool:
+        """ASR only, through the same bounded pool (CHAT's embedded engine): ``on_text`` gets
+        the text or ``None``; nothing is assessed, stored or published. False: ASR is off."""
+        if self._pool is None:
+            return False
+        self._transcripts[key] = on_text
+        while len(self._transcripts) > PENDING_KEPT:
+            self._transcripts.popitem(last=False)
+        self._pool.submit(AsrJob(key, pcm, hints))
+        return True
+
+    # -- pool callbacks (on the loop) ----------------------------------------------------------
+
+    def _on_drop(self, job: AsrJob) -> None:
+        transcript = self._transcripts.pop(job.key, None)
+        if transcript is not None:
+            transcript(None)
+            return
+        pending = self._pending.pop(job.key, None)
+        if self._ctx is not None:
+            self._ctx.ops.alarm(
+                "asr_dropped",
+                device=pending.device if pending else None,
+                instance_id=job.key.instance_id,
+                step_index=job.key.step_index,
+            )
+
+    def _on_result(self, outcome: AsrOutcome) -> None:
+        key = outcome.key
+        transcript = self._transcripts.pop(key, None)
+        if transcript is not None:
+            result = outcome.result
+            transcript(None if isinstance(result, AsrFailure) else result.text)
+            return
+        pending = self._pending.pop(key, None)
+        if pending is None:
+            return
+        if self._latest.get((key.instance_id, key.step_index)) != key.utterance_id:
+            self._m_stale.inc()
+            return
+        result = outcome.result
+        text = None if isinstance(result, AsrFailure) else result.text
+        if isinstance(result, AsrFailure):
+            log.warning(
+                "ASR failed for %s step %d: %s", key.instance_id, key.step_index, result.reason
+            )
+        metrics = assess(pending.expected_text, text, pending.methods)
+        assessed_at = time.time_ns() // 1_000_000
+        if self._store is not None:
+            self._store.submit_step(
+                st.StepRecord(
+                    instance_id=key.instance_id,
+                    step_index=key.step_index,
+                    asr_text=text,
+                    metrics=tuple(st.StoredMetric(m.method, m.value) for m in metrics),
+                    assessed_at=assessed_at,
+                )
+            )
+        self._publish(pending, key, text, metrics, assessed_at)
+        if text and self.on_text is not None:
+            self.on_text(pending.device, key.instance_id, key.step_index, text)
+
+    def _publish(
+        self,
+        pending: _StepContext,
+        key: AsrKey,
+        text: str | None,
+        metrics: list[MetricValue],
+        assessed_at: int,
+    ) -> None:
+        if self._ctx is None:
+            return
+        message = Assessment(
+            instance_id=key.instance_id,
+            step_index=key.step_index,
+            device=pending.device,
+            prompt_text=pending.prompt_text or "",
+            expected_text=pending.expected_text,
+            asr_text=text,
+            metrics=[Metric(method=m.method, value=m.value) for m in metrics],
+            assessed_at=assessed_at,
+            clip=(pending.prompt_text or "").rsplit("/", 1)[-1] or None,
+        )
+        topic = build_topic(TopicKind.ASSESSMENT, dev=pending.device)
+        self._ctx.mqtt.publish(topic, encode(message), qos=1)
+        self._m_published.inc()

@@ -1,0 +1,105 @@
+"""`snlpgw broker init` and `snlpgw provision`: the CLI face of :mod:`gateway.broker`.
+
+:func:`gateway.cli.subcommands.add_domain_commands` calls :func:`add_credentials_commands`; each
+sub-command stores its handler as ``func`` (``args.func(args) -> int``), as
+:mod:`gateway.cli.main` expects. Passwords go to stdout only (as JSON, for the operator or a provisioning script), never to the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gateway.broker.credentials import init_broker_files, provision
+from gateway.broker.io import reloader_for
+from gateway.broker.layout import BrokerFiles, local_broker_url
+from gateway.broker.rules import CredentialsError, Role
+from gateway.settings import load_settings
+
+Subparsers = Any  # argparse's _SubParsersAction is private; typed loosely on purpose
+
+
+def add_credentials_commands(subparsers: Subparsers) -> None:
+    broker = subparsers.add_parser("broker", help="manage the local Mosquitto files")
+    broker_sub = broker.add_subparsers(dest="broker_command", required=True)
+    init = broker_sub.add_parser(
+        "init", help="write mosquitto.conf, passwd and acl under <data-dir>/mosquitto/"
+    )
+    _data_dir_option(init)
+    init.add_argument("--host", default="127.0.0.1", help="listener address (127.0.0.1)")
+    init.add_argument("--port", type=int, default=1883, help="listener port (1883)")
+    init.add_argument(
+        "--device-port",
+        type=int,
+        default=None,
+        help="also listen here for boards, with client id = user name (no id takeover)",
+    )
+    init.set_defaults(func=cmd_broker_init)
+
+    prov = subparsers.add_parser(
+        "provision", help="create a broker user (or rotate its password); prints JSON"
+    )
+    prov.add_argument("name", help="device id (aa_bb_cc_dd_ee_ff) or ops/backend user name")
+    prov.add_argument(
+        "--role", choices=[r.value for r in Role], default=Role.DEVICE.value, help="(device)"
+    )
+    prov.add_argument(
+        "--no-rotate", action="store_true", help="keep an existing user's password (not printed)"
+    )
+    prov.add_argument(
+        "--broker-url", default=None, help="URL to print (default: the local broker's listener)"
+    )
+    prov.add_argument(
+        "--reload-command",
+        default=None,
+        help="command that reloads a broker the pid file cannot reach, e.g. "
+        "'docker exec mosquitto kill -HUP 1' (run without a shell)",
+    )
+    _data_dir_option(prov)
+    prov.set_defaults(func=cmd_provision)
+
+
+def _data_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="data directory (settings: data_dir)"
+    )
+
+
+def _data_dir(args: argparse.Namespace) -> Path:
+    if args.data_dir is not None:
+        return Path(args.data_dir)
+    return load_settings(getattr(args, "config", None)).data_dir
+
+
+def cmd_broker_init(args: argparse.Namespace) -> int:
+    files = init_broker_files(
+        _data_dir(args),
+        listener_host=args.host,
+        listener_port=args.port,
+        device_port=args.device_port,
+    )
+    sys.stdout.write(f"wrote {files.config}, {files.password_file}, {files.acl_file}\n")
+    sys.stdout.write(f"start the broker with: mosquitto -c {files.config}\n")
+    return 0
+
+
+def cmd_provision(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args)
+    files = BrokerFiles.at(data_dir)
+    try:
+        creds = provision(
+            data_dir,
+            args.name,
+            role=Role(args.role),
+            rotate=not args.no_rotate,
+            reload=reloader_for(args.reload_command, files.pid_file),
+        )
+    except CredentialsError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    url = args.broker_url or local_broker_url(data_dir) or "mqtt://127.0.0.1:1883"
+    sys.stdout.write(json.dumps(creds.as_dict(broker_url=url), indent=2) + "\n")
+    return 0

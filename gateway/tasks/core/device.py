@@ -1,0 +1,259 @@
+"""``DeviceRuntime``: one device's task runtime as a pure state machine (no I/O, no asyncio).
+
+``handle(event, now_ms) -> list[Effect]``; the shell performs the effects in order, then sleeps
+until ``next_deadline()`` (monotonic ms) and delivers ``TimerFired()`` (``on_time(now)``).
+Stepping rules live in :mod:`gateway.tasks.core.stepping`; this module holds control requests,
+presence, exits and the dispatch table.
+
+Events the outside world can legitimately send at any time (late or duplicate board events,
+outcomes of superseded commands, speech outside a window, presence flaps) never raise: they
+change nothing and come back as an :class:`Ignored` effect for logging/counting. Only a broken
+shell contract raises :class:`IllegalEvent` naming the state: an object that is not an event,
+or ``now_ms`` going backwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gateway.tasks.core.base import with_state
+from gateway.tasks.core.effects import (
+    ControlRefusal,
+    ControlReply,
+    Effect,
+    Ignored,
+    InstanceColumns,
+    InstanceState,
+    PublishTaskEvent,
+    StoreInstance,
+)
+from gateway.tasks.core.events import (
+    AsrText,
+    ButtonPress,
+    CommandOutcome,
+    ControlAction,
+    ControlRequest,
+    Event,
+    PlaybackEvent,
+    Presence,
+    TimerFired,
+    UtteranceStarted,
+    UtteranceStopped,
+)
+from gateway.tasks.core.instance import (
+    ActiveInstance,
+    IllegalEvent,
+    RuntimeState,
+    params_of,
+    parse_params,
+)
+from gateway.tasks.core.rules import Priority, contains_exit_phrase, preempts
+from gateway.tasks.core.stepping import Stepper
+
+
+class DeviceRuntime(Stepper):
+    """The task runtime of one device; construct once per device and feed it every event."""
+
+    def handle(self, event: Event, now_ms: float) -> list[Effect]:  # noqa: PLR0911 - the dispatch table
+        if now_ms < self._now:
+            raise IllegalEvent(self.state, event, f"time went backwards ({now_ms} < {self._now})")
+        self._now = now_ms
+        match event:
+            case TimerFired():
+                return self._on_timer(now_ms)
+            case ControlRequest():
+                return self._control(event, now_ms)
+            case PlaybackEvent():
+                return self._on_audio(event, now_ms)
+            case CommandOutcome():
+                return self._on_outcome(event, now_ms)
+            case Presence(online=online):
+                return self._on_presence(online, now_ms)
+            case ButtonPress(kind="long") if self._inst is not None:
+                return self._cancel("button", now_ms)
+            case ButtonPress():
+                return [self._ignored(event, "no long press on a running task")]
+            case AsrText():
+                inst = self._inst
+                if (
+                    inst
+                    and event.instance_id == inst.id
+                    and contains_exit_phrase(event.text, self.config.exit_phrases)
+                ):
+                    return self._cancel("exit_phrase", now_ms)
+                return []
+            case UtteranceStarted() | UtteranceStopped():
+                return self._on_speech(event)
+            case _:
+                raise IllegalEvent(self.state, event, "not a runtime event")
+
+    def on_time(self, now_ms: float) -> list[Effect]:
+        return self.handle(TimerFired(), now_ms)
+
+    # -- control -------------------------------------------------------------------------
+    def _reply(self, req: ControlRequest, **kw: object) -> ControlReply:
+        return ControlReply(req.request_id, str(req.action), **kw)  # type: ignore[arg-type]
+
+    def _refuse(
+        self, req: ControlRequest, reason: ControlRefusal, detail: str | None = None
+    ) -> list[Effect]:
+        running = (
+            self._inst.record.priority if self._inst and reason is ControlRefusal.BUSY else None
+        )
+        reply = self._reply(
+            req, accepted=False, reason=reason, running_priority=running, detail=detail
+        )
+        return [reply]
+
+    def _control(self, req: ControlRequest, now: float) -> list[Effect]:  # noqa: PLR0911 - the control transition table
+        if req.priority not in tuple(Priority):
+            return self._refuse(
+                req, ControlRefusal.INVALID, f"priority must be 1, 2 or 3: {req.priority!r}"
+            )
+        if req.action is ControlAction.START:
+            return self._start(req, now)
+        inst = self._inst
+        if inst is None or (req.instance_id is not None and req.instance_id != inst.id):
+            return self._refuse(req, ControlRefusal.NO_INSTANCE)
+        if not preempts(req.priority, inst.record.priority):
+            return self._refuse(req, ControlRefusal.BUSY)
+        accepted = self._reply(req, accepted=True, instance_id=inst.id)
+        match req.action:
+            case ControlAction.STOP:
+                return [accepted, *self._cancel("stopped", now)]
+            case ControlAction.PAUSE if self.state is RuntimeState.PAUSED:
+                inst.by_control = True
+                return [accepted]
+            case ControlAction.PAUSE:
+                return [accepted, *self._suspend(now, by_control=True)]
+            case ControlAction.RESUME if self.state is not RuntimeState.PAUSED:
+                return self._refuse(req, ControlRefusal.INVALID, "not paused")
+            case ControlAction.RESUME if not self._online:
+                return self._refuse(req, ControlRefusal.DEVICE_OFFLINE)
+            case ControlAction.RESUME:
+                inst.by_control = False
+                return [accepted, *self._resume(now)]
+            case ControlAction.RESTART if not self._online:
+                return self._refuse(req, ControlRefusal.DEVICE_OFFLINE)
+            case _:  # RESTART: the same task and lesson again from step 0, as a new instance
+                params = {**inst.record.params, "start_step": 0}
+                again = replace(
+                    req,
+                    action=ControlAction.START,
+                    app_id=inst.task.app_id,
+                    task_id=inst.task.task_id,
+                    lesson_id=inst.lesson.lesson_id,
+                    params=params,
+                )
+                cancelled = self._cancel("restarted", now)
+                reply, *started = self._start(again, now)
+                assert isinstance(reply, ControlReply)  # noqa: S101 - _start replies first
+                return [replace(reply, action=str(req.action)), *cancelled, *started]
+
+    def _start(self, req: ControlRequest, now: float) -> list[Effect]:
+        task = self.catalog.get(req.app_id or "", req.task_id or "")
+        lesson = task.lesson(req.lesson_id) if task else None
+        if task is None or lesson is None:
+            what = f"{req.app_id}/{req.task_id}/{req.lesson_id}"
+            return self._refuse(req, ControlRefusal.UNKNOWN_TASK, what)
+        parsed = parse_params(req, task, lesson)
+        if isinstance(parsed, str):
+            return self._refuse(req, ControlRefusal.INVALID, parsed)
+        if not self._online:
+            return self._refuse(req, ControlRefusal.DEVICE_OFFLINE)
+        effects: list[Effect] = []
+        if self._inst is not None:
+            if not preempts(req.priority, self._inst.record.priority):
+                return self._refuse(req, ControlRefusal.BUSY)
+            effects = self._cancel("preempted", now)
+        ratio, repeat, start = parsed
+        record = InstanceColumns(
+            instance_id=self._new_id(),
+            device_id=self.device_id,
+            app_id=task.app_id,
+            task_id=task.task_id,
+            lesson_id=lesson.lesson_id,
+            mode=task.interaction_mode,
+            priority=req.priority,
+            source=req.source,
+            state=InstanceState.RUNNING,
+            reason=None,
+            created_ms=self._wall(now),
+            params=params_of(ratio, repeat, start),
+        )
+        self._inst = ActiveInstance(task, lesson, record, ratio, repeat, index=start)
+        reply = self._reply(req, accepted=True, instance_id=record.instance_id)
+        started = PublishTaskEvent("instance.started", record.instance_id, None, record.params)
+        return [reply, *effects, StoreInstance(record), started, *self._begin_step(start, now)]
+
+    # -- presence, pause, resume ------------------------------------------------------------
+    def _on_presence(self, online: bool, now: float) -> list[Effect]:
+        self._online = online
+        inst = self._inst
+        if inst is None:
+            return []
+        if not online and self.state in (RuntimeState.PLAYING, RuntimeState.LISTENING):
+            return self._suspend(now, by_control=False)
+        if not online:  # already paused by control: start the offline grace
+            inst.offline, inst.deadline = True, now + self.config.offline_grace_ms
+            return []
+        if self.state is not RuntimeState.PAUSED:
+            return []
+        inst.offline, inst.deadline = False, None
+        return [] if inst.by_control else self._resume(now)
+
+    def _on_timer(self, now: float) -> list[Effect]:
+        inst = self._inst
+        if inst is None or inst.deadline is None or now < inst.deadline:
+            return []
+        if self.state is RuntimeState.PAUSED:
+            return self._cancel("offline", now)
+        if self.state is RuntimeState.LISTENING:
+            return self._close_window(now)
+        return self._fail_step("watchdog", now, stop=True)
+
+    # -- suspend, resume, cancel -----------------------------------------------------------------
+    def _suspend(self, now: float, *, by_control: bool) -> list[Effect]:
+        inst = self._inst
+        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
+        assert inst.deadline is not None  # noqa: S101 - invariant of the state, narrows for mypy
+        phase = self._state
+        effects: list[Effect] = []
+        if phase is RuntimeState.LISTENING:
+            inst.remaining_ms = max(0.0, inst.deadline - now)
+            effects += self._close_utterance(inst)
+            if by_control:
+                effects.append(self._command(inst, "LISTEN_STOP", {}))
+        elif by_control:
+            effects += self._stop_media(inst)
+        inst.play_ref = inst.play_name = None
+        inst.paused_phase, inst.by_control, inst.offline = phase, by_control, not by_control
+        inst.deadline = None if by_control else now + self.config.offline_grace_ms
+        self._state = RuntimeState.PAUSED
+        reason = "paused" if by_control else "offline"
+        inst.record = record = with_state(inst, InstanceState.PAUSED, reason)
+        return [*effects, StoreInstance(record), self._event("instance.paused", {"reason": reason})]
+
+    def _resume(self, now: float) -> list[Effect]:
+        """Continue a paused instance: replay the clip whose window had not opened, or reopen
+        the window for the time it had left."""
+        inst = self._inst
+        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
+        inst.record = record = with_state(inst, InstanceState.RUNNING, None)
+        effects: list[Effect] = [StoreInstance(record), self._event("instance.resumed")]
+        if inst.paused_phase is RuntimeState.LISTENING:
+            return effects + self._open_window(inst.remaining_ms or 0.0, now)
+        return effects + self._play(now)
+
+    def _cancel(self, reason: str, now: float) -> list[Effect]:
+        inst = self._inst
+        assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
+        effects: list[Effect] = []
+        if self._online and self._state is RuntimeState.PLAYING:
+            effects = self._stop_media(inst)
+        elif self._online and self._state is RuntimeState.LISTENING:
+            effects = [self._command(inst, "LISTEN_STOP", {})]
+        return effects + self._end(InstanceState.CANCELLED, reason, now)
+
+    def _ignored(self, event: object, reason: str) -> Ignored:
+        return Ignored(self.state.name, type(event).__name__, reason)

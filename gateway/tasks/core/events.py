@@ -1,0 +1,123 @@
+"""Events into a :class:`~gateway.tasks.core.device.DeviceRuntime` (frozen; parsed by the shells).
+
+Time is not in the events: ``handle(event, now_ms)`` takes the monotonic time of delivery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gateway.tasks.core.rules import Priority
+
+
+class ControlAction(StrEnum):
+    START = "start"
+    PAUSE = "pause"
+    RESUME = "resume"
+    STOP = "stop"
+    RESTART = "restart"
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRequest:
+    """A task control request (backend MQTT, scheduler or voice).
+
+    ``instance_id`` (optional) targets pause/resume/stop/restart at one instance: a different
+    current instance answers ``no_instance``. ``params`` for start: ``listen_ratio`` (number,
+    clamped), ``repeat`` (int ≥ 1, PLAY_AUDIO), ``start_step`` (int ≥ 0).
+    """
+
+    action: ControlAction
+    request_id: str = ""
+    app_id: str | None = None
+    task_id: str | None = None
+    lesson_id: str | None = None
+    priority: int = Priority.PARENT
+    source: str = "mqtt"
+    params: Mapping[str, object] = field(default_factory=dict)
+    instance_id: str | None = None
+
+
+class AudioPhase(StrEnum):
+    STARTED = "audio.started"
+    COMPLETED = "audio.completed"
+    STOPPED = "audio.stopped"
+    FAILED = "audio.failed"
+    PAUSED = "audio.paused"
+    RESUMED = "audio.resumed"
+
+
+@dataclass(frozen=True, slots=True)
+class PlaybackEvent:
+    """An ``audio.*`` event; ``ref`` is the command id it belongs to (or None), ``name`` the path."""
+
+    kind: AudioPhase
+    ref: str | None = None
+    name: str | None = None
+    duration_ms: int | None = None
+    reason: str | None = None
+
+
+class DeliveryResult(StrEnum):
+    ACKED = "acked"
+    EXPIRED = "expired"
+    FAILED = "failed"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOutcome:
+    """DeliveryResult outcome of a command the runtime asked for; ``ref`` is its ``command_id``."""
+
+    ref: str
+    outcome: DeliveryResult
+
+
+@dataclass(frozen=True, slots=True)
+class ButtonPress:
+    kind: str  # "long" exits the task; other kinds are ignored by the runtime
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    online: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UtteranceStarted:
+    utterance_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class UtteranceStopped:
+    utterance_id: str
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AsrText:
+    """An ASR result of an utterance submitted for ``(instance_id, step_index)``; exit phrases only."""
+
+    instance_id: str
+    step_index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    """The shell's timer woke up; early or spurious firings are harmless."""
+
+
+Event = (
+    ControlRequest
+    | PlaybackEvent
+    | CommandOutcome
+    | ButtonPress
+    | Presence
+    | UtteranceStarted
+    | UtteranceStopped
+    | AsrText
+    | TimerFired
+)

@@ -1,0 +1,93 @@
+"""The active instance's bookkeeping and the states of a device's task runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from gateway.tasks.core.catalog import LessonDef, TaskDef
+from gateway.tasks.core.effects import InstanceColumns, StepColumns
+from gateway.tasks.core.events import ControlRequest
+from gateway.tasks.core.rules import clamp_ratio
+
+
+class RuntimeState(Enum):
+    """What the device's task runtime is doing (the instance's mode says what happens next)."""
+
+    IDLE = "idle"  # CHAT: no task
+    PLAYING = "playing"  # PLAY_MEDIA sent, waiting for audio.completed (watchdog armed)
+    LISTENING = "listening"  # listen window open (close timer armed)
+    PAUSED = "paused"  # by control and/or board offline (grace timer armed when offline)
+
+
+class IllegalEvent(Exception):
+    """The shell broke the runtime's contract (unknown event, time going backwards)."""
+
+    def __init__(self, state: RuntimeState, event: object, problem: str) -> None:
+        self.state = state
+        self.event = event
+        super().__init__(f"{problem}: {type(event).__name__} in state {state.name}")
+
+
+@dataclass
+class ActiveInstance:
+    """Mutable bookkeeping of the one running/paused instance (never leaves the core)."""
+
+    task: TaskDef
+    lesson: LessonDef
+    record: InstanceColumns
+    ratio: float
+    repeat: int
+    index: int = 0
+    step: StepColumns | None = None
+    play_ref: str | None = None  # command id of the PLAY_MEDIA that is current
+    play_name: str | None = None
+    deadline: float | None = None  # monotonic ms: watchdog, window close, or offline grace
+    watchdog_left: float | None = None  # while the board reports audio.paused
+    open_utterance: str | None = None
+    paused_phase: RuntimeState | None = None  # PLAYING or LISTENING when PAUSED
+    remaining_ms: float | None = None  # window time left when paused mid-window
+    by_control: bool = False
+    offline: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.record.instance_id
+
+    @property
+    def mode(self) -> str:
+        return self.task.interaction_mode
+
+    @property
+    def step_count(self) -> int:
+        return 1 if self.mode == "LISTEN" else len(self.lesson.clips)
+
+    def set_step(self, **changes: object) -> StepColumns:
+        assert self.step is not None  # noqa: S101 - invariant: only called with a current step
+        self.step = replace(self.step, **changes)  # type: ignore[arg-type]
+        return self.step
+
+
+def parse_params(
+    req: ControlRequest, task: TaskDef, lesson: LessonDef
+) -> tuple[float, int, int] | str:
+    """(ratio, repeat, start_step) from a start request, or the problem as text."""
+    ratio, repeat, start = task.listen_ratio, task.repeat, 0
+    count = 1 if task.interaction_mode == "LISTEN" else len(lesson.clips)
+    for key, value in req.params.items():
+        if key == "listen_ratio" and isinstance(value, int | float) and not isinstance(value, bool):
+            if value <= 0:
+                return "listen_ratio must be > 0"
+            ratio = clamp_ratio(float(value))
+        elif key == "repeat" and type(value) is int and 1 <= value <= 1000:
+            repeat = value
+        elif key == "start_step" and type(value) is int and 0 <= value < count:
+            start = value
+        else:
+            return f"bad parameter {key}={value!r}"
+    return ratio, repeat, start
+
+
+def params_of(ratio: float, repeat: int, start: int) -> Mapping[str, object]:
+    return {"listen_ratio": ratio, "repeat": repeat, "start_step": start}

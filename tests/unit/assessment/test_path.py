@@ -1,0 +1,82 @@
+"""The assessment side path's own rules, driven through the pool's result callback."""
+
+from __future__ import annotations
+
+from gateway.assessment.jobs import AsrFailure, AsrKey, AsrOutcome, AsrResult, FailureReason
+from gateway.assessment.path import AssessmentPath
+from gateway.http import HttpServer
+from gateway.metrics import Metrics
+from gateway.service import Context, Ops
+from gateway.settings import AsrSettings, load_settings
+from tests.unit.tasks.fakes import FakeMqtt
+
+DEV = "aa_bb_cc_dd_ee_04"
+
+
+class IdleBackend:
+    """A backend the pool never opens here (the test delivers results itself)."""
+
+    name = "idle"
+
+    async def open_slot(self) -> object:
+        raise AssertionError("not used")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _path() -> tuple[AssessmentPath, FakeMqtt, Metrics]:
+    metrics, mqtt = Metrics(), FakeMqtt()
+    path = AssessmentPath(settings=AsrSettings(), store=None, backend=IdleBackend())  # type: ignore[arg-type]
+    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
+    path.attach(Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http))  # type: ignore[arg-type]
+    return path, mqtt, metrics
+
+
+def _submit(
+    path: AssessmentPath, utterance: str, methods: tuple[str, ...] = ("text_similarity_v0",)
+) -> None:
+    path.submit_utterance(
+        device=DEV, instance_id="i1", step_index=1, utterance_id=utterance, pcm=b"\x00\x01" * 1600,
+        prompt_text="/a/t/lessons/l/02.mp3", expected_text="How are you?", methods=methods,
+        hints=(),
+    )  # fmt: skip
+
+
+def _result(utterance: str, text: str) -> AsrOutcome:
+    return AsrOutcome(AsrKey("i1", 1, utterance), AsrResult(text, "idle", 1000.0, 50.0), 60.0)
+
+
+async def test_an_older_utterance_finishing_later_is_discarded() -> None:
+    path, mqtt, metrics = _path()
+    _submit(path, "u-old")
+    _submit(path, "u-new")
+    path._on_result(_result("u-new", "how are you"))
+    path._on_result(_result("u-old", "i like green apples"))  # was already running: too late
+    (published,) = mqtt.on(f"/assessment/{DEV}")
+    assert published["asr_text"] == "how are you"
+    assert published["metrics"] == [{"method": "text_similarity_v0", "value": 1.0}]
+    assert metrics.snapshot()["snlpgw_assessments_superseded_total"] == 1.0
+
+
+async def test_failure_publishes_null_text_and_no_metrics_and_results_are_not_repeated() -> None:
+    path, mqtt, _ = _path()
+    heard: list[object] = []
+    path.on_text = lambda *a: heard.append(a)
+    _submit(path, "u1")
+    failure = AsrFailure(FailureReason.ENGINE_ERROR, "boom")
+    path._on_result(AsrOutcome(AsrKey("i1", 1, "u1"), failure, 10.0))
+    path._on_result(AsrOutcome(AsrKey("i1", 1, "u1"), failure, 10.0))  # unknown now: ignored
+    (published,) = mqtt.on(f"/assessment/{DEV}")
+    assert published["asr_text"] is None
+    assert published["metrics"] == []
+    assert heard == []  # nothing to check for exit phrases
+
+
+async def test_assessment_disabled_submits_nothing() -> None:
+    path, mqtt, metrics = _path()
+    _submit(path, "u1", methods=())
+    assert (
+        metrics.snapshot()['snlpgw_assessments_skipped_total{reason="assessment_disabled"}'] == 1.0
+    )
+    assert mqtt.published == []
