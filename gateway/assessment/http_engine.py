@@ -42,7 +42,7 @@ def wav_bytes(pcm: bytes) -> bytes:
     return buf.getvalue()
 
 
-class _Retryable(Exception):
+class _RetryableAsrAttempt(Exception):
     def __init__(self, failure: AsrFailure) -> None:
         super().__init__(failure.detail)
         self.failure = failure
@@ -75,15 +75,21 @@ class HttpAsrEngine:
         try:
             async with session.post(self._url, data=form, timeout=self._timeout) as resp:
                 if resp.status >= 500:
-                    raise _Retryable(AsrFailure(FailureReason.HTTP_STATUS, f"HTTP {resp.status}"))
+                    raise _RetryableAsrAttempt(
+                        AsrFailure(FailureReason.HTTP_STATUS, f"HTTP {resp.status}")
+                    )
                 if resp.status >= 400:
                     body = (await resp.text())[:200]
                     return AsrFailure(FailureReason.HTTP_STATUS, f"HTTP {resp.status}: {body}")
                 data = await resp.json(content_type=None)
         except TimeoutError as exc:
-            raise _Retryable(AsrFailure(FailureReason.TIMEOUT, "HTTP attempt timed out")) from exc
+            raise _RetryableAsrAttempt(
+                AsrFailure(FailureReason.TIMEOUT, "HTTP attempt timed out")
+            ) from exc
         except aiohttp.ClientConnectionError as exc:
-            raise _Retryable(AsrFailure(FailureReason.CONNECTION, repr(exc)[:200])) from exc
+            raise _RetryableAsrAttempt(
+                AsrFailure(FailureReason.CONNECTION, repr(exc)[:200])
+            ) from exc
         except (aiohttp.ContentTypeError, ValueError) as exc:
             return AsrFailure(FailureReason.BAD_RESPONSE, repr(exc)[:200])
         text = data.get("text") if isinstance(data, dict) else None
@@ -103,7 +109,7 @@ class HttpAsrEngine:
         while True:
             try:
                 got = await self._attempt(self._session, wav)
-            except _Retryable as exc:
+            except _RetryableAsrAttempt as exc:
                 if attempt >= self._retries:
                     return exc.failure
                 log.info("ASR HTTP attempt %d failed (%s), retrying", attempt + 1, exc)

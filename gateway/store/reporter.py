@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 _RETRY_STATUSES = frozenset({408, 429})
 
 
-class _Retryable(Exception):
+class _RetryablePut(Exception):
     pass
 
 
@@ -140,7 +140,7 @@ class ManagerReporter:
             self._attempts.inc()
             try:
                 await self._put(session, url, body)
-            except _Retryable as exc:
+            except _RetryablePut as exc:
                 error = str(exc)
                 continue
             except ValueError as exc:
@@ -166,9 +166,9 @@ class ManagerReporter:
                 await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+            raise _RetryablePut(f"{type(exc).__name__}: {exc}") from exc
         if 200 <= status < 300:
             return
         if status >= 500 or status in _RETRY_STATUSES:
-            raise _Retryable(f"HTTP {status}")
+            raise _RetryablePut(f"HTTP {status}")
         raise ValueError(f"HTTP {status} (not retried)")

@@ -14,13 +14,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("gateway", "codec", "topics")
 
-# Duplicates another change is about to remove; each entry must still be a duplicate (so the
-# list only shrinks). Backoff/_Retryable: the back-off loops become one policy.
-PENDING: dict[str, str] = {
-    "Backoff": "one back-off policy replaces gateway/mqtt.py's and gateway/chat/bridge.py's",
-    "_Retryable": "one back-off policy replaces the store reporter's and the HTTP engine's",
-}
-
 
 def class_homes(root: Path = ROOT) -> dict[str, list[str]]:
     """Class name → every ``path:line`` defining it (nested and private classes included)."""
@@ -40,17 +33,8 @@ def duplicates(homes: dict[str, list[str]]) -> dict[str, list[str]]:
 
 def test_every_class_name_is_defined_once() -> None:
     found = duplicates(class_homes())
-    unexpected = {name: where for name, where in found.items() if name not in PENDING}
-    listing = "\n".join(
-        f"  {name}: {', '.join(where)}" for name, where in sorted(unexpected.items())
-    )
-    assert not unexpected, f"class names defined more than once:\n{listing}"
-
-
-def test_the_pending_list_only_names_real_duplicates() -> None:
-    found = duplicates(class_homes())
-    stale = sorted(name for name in PENDING if name not in found)
-    assert not stale, f"no longer duplicated, remove from PENDING: {stale}"
+    listing = "\n".join(f"  {name}: {', '.join(where)}" for name, where in sorted(found.items()))
+    assert not found, f"class names defined more than once:\n{listing}"
 
 
 def test_the_walk_sees_a_duplicate(tmp_path: Path) -> None:
