@@ -44,7 +44,7 @@ class Policy(StrEnum):
     ALLOWLIST = "allowlist"
 
 
-class Refusal(StrEnum):
+class OtaRefusal(StrEnum):
     """Why a device gets neither credentials nor an activation (metric label)."""
 
     NOT_ALLOWLISTED = "not_allowlisted"
@@ -98,7 +98,7 @@ class Decision:
     client_id: str = ""  # CREDENTIALS: the binding's Client-Id (the password is derived from it)
     new_binding: bool = False  # first contact: a new broker user
     pending: Pending | None = None  # ACTIVATE
-    refusal: Refusal | None = None  # REFUSE
+    refusal: OtaRefusal | None = None  # REFUSE
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +153,7 @@ class TrustBook:
         provisioned an HMAC key for the board's serial number (then the board must prove it)."""
         cfg = self._config
         if cfg.policy is Policy.ALLOWLIST and dev not in cfg.allowlist:
-            return Decision(Verdict.REFUSE, refusal=Refusal.NOT_ALLOWLISTED)
+            return Decision(Verdict.REFUSE, refusal=OtaRefusal.NOT_ALLOWLISTED)
         bound = self._bindings.get(dev)
         if bound is not None and (bound.client_id == client_id or cfg.policy is Policy.OPEN):
             return Decision(
@@ -161,9 +161,9 @@ class TrustBook:
             )
         if bound is None and serial is None:
             if len(self._bindings) >= cfg.max_devices:
-                return Decision(Verdict.REFUSE, refusal=Refusal.DEVICES_FULL)
+                return Decision(Verdict.REFUSE, refusal=OtaRefusal.DEVICES_FULL)
             if not self._creations.allow(now):
-                return Decision(Verdict.REFUSE, refusal=Refusal.USER_CAP)
+                return Decision(Verdict.REFUSE, refusal=OtaRefusal.USER_CAP)
             self._bindings[dev] = Binding(client_id)
             self.revision += 1
             return Decision(
@@ -254,7 +254,7 @@ class TrustBook:
         cfg = self._config
         per_device = sum(1 for p in self._pending.values() if p.dev == dev)
         if len(self._pending) >= cfg.max_pending or per_device >= cfg.max_pending_per_device:
-            return Decision(Verdict.REFUSE, refusal=Refusal.PENDING_FULL)
+            return Decision(Verdict.REFUSE, refusal=OtaRefusal.PENDING_FULL)
         code = self._new_code()
         while code in self._pending:  # a handful of live codes among a million: rare
             code = self._new_code()

@@ -9,8 +9,8 @@ from gateway.xiaozhi.trust import (
     Activation,
     Approval,
     Binding,
+    OtaRefusal,
     Policy,
-    Refusal,
     TrustBook,
     TrustConfig,
     Verdict,
@@ -124,24 +124,24 @@ def test_pending_codes_are_bounded_in_all_and_per_device() -> None:
     b.request(DEV, "c1", serial=None, now=0)
     b.request(DEV, "c2", serial=None, now=0)
     refused = b.request(DEV, "c3", serial=None, now=0)
-    assert (refused.verdict, refused.refusal) == (Verdict.REFUSE, Refusal.PENDING_FULL)
+    assert (refused.verdict, refused.refusal) == (Verdict.REFUSE, OtaRefusal.PENDING_FULL)
     b.request(OTHER, "c4", serial=None, now=0)
-    assert b.request(OTHER, "c5", serial=None, now=0).refusal is Refusal.PENDING_FULL
+    assert b.request(OTHER, "c5", serial=None, now=0).refusal is OtaRefusal.PENDING_FULL
 
 
 def test_new_devices_are_capped_per_hour_and_in_all() -> None:
     b = book(users_per_hour=2, max_devices=3)
     macs = [f"aa_bb_cc_00_00_{n:02x}" for n in range(5)]
     verdicts = [b.request(m, BOARD, serial=None, now=0).refusal for m in macs[:3]]
-    assert verdicts == [None, None, Refusal.USER_CAP]
+    assert verdicts == [None, None, OtaRefusal.USER_CAP]
     assert b.request(macs[2], BOARD, serial=None, now=1800).refusal is None  # 1 refilled
-    assert b.request(macs[3], BOARD, serial=None, now=7200).refusal is Refusal.DEVICES_FULL
+    assert b.request(macs[3], BOARD, serial=None, now=7200).refusal is OtaRefusal.DEVICES_FULL
     assert len(b.bindings) == 3
 
 
 def test_allowlist_refuses_unlisted_macs_before_anything_else() -> None:
     b = book(policy=Policy.ALLOWLIST, allowlist=frozenset({DEV}))
-    assert b.request(OTHER, BOARD, serial=None, now=0).refusal is Refusal.NOT_ALLOWLISTED
+    assert b.request(OTHER, BOARD, serial=None, now=0).refusal is OtaRefusal.NOT_ALLOWLISTED
     assert b.request(DEV, BOARD, serial=None, now=0).verdict is Verdict.CREDENTIALS
     assert b.request(DEV, SPOOF, serial=None, now=0).verdict is Verdict.ACTIVATE
     assert list(b.bindings) == [DEV]
