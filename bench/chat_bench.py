@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway.chat.component import ChatComponent
 from gateway.demo_env import gateway_settings, local_broker, running_gateway
 from gateway.xiaozhi.pipeline import Frame
 
@@ -82,67 +83,71 @@ async def _run_size(  # noqa: PLR0915 - one linear scenario
             ops={"metrics_interval_s": 60.0},
             chat={"upstream_url": url, "silence_timeout_s": 600.0, "reply_timeout_s": 600.0},
         )
-        async with running_gateway(settings) as gw:
-            chat = gw.chat
-            assert chat is not None
-            inner = gw.xiaozhi.uplink_tap
-            assert inner is not None
-            taken: dict[str, list[float]] = {}
-            before: dict[str, int] = {}
-            phase = "warmup"  # warmup → measure → tail (the tail is neither counted nor timed)
+        taken: dict[str, list[float]] = {}
+        before: dict[str, int] = {}
+        phase = "warmup"  # warmup → measure → tail (the tail is neither counted nor timed)
+        inner = ChatComponent.uplink
 
-            def tap(dev: str, sid: str, frame: Frame) -> None:
-                at = time.monotonic()
-                device = chat.device(dev)
-                forwarded = device is not None and device.core.uplink_open
-                inner(dev, sid, frame)
-                if forwarded and phase == "measure":
-                    taken.setdefault(dev, []).append(at)
-                elif forwarded and phase == "warmup":
-                    before[dev] = before.get(dev, 0) + 1
+        def tap(self: ChatComponent, dev: str, sid: str, frame: Frame) -> None:
+            at = time.monotonic()
+            device = self.device(dev)
+            forwarded = device is not None and device.core.uplink_open
+            inner(self, dev, sid, frame)
+            if forwarded and phase == "measure":
+                taken.setdefault(dev, []).append(at)
+            elif forwarded and phase == "warmup":
+                before[dev] = before.get(dev, 0) + 1
 
-            gw.xiaozhi.uplink_tap = tap
-            devs = device_ids(k)
-            spec = {
-                "host": broker.host,
-                "port": broker.port,
-                "password": settings.mqtt.password,
-                "devices": devs,
-                "seconds": WARMUP_S + MEASURE_S + 1.5,
-            }
-            (root / "spec.json").write_text(json.dumps(spec))
-            sender = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.scale_sender", str(root / "spec.json"),
-                stdout=asyncio.subprocess.PIPE,
-            )  # fmt: skip
-            children.append(sender)
-            ready = await _line(sender)
-            async with asyncio.timeout(30):  # every session bridged (its upstream hello done)
-                while not all(  # noqa: ASYNC110 - no event for "all K bridged"; a bench poll
-                    (d := chat.device(x)) and d.bridge and d.bridge.connected for x in devs
-                ):
-                    await asyncio.sleep(0.05)
-            for dev in devs:
-                sid = gw.xiaozhi.session_id(dev)
-                assert sid is not None
-                chat.listen(dev, sid, "start", "auto", None)  # what the control handler calls
-            await asyncio.sleep(WARMUP_S)
-            phase = "measure"
-            cpu0, t0 = time.process_time(), time.monotonic()
-            await asyncio.sleep(MEASURE_S)
-            cpu1, t1 = time.process_time(), time.monotonic()
-            phase = "tail"
-            async with asyncio.timeout(60):
-                out, _ = await sender.communicate()
-            sent = json.loads(out.decode().strip().splitlines()[-1])
-            snapshot = gw.service.metrics.snapshot()
-            frames_up = snapshot.get("snlpgw_chat_frames_up_total", 0.0)
-            received = snapshot.get("snlpgw_xiaozhi_udp_packets_in_total", 0.0)
-            dropped = {
-                key: value
-                for key, value in snapshot.items()
-                if value and ("dropped" in key) and "_created" not in key
-            }
+        # The channel takes CHAT's uplink tap when it is built: time it from there on.
+        ChatComponent.uplink = tap  # type: ignore[method-assign]
+        try:
+            async with running_gateway(settings) as gw:
+                chat = gw.chat
+                assert chat is not None
+                devs = device_ids(k)
+                spec = {
+                    "host": broker.host,
+                    "port": broker.port,
+                    "password": settings.mqtt.password,
+                    "devices": devs,
+                    "seconds": WARMUP_S + MEASURE_S + 1.5,
+                }
+                (root / "spec.json").write_text(json.dumps(spec))
+                sender = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "bench.scale_sender", str(root / "spec.json"),
+                    stdout=asyncio.subprocess.PIPE,
+                )  # fmt: skip
+                children.append(sender)
+                ready = await _line(sender)
+                async with asyncio.timeout(30):  # every session bridged (its upstream hello done)
+                    while not all(  # noqa: ASYNC110 - no event for "all K bridged"; a bench poll
+                        (d := chat.device(x)) and d.bridge and d.bridge.connected for x in devs
+                    ):
+                        await asyncio.sleep(0.05)
+                for dev in devs:
+                    sid = gw.xiaozhi.session_id(dev)
+                    assert sid is not None
+                    chat.listen(dev, sid, "start", "auto", None)  # what the control handler calls
+                await asyncio.sleep(WARMUP_S)
+                phase = "measure"
+                cpu0, t0 = time.process_time(), time.monotonic()
+                await asyncio.sleep(MEASURE_S)
+                cpu1, t1 = time.process_time(), time.monotonic()
+                phase = "tail"
+                async with asyncio.timeout(60):
+                    out, _ = await sender.communicate()
+                sent = json.loads(out.decode().strip().splitlines()[-1])
+                snapshot = gw.service.metrics.snapshot()
+                frames_up = snapshot.get("snlpgw_chat_frames_up_total", 0.0)
+                received = snapshot.get("snlpgw_xiaozhi_udp_packets_in_total", 0.0)
+                dropped = {
+                    key: value
+                    for key, value in snapshot.items()
+                    if value and ("dropped" in key) and "_created" not in key
+                }
+        finally:
+            ChatComponent.uplink = inner  # type: ignore[method-assign]
+
     assert peer.stdin is not None  # PIPE was requested
     peer.stdin.write(b"dump\n")
     await peer.stdin.drain()

@@ -15,7 +15,7 @@ from gateway.board import BoardChannel
 from gateway.board.bridge import BoardBridge
 from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster
-from gateway.service import Component, Service
+from gateway.service import Component, Context, Service
 from gateway.settings import Settings
 from gateway.store import Store, build_store_components
 from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
@@ -46,6 +46,17 @@ class VoiceToTasks:
 
 
 @dataclass
+class _Owns:
+    """Transitional (helper wiring builds the ownership before the channels): the cluster's
+    ``owns`` once it exists."""
+
+    cluster: Cluster | None = None
+
+    def __call__(self, dev: str) -> bool:
+        return self.cluster is None or self.cluster.owns(dev)
+
+
+@dataclass
 class Gateway:
     """The built service plus handles tests and the demo use."""
 
@@ -63,6 +74,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     loaded = load_catalog(settings.runtime.catalog_path)
     for warning in loaded.warnings:
         log.warning("catalog: %s", warning)
+    ctx = Context.create(settings)
     parts = build_store_components(settings)
     recorder = StoreRecorder(parts.store)
     board = BoardChannel(
@@ -80,16 +92,23 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         if settings.chat.enabled
         else None
     )
+    # Scale-out: one owner per device over the live gateways (cluster.enabled; else all ours).
+    owns = _Owns()
     xiaozhi = XiaozhiChannel(
         settings=settings,
+        mqtt=ctx.mqtt,
+        metrics=ctx.metrics,
+        http=ctx.http,
+        admin=ctx.admin,
         voice=chat or voice,
         events=chat,
-        listening_by_default=False,
         uplink_tap=chat.uplink if chat else None,
+        owns=owns,
+        listening_by_default=False,
     )
-    # Scale-out: one owner per device over the live gateways (cluster.enabled; else all ours).
     cluster = Cluster(settings.gateway_id, enabled=settings.cluster.enabled, udp=xiaozhi)
-    board.owns = xiaozhi.owns = cluster.owns
+    owns.cluster = cluster
+    board.owns = cluster.owns
     tasks = TaskService(
         catalog=loaded.catalog,
         config=RuntimeConfig.from_settings(settings.runtime),
@@ -117,7 +136,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
             app_id, task_id, lesson_id = settings.chat.voice_task.split("/")
             chat.start_task = lambda dev: tasks.start_by_voice(dev, app_id, task_id, lesson_id)
         components.append(chat)
-    service = Service(settings, components)
+    service = Service(settings, components, ctx=ctx)
     return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat)
 
 

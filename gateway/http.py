@@ -16,6 +16,7 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from aiohttp import web
 
@@ -25,6 +26,14 @@ log = logging.getLogger(__name__)
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HealthCheck = Callable[[], dict[str, object]]
+
+
+class RouteTable(Protocol):
+    """Where a component serves its routes (:class:`HttpServer`; a plain aiohttp router in
+    shell tests)."""
+
+    def add_route(self, method: str, path: str, handler: RouteHandler) -> None: ...
+
 
 _MAX_BODY = 64 * 1024  # OTA bodies are a few KiB of system info; nothing we serve takes more
 _OPEN_PATHS = frozenset({"/healthz"})  # answered without the admin token (liveness probes)

@@ -72,11 +72,44 @@ class Context:
     ops: Ops
     admin: HttpServer  # loopback admin listener: metrics, task API, approvals
 
+    @classmethod
+    def create(cls, settings: Settings) -> Context:
+        """The broker connection (not yet connected), both HTTP servers (not yet listening),
+        the metrics registry and the ops alarm publisher for ``settings``."""
+        metrics = Metrics()
+        gw = settings.gateway_id
+        password = read_gateway_password(settings)
+        mqtt = MqttConnection(
+            settings=settings.mqtt,
+            password=password,
+            client_id=gateway_client_id(gw, password),
+            presence_topic=build_topic(TopicKind.GW_STATUS, gw=gw),
+            presence_payload=presence_payload(gw),
+            metrics=metrics,
+        )
+        http = HttpServer(
+            host=settings.http.host,
+            port=settings.http.port,
+            metrics=metrics,
+            name="HTTP (devices)",
+            serve_metrics=False,
+            health_details=False,
+        )
+        token = settings.http.admin_token
+        admin = HttpServer(
+            host=settings.http.admin_host,
+            port=settings.http.admin_port,
+            metrics=metrics,
+            name="HTTP (admin)",
+            token=token.get_secret_value() if token is not None else None,
+            health=http.health_checks,
+        )
+        http.add_health("mqtt", lambda: {"ok": mqtt.connected})
+        return cls(settings, mqtt, http, metrics, Ops(gw, mqtt, metrics), admin)
+
 
 class Component(Protocol):
     name: str
-
-    def attach(self, ctx: Context) -> None: ...
 
     async def run(self) -> None: ...
 
@@ -93,38 +126,22 @@ def read_gateway_password(settings: Settings) -> str | None:
 
 
 class Service:
-    def __init__(self, settings: Settings, components: Sequence[Component] = ()) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        components: Sequence[Component] = (),
+        *,
+        ctx: Context | None = None,
+    ) -> None:
+        # Transitional (helper wiring replaces this with Service(ctx, components)): components
+        # built with the context's pieces have no ``attach``.
+        self.ctx = ctx or Context.create(settings)
         self.settings = settings
-        self.metrics = Metrics()
-        gw = settings.gateway_id
-        password = read_gateway_password(settings)
-        self.mqtt = MqttConnection(
-            settings=settings.mqtt,
-            password=password,
-            client_id=gateway_client_id(gw, password),
-            presence_topic=build_topic(TopicKind.GW_STATUS, gw=gw),
-            presence_payload=presence_payload(gw),
-            metrics=self.metrics,
-        )
-        self.http = HttpServer(
-            host=settings.http.host,
-            port=settings.http.port,
-            metrics=self.metrics,
-            name="HTTP (devices)",
-            serve_metrics=False,
-            health_details=False,
-        )
-        token = settings.http.admin_token
-        self.admin = HttpServer(
-            host=settings.http.admin_host,
-            port=settings.http.admin_port,
-            metrics=self.metrics,
-            name="HTTP (admin)",
-            token=token.get_secret_value() if token is not None else None,
-            health=self.http.health_checks,
-        )
-        self.ops = Ops(gw, self.mqtt, self.metrics)
-        self.ctx = Context(settings, self.mqtt, self.http, self.metrics, self.ops, self.admin)
+        self.metrics = self.ctx.metrics
+        self.mqtt = self.ctx.mqtt
+        self.http = self.ctx.http
+        self.admin = self.ctx.admin
+        self.ops = self.ctx.ops
         self.components = list(components)
         self._started_mono = time.monotonic()
         self._uptime = self.metrics.gauge("uptime_seconds", "Seconds since the service started")
@@ -133,9 +150,10 @@ class Service:
             "metrics_snapshot_series_dropped",
             "Series left out of retained snapshots to stay under ops.snapshot_max_bytes",
         )
-        self.http.add_health("mqtt", lambda: {"ok": self.mqtt.connected})
         for component in self.components:
-            component.attach(self.ctx)
+            attach = getattr(component, "attach", None)
+            if attach is not None:
+                attach(self.ctx)
 
     async def run(self) -> None:
         """Run everything until cancelled."""

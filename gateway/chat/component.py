@@ -124,7 +124,7 @@ class ChatComponent:
 
     # -- SessionEvents (Xiaozhi channel) ------------------------------------------------------
 
-    def session_opened(self, dev: str, session_id: str) -> None:
+    def session_opened(self, dev: str, session_id: str, channel: object) -> None:
         chat = self._chat(dev)
         if chat is not None:
             chat.opened(session_id)

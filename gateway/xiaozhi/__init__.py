@@ -1,12 +1,13 @@
 """The Xiaozhi MQTT+UDP voice channel: OTA provisioning, hello/goodbye sessions over MQTT,
 AES-128-CTR Opus over UDP, uplink decode + VAD, paced downlink (reference/xiaozhi-mqtt-udp.md)."""
 
-from gateway.xiaozhi.channel import NoSession, XiaozhiChannel
-from gateway.xiaozhi.control import SessionEvents
+from gateway.xiaozhi.channel import XiaozhiChannel
 from gateway.xiaozhi.downlink import SpeakResult
 from gateway.xiaozhi.mcp import McpError, McpTimeout
 from gateway.xiaozhi.pipeline import VoiceSink, utterance_id
 from gateway.xiaozhi.provisioning import Provisioner
+from gateway.xiaozhi.roster import SessionEvents, SessionLink
+from gateway.xiaozhi.speaking import NoSession
 
 __all__ = [
     "McpError",
@@ -14,6 +15,7 @@ __all__ = [
     "NoSession",
     "Provisioner",
     "SessionEvents",
+    "SessionLink",
     "SpeakResult",
     "VoiceSink",
     "XiaozhiChannel",

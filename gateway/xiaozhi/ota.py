@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -25,62 +24,30 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from gateway.broker.credentials import device_listener_port
-from gateway.http import HttpServer
+from gateway.http import RouteTable
 from gateway.settings import Settings
 from gateway.xiaozhi import ota_wire as wire
 from gateway.xiaozhi.ota_limits import OtaLimitConfig, OtaLimits
 from gateway.xiaozhi.ota_stats import OtaStats
-from gateway.xiaozhi.provisioning import Provisioner
+from gateway.xiaozhi.provisioning import Provisioner, unconfigured
 from gateway.xiaozhi.stats import ChannelStats
-from gateway.xiaozhi.trust import (
-    Activation,
-    Binding,
-    Policy,
-    TrustBook,
-    TrustConfig,
-)
+from gateway.xiaozhi.trust import Binding
 from gateway.xiaozhi.trust_store import (
     HmacKey,
     bindings_path,
     device_key,
     device_password,
-    load_allowlist,
-    load_bindings,
     load_hmac_keys,
     save_bindings,
+    trust_book_from,
 )
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_ACTIVATION_MESSAGE = "Ask a parent to approve this device with code {code}"
+
 _RETRY_AFTER_S = "30"
-_ACTIVATE_STATUS = {
-    Activation.DONE: 200,
-    Activation.PENDING: 202,
-    Activation.UNKNOWN: 404,
-    Activation.BAD_HMAC: 403,
-}
-
-
-def trust_book_from(settings: Settings, data_dir: Path) -> TrustBook:
-    """The trust book with the persisted bindings and the operator's allowlist (blocking)."""
-    x = settings.xiaozhi
-    config = TrustConfig(
-        policy=Policy(x.ota_policy),
-        allowlist=load_allowlist(x.ota_allowlist, x.ota_allowlist_file),
-        code_ttl_s=x.ota_code_ttl_s,
-        max_pending=x.ota_max_pending,
-        users_per_hour=x.ota_users_per_hour,
-        max_devices=x.ota_max_devices,
-    )
-    return TrustBook(
-        config,
-        bindings=load_bindings(bindings_path(data_dir)),
-        new_code=lambda: f"{secrets.randbelow(1_000_000):06d}",
-        new_challenge=lambda: secrets.token_hex(16),
-    )
 
 
 class OtaEndpoint:
@@ -90,17 +57,19 @@ class OtaEndpoint:
         settings: Settings,
         provision: Provisioner | None,
         stats: ChannelStats,
+        http: RouteTable,
         revoke: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``revoke(dev)``: delete the device's broker user (blocking; on the OTA executor)."""
+        """``http``: the device listener (routes added here); ``revoke(dev)``: delete the
+        device's broker user (blocking; on the OTA executor)."""
         x = settings.xiaozhi
         self._revoke = revoke
         self._settings = settings
         # Resolved once: the broker config changes only with a broker restart.
         self._endpoint = wire.mqtt_endpoint(settings, device_listener_port(settings.data_dir))
         self._configured = provision is not None
-        self._provision: Provisioner = provision or _unconfigured
+        self._provision: Provisioner = provision or unconfigured
         self._stats = stats
         self.stats = OtaStats(stats.metrics)
         self.clock = clock
@@ -124,8 +93,6 @@ class OtaEndpoint:
         self._inflight = 0
         self._saved_revision = self.book.revision
         self._save_lock = threading.Lock()
-
-    def attach(self, http: HttpServer) -> None:
         for path in wire.OTA_PATHS:
             http.add_route("POST", path, self.handle)
             http.add_route("GET", path, self.handle)
@@ -185,7 +152,7 @@ class OtaEndpoint:
         except OSError:
             log.exception("saving OTA bindings failed")
             return self._reply(500, {"error": "activation could not be saved"})
-        return self._reply(_ACTIVATE_STATUS[outcome], {"status": outcome.value})
+        return self._reply(wire.ACTIVATE_STATUS[outcome], {"status": outcome.value})
 
     # -- used by the admin API too ---------------------------------------------------------------
 
@@ -256,7 +223,7 @@ class OtaEndpoint:
         body = wire.activation_response(
             code=code,
             challenge=challenge,
-            message=_ACTIVATION_MESSAGE.format(code=code),
+            message=wire.ACTIVATION_MESSAGE.format(code=code),
             timeout_ms=int(x.ota_code_ttl_s * 1000),
             now_ms=time.time_ns() // 1_000_000,
             firmware=x.firmware_version,
@@ -312,10 +279,6 @@ class OtaEndpoint:
     ) -> web.Response:
         self._stats.ota_requests.labels(str(status)).inc()
         return web.json_response(body, status=status, headers=headers)
-
-
-def _unconfigured(dev: str, password: str) -> None:
-    raise RuntimeError("device provisioning is not configured")
 
 
 class _Early(Exception):

@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.http import HttpServer
+from gateway.http import RouteTable
 from gateway.xiaozhi.ota import OtaEndpoint
 from gateway.xiaozhi.trust import Approval
 
@@ -34,10 +34,9 @@ _APPROVE_STATUS = {Approval.APPROVED: 200, Approval.UNKNOWN: 404, Approval.LOCKE
 
 
 class OtaAdmin:
-    def __init__(self, ota: OtaEndpoint) -> None:
+    def __init__(self, ota: OtaEndpoint, *, admin: RouteTable) -> None:
+        """Serves the approval routes on ``admin`` (added here)."""
         self._ota = ota
-
-    def attach(self, admin: HttpServer) -> None:
         admin.add_route("GET", "/admin/devices", self.devices)
         admin.add_route("GET", "/admin/devices/pending", self.pending)
         admin.add_route("POST", "/admin/devices/approve", self.approve)

@@ -22,10 +22,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.settings import Settings
+from gateway.xiaozhi.trust import Activation
 from topics.tree import build_xiaozhi_topic
 
 OTA_PATHS = ("/xiaozhi/ota/", "/xiaozhi/ota")
 ACTIVATE_PATHS = ("/xiaozhi/ota/activate", "/xiaozhi/ota/activate/")
+ACTIVATION_MESSAGE = "Ask a parent to approve this device with code {code}"
+ACTIVATE_STATUS = {  # HTTP status of /xiaozhi/ota/activate by outcome
+    Activation.DONE: 200,
+    Activation.PENDING: 202,
+    Activation.UNKNOWN: 404,
+    Activation.BAD_HMAC: 403,
+}
 _SERIAL_RE = re.compile(r"[\x21-\x7e]{1,64}")  # printable, no spaces
 _FIELD_MAX = 128
 _MAC_RE = re.compile(r"[0-9A-Fa-f]{2}([:-])[0-9A-Fa-f]{2}(\1[0-9A-Fa-f]{2}){4}")

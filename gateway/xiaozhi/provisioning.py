@@ -38,6 +38,11 @@ idempotent; raises when it cannot)."""
 _RETRY_GAP_S = 0.02
 
 
+def unconfigured(dev: str, password: str) -> None:
+    """The provisioner of a gateway that may not provision devices (OTA answers 503)."""
+    raise RuntimeError("device provisioning is not configured")
+
+
 def broker_accepts(
     *, host: str, port: int, tls: bool, username: str, password: str, timeout_s: float = 2.0
 ) -> bool:

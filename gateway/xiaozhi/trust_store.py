@@ -36,8 +36,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.broker.io import write_atomic
+from gateway.settings import Settings
 from gateway.xiaozhi.ota_wire import OtaRefused, device_id_from_mac
-from gateway.xiaozhi.trust import Binding
+from gateway.xiaozhi.trust import Binding, Policy, TrustBook, TrustConfig
 
 _KEY_BYTES = 32
 
@@ -46,7 +47,7 @@ class TrustFileError(ValueError):
     """An operator file or the bindings file cannot be used (the gateway refuses to start)."""
 
 
-class _Entry(BaseModel):
+class _StoredBinding(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     client_id: str
     generation: int = Field(ge=1)
@@ -56,7 +57,7 @@ class _Entry(BaseModel):
 class _BindingsFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: int = 1
-    devices: dict[str, _Entry] = {}
+    devices: dict[str, _StoredBinding] = {}
 
 
 def bindings_path(data_dir: Path) -> Path:
@@ -77,7 +78,7 @@ def load_bindings(path: Path) -> dict[str, Binding]:
 
 def save_bindings(path: Path, bindings: dict[str, Binding]) -> None:
     entries = {
-        dev: _Entry(client_id=b.client_id, generation=b.generation, serial=b.serial)
+        dev: _StoredBinding(client_id=b.client_id, generation=b.generation, serial=b.serial)
         for dev, b in bindings.items()
     }
     doc = _BindingsFile(devices=entries)
@@ -164,3 +165,22 @@ def _hmac_key(path: Path, serial: str, entry: object) -> HmacKey:
     if len(key) < 16 or (mac is not None and dev is None):
         raise TrustFileError(f"HMAC keys {path}: entry of {serial!r} needs a >= 16-byte hex key")
     return HmacKey(key, dev)
+
+
+def trust_book_from(settings: Settings, data_dir: Path) -> TrustBook:
+    """The trust book with the persisted bindings and the operator's allowlist (blocking)."""
+    x = settings.xiaozhi
+    config = TrustConfig(
+        policy=Policy(x.ota_policy),
+        allowlist=load_allowlist(x.ota_allowlist, x.ota_allowlist_file),
+        code_ttl_s=x.ota_code_ttl_s,
+        max_pending=x.ota_max_pending,
+        users_per_hour=x.ota_users_per_hour,
+        max_devices=x.ota_max_devices,
+    )
+    return TrustBook(
+        config,
+        bindings=load_bindings(bindings_path(data_dir)),
+        new_code=lambda: f"{secrets.randbelow(1_000_000):06d}",
+        new_challenge=lambda: secrets.token_hex(16),
+    )

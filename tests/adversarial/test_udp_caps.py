@@ -43,7 +43,7 @@ async def test_hello_flood_from_one_device_is_budgeted(broker: Broker) -> None:
         assert refused(gw, "hello_rate") == 40 - HELLO_BURST
         await other.open_audio_channel()
         assert gw.metric("xiaozhi_hellos_total") == HELLO_BURST + 1
-        assert len(gw.channel.hellos) == 2
+        assert len(gw.channel.core.hellos) == 2
 
 
 async def test_sessions_beyond_the_cap_are_refused_but_open_ones_renew(broker: Broker) -> None:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from gateway.cluster import Cluster, owner_of
-from gateway.service import Service
+from gateway.service import Context, Service
 from gateway.xiaozhi.channel import XiaozhiChannel
 from gateway.xiaozhi.provisioning import broker_provisioner
 from tests.integration.xiaozhi_support import (
@@ -46,6 +46,16 @@ class Asked:
                 await self.changed.wait()
 
 
+class _Owner:
+    """Transitional (helper wiring builds the ownership before the channel): the cluster's
+    answer once it exists."""
+
+    cluster: Cluster | None = None
+
+    def __call__(self, dev: str) -> bool:
+        return self.cluster is None or self.cluster.owns(dev)
+
+
 @contextlib.asynccontextmanager
 async def clustered(
     broker: Broker, count: int
@@ -57,20 +67,27 @@ async def clustered(
     for _ in range(count):
         settings = gateway_settings(broker)
         recorder = Recorder()
+        ctx = Context.create(settings)
+        owner = _Owner()
+        asked = Asked(owner)
         channel = XiaozhiChannel(
             settings=settings,
+            mqtt=ctx.mqtt,
+            metrics=ctx.metrics,
+            http=ctx.http,
+            admin=ctx.admin,
             voice=recorder,
             events=recorder,
             provision=broker_provisioner(
                 data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload
             ),
             udp_rate_pps=FAST_STREAM_PPS,
+            owns=asked,
         )
         cluster = Cluster(settings.gateway_id, enabled=True, udp=channel)
-        asked = Asked(cluster.owns)
-        channel.owns = asked
+        owner.cluster = cluster
         cluster.on_change(changed.set)
-        service = Service(settings, [cluster, channel])
+        service = Service(settings, [cluster, channel], ctx=ctx)
         members.append((Gateway(service, channel, recorder, settings), cluster, asked))
     ids = {gw.settings.gateway_id for gw, _, _ in members}
     async with asyncio.TaskGroup() as tg:

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.service import Service
+from gateway.service import Context, Service
 from gateway.settings import Settings
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim
 from gateway.xiaozhi.channel import XiaozhiChannel
@@ -52,7 +52,7 @@ class Recorder:
         self._bump()
 
     # SessionEvents
-    def session_opened(self, dev: str, session_id: str) -> None:
+    def session_opened(self, dev: str, session_id: str, channel: object) -> None:
         self.events.append(("opened", dev, session_id))
         self._bump()
 
@@ -141,8 +141,13 @@ async def running_gateway(
     settings of the HTTP listeners (e.g. ``admin_token``); ``xiaozhi``: that section."""
     settings = gateway_settings(broker, http=http, **xiaozhi)
     recorder = Recorder()
+    ctx = Context.create(settings)
     channel = XiaozhiChannel(
         settings=settings,
+        mqtt=ctx.mqtt,
+        metrics=ctx.metrics,
+        http=ctx.http,
+        admin=ctx.admin,
         voice=recorder,
         events=recorder,
         provision=None
@@ -150,7 +155,7 @@ async def running_gateway(
         else broker_provisioner(data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload),
         udp_rate_pps=udp_rate_pps,
     )
-    service = Service(settings, [channel])
+    service = Service(settings, [channel], ctx=ctx)
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(service.run(), name="test.gateway")
         async with asyncio.timeout(15):

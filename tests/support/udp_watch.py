@@ -1,11 +1,12 @@
 """Wake a test whenever the gateway's real UDP endpoint has handled datagrams.
 
 UDP gives a sender no acknowledgement, so a test that fires datagrams at the gateway needs
-another way to know they were processed before it reads counters. This wraps the running
-endpoint's ``datagram_received`` (the asyncio transport looks the method up on the protocol
-instance on every readiness event; the endpoint then drains what else is queued): after the
-original handler returns, waiters re-check their condition (typically on the channel's
-metrics). Nothing about the handling changes.
+another way to know they were processed before it reads counters. This wraps the channel's
+endpoint's ``datagram_received`` (:attr:`XiaozhiChannel.udp_endpoint`, the protocol its
+``run()`` binds; the asyncio transport looks the method up on the protocol instance on every
+readiness event, and the endpoint then drains what else is queued): after the original handler
+returns, waiters re-check their condition (typically on the channel's metrics). Nothing about
+the handling changes.
 """
 
 from __future__ import annotations
@@ -14,16 +15,13 @@ import asyncio
 from collections.abc import Callable
 
 from gateway.xiaozhi.channel import XiaozhiChannel
-from gateway.xiaozhi.udp import UdpEndpoint
 
 WAIT_S = 30.0
 
 
 class DatagramWatch:
     def __init__(self, channel: XiaozhiChannel) -> None:
-        endpoint = channel._udp  # the running endpoint (bound by the channel's run())
-        if not isinstance(endpoint, UdpEndpoint):
-            raise TypeError("the channel has no running UDP endpoint")
+        endpoint = channel.udp_endpoint
         self._changed = asyncio.Event()
         original = endpoint.datagram_received
 

@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.metrics import Metrics
-from gateway.mqtt import Inbound
+from gateway.mqtt import Handler, Inbound
 from gateway.settings import Settings
 from gateway.xiaozhi.channel import XiaozhiChannel
-from gateway.xiaozhi.stats import ChannelStats
 
 DEV = "24_0a_c4_00_00_01"
 OTHER = "24_0a_c4_00_00_02"
@@ -28,7 +27,10 @@ HELLO = {
 
 @dataclass
 class FakePublisher:
+    """The MQTT edge: records what is published and which routes were registered."""
+
     sent: list[tuple[str, bytes, int]] = field(default_factory=list)
+    routes: list[tuple[str, Handler, int]] = field(default_factory=list)
 
     def publish(
         self,
@@ -42,6 +44,9 @@ class FakePublisher:
     ) -> None:
         data = payload.encode() if isinstance(payload, str) else payload
         self.sent.append((topic, data, qos))
+
+    def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None:
+        self.routes.append((topic_filter, handler, qos))
 
     def to(self, dev: str) -> list[dict[str, Any]]:
         return [json.loads(p) for t, p, _ in self.sent if t == f"devices/p2p/{dev}"]
@@ -102,14 +107,16 @@ def make_channel(
             udp={"port": 0, "public_host": "gw.example", "public_port": 8884},
             xiaozhi=xiaozhi or {},
         ),
+        mqtt=pub,
+        metrics=metrics,
+        http=None,
+        admin=None,
         clock=clock or FakeClock(),
         **kwargs,
     )
-    channel.bind(pub, ChannelStats(metrics))
     if ready:
-        endpoint = channel.endpoint()
-        endpoint.connection_made(FakeDatagramTransport())
-        channel.use_udp(endpoint)
+        channel.udp_endpoint.connection_made(FakeDatagramTransport())
+        channel.bound()
     return channel, pub, metrics
 
 

@@ -5,20 +5,36 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.http import HttpServer
+from gateway.metrics import Metrics
+from gateway.settings import Settings
+from gateway.xiaozhi.channel import XiaozhiChannel
 from gateway.xiaozhi.mcp import McpError, McpTimeout
-from tests.unit.xiaozhi.fakes import DEV, HELLO, OTHER, FakeClock, inbound, make_channel, sample
+from tests.unit.xiaozhi.fakes import (
+    DEV,
+    HELLO,
+    OTHER,
+    FakeClock,
+    FakePublisher,
+    inbound,
+    make_channel,
+    sample,
+)
 
 
 class RecordingEvents:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.channels: list[object] = []
 
-    def session_opened(self, dev: str, session_id: str) -> None:
+    def session_opened(self, dev: str, session_id: str, channel: object) -> None:
         self.calls.append(("opened", dev, session_id))
+        self.channels.append(channel)
 
     def session_closed(self, dev: str, session_id: str, reason: str) -> None:
         self.calls.append(("closed", dev, session_id, reason))
@@ -35,9 +51,35 @@ class RecordingEvents:
         self.calls.append(("mcp", dev, dict(payload)))
 
 
+def test_the_channel_is_wired_once_in_its_constructor() -> None:
+    events = RecordingEvents()
+    channel, pub, _ = make_channel(events=events)
+    ((topic_filter, handler, qos),) = pub.routes  # the control route, registered at once
+    assert (topic_filter, qos) == ("device-server/+", 0)
+    handler(inbound(DEV, HELLO))
+    assert pub.last(DEV)["type"] == "hello"
+    assert events.channels == [channel]  # the session's listener gets the channel to answer on
+
+
+def test_with_http_listeners_the_channel_serves_ota_approvals_and_health(tmp_path: Path) -> None:
+    metrics = Metrics()
+    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
+    admin = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
+    channel = XiaozhiChannel(
+        settings=Settings(data_dir=tmp_path),
+        mqtt=FakePublisher(),
+        metrics=metrics,
+        http=http,
+        admin=admin,
+        provision=lambda dev, password: None,
+    )
+    assert channel.ota is not None
+    assert http.health_checks["xiaozhi"]() == {"ok": False, "sessions": 0}  # UDP not bound yet
+    channel.ota.close()
+
+
 def test_hello_reply_is_what_firmware_accepts() -> None:
     channel, pub, metrics = make_channel()
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, HELLO))
     reply = pub.last(DEV)
     assert reply["type"] == "hello"
@@ -48,7 +90,7 @@ def test_hello_reply_is_what_firmware_accepts() -> None:
     udp = reply["udp"]
     assert (udp["server"], udp["port"], udp["encryption"]) == ("gw.example", 8884, "aes-128-ctr")
     key, nonce = bytes.fromhex(udp["key"]), bytes.fromhex(udp["nonce"])
-    session = channel.table.by_dev(DEV)
+    session = channel.core.by_dev(DEV)
     assert session is not None
     assert session.session_id == sid
     assert key == session.key
@@ -63,7 +105,6 @@ def test_hello_reply_is_what_firmware_accepts() -> None:
 def test_second_hello_replaces_session_with_fresh_secrets() -> None:
     events = RecordingEvents()
     channel, pub, metrics = make_channel(events=events)
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, HELLO))
     first = pub.last(DEV)
     channel.control.handle(inbound(DEV, HELLO))
@@ -71,14 +112,13 @@ def test_second_hello_replaces_session_with_fresh_secrets() -> None:
     assert first["session_id"] != second["session_id"]
     assert first["udp"]["key"] != second["udp"]["key"]
     assert first["udp"]["nonce"] != second["udp"]["nonce"]
-    assert len(channel.table) == 1
+    assert len(channel.core) == 1
     assert ("closed", DEV, first["session_id"], "replaced") in events.calls
     assert sample(metrics, "xiaozhi_goodbyes_total", side="device", reason="replaced") == 1
 
 
 def test_device_goodbye_closes_only_its_session() -> None:
     channel, pub, metrics = make_channel()
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, HELLO))
     sid = pub.last(DEV)["session_id"]
     channel.control.handle(inbound(DEV, {"session_id": "stale", "type": "goodbye"}))
@@ -102,7 +142,6 @@ def test_message_for_missing_session_gets_goodbye_with_its_session_id(
     message: dict[str, Any],
 ) -> None:
     channel, pub, metrics = make_channel()
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, message))
     assert pub.last(DEV) == {"type": "goodbye", "session_id": "old-session"}
     assert sample(metrics, "xiaozhi_control_dropped_total", reason="no_session") == 1
@@ -112,7 +151,6 @@ def test_listen_and_abort_reach_the_runtime_and_refresh_idle() -> None:
     clock = FakeClock(0.0)
     events = RecordingEvents()
     channel, pub, _ = make_channel(clock, events=events)
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, HELLO))
     sid = pub.last(DEV)["session_id"]
     clock.now = 100.0
@@ -124,12 +162,11 @@ def test_listen_and_abort_reach_the_runtime_and_refresh_idle() -> None:
     )
     assert ("listen", DEV, "detect", None, "你好小智") in events.calls
     assert ("abort", DEV, "wake_word_detected") in events.calls
-    assert channel.table.next_deadline() == 250.0
+    assert channel.core.next_deadline() == 250.0
 
 
 def test_gateway_goodbye_carries_exact_session_id() -> None:
     channel, pub, metrics = make_channel()
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, HELLO))
     sid = pub.last(DEV)["session_id"]
     assert channel.close_session(DEV) is True
@@ -161,7 +198,6 @@ def test_malformed_control_is_counted_and_leaves_sessions_alone(
     topic: str | None, payload: bytes, reason: str
 ) -> None:
     channel, pub, metrics = make_channel()
-    assert channel.control is not None
     channel.control.handle(inbound(OTHER, HELLO))
     other_sid = channel.session_id(OTHER)
     before = len(pub.sent)
@@ -173,11 +209,10 @@ def test_malformed_control_is_counted_and_leaves_sessions_alone(
 
 def test_runtime_handler_failures_are_contained() -> None:
     class Exploding(RecordingEvents):
-        def session_opened(self, dev: str, session_id: str) -> None:
+        def session_opened(self, dev: str, session_id: str, channel: object) -> None:
             raise RuntimeError("runtime bug")
 
     channel, pub, _ = make_channel(events=Exploding())
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, HELLO))
     assert pub.last(DEV)["type"] == "hello"
 
@@ -185,7 +220,6 @@ def test_runtime_handler_failures_are_contained() -> None:
 async def test_mcp_request_round_trip_and_isolation() -> None:
     events = RecordingEvents()
     channel, pub, metrics = make_channel(events=events)
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, HELLO))
     sid = pub.last(DEV)["session_id"]
     task = asyncio.create_task(channel.mcp_request(DEV, "tools/list", {"cursor": ""}))
@@ -217,7 +251,6 @@ async def test_mcp_request_round_trip_and_isolation() -> None:
 
 async def test_mcp_error_and_timeout() -> None:
     channel, pub, metrics = make_channel()
-    assert channel.control is not None
     task = asyncio.create_task(channel.mcp_request(DEV, "tools/call", {"name": "x"}))
     await asyncio.sleep(0)
     request = pub.last(DEV)
@@ -229,14 +262,12 @@ async def test_mcp_error_and_timeout() -> None:
     with pytest.raises(McpTimeout):
         await channel.mcp_request(DEV, "tools/list", timeout_s=0.01)
     assert sample(metrics, "xiaozhi_mcp_requests_total", outcome="timeout") == 1
-    assert channel.mcp is not None
     assert channel.mcp.pending == 0
     assert json.loads(pub.sent[-1][1])["payload"]["method"] == "tools/list"
 
 
 def test_udp_timeout_ends_the_named_session_like_goodbye() -> None:
     channel, pub, metrics = make_channel()
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, HELLO))
     sid = pub.last(DEV)["session_id"]
     channel.control.handle(inbound(DEV, {"type": "udp_timeout", "session_id": "other"}))
@@ -249,7 +280,6 @@ def test_udp_timeout_ends_the_named_session_like_goodbye() -> None:
 def test_hellos_past_the_devices_budget_get_no_reply() -> None:
     clock = FakeClock(0.0)
     channel, _, metrics = make_channel(clock, xiaozhi={"hello_burst": 3, "hellos_per_minute": 6})
-    assert channel.control is not None
     for _ in range(10):
         channel.control.handle(inbound(DEV, HELLO))
     assert sample(metrics, "xiaozhi_hellos_total") == 3
@@ -259,12 +289,11 @@ def test_hellos_past_the_devices_budget_get_no_reply() -> None:
     clock.now = 10.0  # one hello per 10 s
     channel.control.handle(inbound(DEV, HELLO))
     assert sample(metrics, "xiaozhi_hellos_total") == 5
-    assert len(channel.hellos) == 2
+    assert len(channel.core.hellos) == 2
 
 
 def test_hellos_past_the_session_cap_get_no_reply_but_open_sessions_can_renew() -> None:
     channel, pub, metrics = make_channel(xiaozhi={"max_sessions": 1})
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, HELLO))
     sid = channel.session_id(DEV)
     channel.control.handle(inbound(OTHER, HELLO))
@@ -280,7 +309,6 @@ def test_hellos_past_the_session_cap_get_no_reply_but_open_sessions_can_renew() 
 
 def test_hello_before_the_udp_port_is_bound_gets_no_reply() -> None:
     channel, pub, metrics = make_channel(ready=False)
-    assert channel.control is not None
     channel.control.handle(inbound(DEV, HELLO))
     assert pub.sent == []
     assert channel.session_id(DEV) is None

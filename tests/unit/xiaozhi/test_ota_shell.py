@@ -7,6 +7,7 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from gateway.http import RouteHandler
 from gateway.metrics import Metrics
 from gateway.settings import Settings
 from gateway.xiaozhi.ota import OtaEndpoint
@@ -67,28 +69,29 @@ class Rig:
         return sample(self.metrics, name, **labels)
 
 
+@dataclass
+class Routes:
+    """The route table edge: the endpoints register themselves on a plain aiohttp app."""
+
+    app: web.Application
+
+    def add_route(self, method: str, path: str, handler: RouteHandler) -> None:
+        self.app.router.add_route(method, path, handler)
+
+
 async def start(
     settings: Settings, provision: Provisioner | None, revoked: list[str] | None = None
 ) -> AsyncIterator[Rig]:
     metrics = Metrics()
+    app = web.Application()
     endpoint = OtaEndpoint(
         settings=settings,
         provision=provision,
         revoke=None if revoked is None else revoked.append,
         stats=ChannelStats(metrics),
+        http=Routes(app),
     )
-    app = web.Application()
-    for path in ("/xiaozhi/ota/", "/xiaozhi/ota/activate"):
-        app.router.add_route(
-            "POST", path, endpoint.handle if path.endswith("ota/") else endpoint.handle_activate
-        )
-    app.router.add_route("GET", "/xiaozhi/ota/", endpoint.handle)
-    admin = OtaAdmin(endpoint)
-    app.router.add_route("POST", "/admin/devices/approve", admin.approve)
-    app.router.add_route("GET", "/admin/devices/pending", admin.pending)
-    app.router.add_route("GET", "/admin/devices", admin.devices)
-    app.router.add_route("POST", "/admin/devices/{dev}/rotate", admin.rotate)
-    app.router.add_route("DELETE", "/admin/devices/{dev}", admin.forget)
+    OtaAdmin(endpoint, admin=Routes(app))
     try:
         async with TestClient(TestServer(app)) as client:
             yield Rig(client, endpoint, metrics)

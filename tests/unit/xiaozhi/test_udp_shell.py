@@ -12,12 +12,13 @@ from codec.udp import UplinkSender
 from gateway.simulators.xiaozhi import DeviceUdpCrypto
 from gateway.xiaozhi.live import LiveSession
 from gateway.xiaozhi.ratelimit import TokenBucket
-from gateway.xiaozhi.udp import UdpEndpoint
 from tests.unit.xiaozhi.fakes import (
     DEV,
+    HELLO,
     OTHER,
     FakeClock,
     FakeDatagramTransport,
+    inbound,
     make_channel,
     sample,
 )
@@ -30,18 +31,17 @@ EVIL = ("192.0.2.66", 5555)
 class Rig:
     def __init__(self) -> None:
         self.clock = FakeClock(0.0)
-        self.channel, self.pub, self.metrics = make_channel(self.clock)
+        self.channel, self.pub, self.metrics = make_channel(self.clock, ready=False)
         self.transport = FakeDatagramTransport()
-        self.endpoint = UdpEndpoint(
-            lookup=self.channel.route,
-            on_activity=lambda live, now: self.channel.touch(live),
-            stats=self.channel.stats,
-            clock=self.clock,
-        )
+        self.endpoint = self.channel.udp_endpoint
         self.endpoint.connection_made(self.transport)
+        self.channel.bound()
 
     def open(self, dev: str) -> tuple[LiveSession, UplinkSender]:
-        live = self.channel.open_session(dev, self.clock())
+        self.channel.control.handle(inbound(dev, HELLO))
+        session = self.channel.core.by_dev(dev)
+        assert session is not None
+        live = self.channel.route(session.ssrc)
         assert live is not None
         return live, UplinkSender(key=live.session.key, ssrc=live.session.ssrc)
 

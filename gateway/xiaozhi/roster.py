@@ -1,0 +1,180 @@
+"""The shell side of the session core: each open session's I/O state, and the effects applied.
+
+:class:`~gateway.xiaozhi.sessions.SessionCore` decides which sessions exist; the roster holds,
+for each of them, what the shell needs to serve it (:class:`LiveSession`: crypto, source
+binding, datagram budget, audio pipeline), keyed by the session's ssrc (how datagrams are
+routed). It is changed only by the core's effects (:meth:`apply`): a session opened gets its
+live state and the hello reply; a session closed loses it (what the device already said still
+reaches the runtime), is counted, and — when the core says so — the device gets a goodbye.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from gateway.xiaozhi import messages
+from gateway.xiaozhi.live import LiveFactory, LiveSession
+from gateway.xiaozhi.pipeline import Frame
+from gateway.xiaozhi.pump import AudioPump
+from gateway.xiaozhi.sessions import (
+    ControlRefused,
+    Effect,
+    InSession,
+    SessionClosed,
+    SessionCore,
+    SessionOpened,
+    StaleGoodbye,
+)
+from gateway.xiaozhi.stats import ChannelStats
+
+log = logging.getLogger(__name__)
+
+UplinkTap = Callable[[str, str, Frame], None]  # dev, session_id, accepted uplink frame
+Publish = Callable[[str, bytes], None]  # dev, payload → the device's downlink topic
+
+
+class SessionLink(Protocol):
+    """What a session's listener may use to answer on the channel the session lives on."""
+
+    def publish(self, dev: str, payload: bytes) -> None: ...
+
+    def send_audio(self, dev: str, session_id: str, opus_packet: bytes) -> bool: ...
+
+    def close_session(self, dev: str) -> bool: ...
+
+    def set_listening(self, dev: str, listening: bool) -> None: ...
+
+
+class SessionEvents(Protocol):
+    """Control-side events for the runtime (all optional to act on)."""
+
+    def session_opened(self, dev: str, session_id: str, channel: SessionLink) -> None: ...
+
+    def session_closed(self, dev: str, session_id: str, reason: str) -> None: ...
+
+    def listen(
+        self, dev: str, session_id: str, state: str, mode: str | None, text: str | None
+    ) -> None: ...
+
+    def abort(self, dev: str, session_id: str, reason: str | None) -> None: ...
+
+    def mcp_message(self, dev: str, payload: Mapping[str, Any]) -> None: ...
+
+
+def guarded(dev: str, what: str, call: Callable[[], None]) -> None:
+    """Run a runtime callback; its failure is logged with the device and contained."""
+    try:
+        call()
+    except Exception:
+        log.exception("%s handler failed for %s", what, dev)
+
+
+class SessionRoster:
+    def __init__(
+        self,
+        *,
+        core: SessionCore,
+        new_live: LiveFactory,
+        pump: AudioPump,
+        publish: Publish,
+        stats: ChannelStats,
+        udp_address: Callable[[], tuple[str, int]],  # (host, port) named in hello replies
+        events: SessionEvents | None,
+        uplink_tap: UplinkTap | None,
+        clock: Callable[[], float],
+        link: SessionLink,  # the channel, handed to ``session_opened``
+    ) -> None:
+        self._core = core
+        self._new_live = new_live
+        self._pump = pump
+        self._publish = publish
+        self._stats = stats
+        self._udp_address = udp_address
+        self._events = events
+        self._tap = uplink_tap
+        self._clock = clock
+        self._link = link
+        self._live: dict[int, LiveSession] = {}  # by ssrc: one entry per session of the core
+        self.opened = asyncio.Event()  # set at every open (wakes the idle sweeper)
+
+    def route(self, ssrc: int) -> LiveSession | None:
+        """The datagram router's lookup (one dict read)."""
+        return self._live.get(ssrc)
+
+    def of(self, dev: str) -> LiveSession | None:
+        session = self._core.by_dev(dev)
+        return self._live.get(session.ssrc) if session is not None else None
+
+    def is_current(self, live: LiveSession) -> bool:
+        return self._live.get(live.session.ssrc) is live
+
+    def apply(self, effects: list[Effect], *, received: float | None = None) -> None:
+        """Carry out the core's effects; ``received``: when the hello arrived (monotonic), for
+        the hello handling time."""
+        for effect in effects:
+            match effect:
+                case SessionOpened(session=session):
+                    live = self._new_live(session, listening=self._core.listening(session.dev))
+                    self._opened(live, received)
+                case SessionClosed():
+                    self._closed(effect)
+                case StaleGoodbye(dev=dev, session_id=sid):
+                    self._publish(dev, messages.goodbye(sid))
+                case ControlRefused(reason=reason):
+                    self._stats.control_dropped.labels(reason.value).inc()
+                case InSession():  # handed on by the caller (it has the message)
+                    pass
+
+    def _opened(self, live: LiveSession, received: float | None) -> None:
+        session, dev = live.session, live.dev
+        self._live[session.ssrc] = live
+        if self._tap is not None:
+            tap, sid = self._tap, session.session_id
+            live.pipeline.tap = lambda frame: tap(dev, sid, frame)
+        self._stats.sessions_open.set(len(self._core))
+        self.opened.set()
+        host, port = self._udp_address()
+        self._publish(
+            dev,
+            messages.hello_reply(
+                session_id=session.session_id,
+                server=host,
+                port=port,
+                key=session.key,
+                nonce=session.nonce,
+            ),
+        )
+        self._stats.hellos.inc()
+        if received is not None:
+            self._stats.hello_handling_ms.observe((self._clock() - received) * 1000)
+        log.info(
+            "xiaozhi session %s opened for %s (ssrc %08x)", session.session_id, dev, session.ssrc
+        )
+        events = self._events
+        if events is not None:
+            link = self._link
+            guarded(
+                dev, "session_opened", lambda: events.session_opened(dev, session.session_id, link)
+            )
+
+    def _closed(self, closed: SessionClosed) -> None:
+        session, reason = closed.session, closed.reason.value
+        live = self._live.pop(session.ssrc, None)
+        if live is not None:
+            live.pipeline.finish()  # what the device already said still reaches the runtime
+            self._pump.forget(live.pipeline)
+        self._stats.goodbyes.labels(closed.side, reason).inc()
+        self._stats.sessions_open.set(len(self._core))
+        if closed.announce:
+            self._publish(session.dev, messages.goodbye(session.session_id))
+        log.info("xiaozhi session %s of %s closed (%s)", session.session_id, session.dev, reason)
+        events = self._events
+        if events is not None:
+            guarded(
+                session.dev,
+                "session_closed",
+                lambda: events.session_closed(session.dev, session.session_id, reason),
+            )
