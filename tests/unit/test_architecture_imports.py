@@ -34,25 +34,27 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _module_level(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+def _module_level(body: list[ast.stmt], *, typing: bool) -> Iterator[ast.Import | ast.ImportFrom]:
     for node in body:
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
         elif isinstance(node, ast.If):
-            if not _is_type_checking(node):
-                yield from _module_level(node.body)
-            yield from _module_level(node.orelse)
+            if typing or not _is_type_checking(node):
+                yield from _module_level(node.body, typing=typing)
+            yield from _module_level(node.orelse, typing=typing)
         elif isinstance(node, ast.Try):
             for block in (node.body, node.orelse, node.finalbody):
-                yield from _module_level(block)
+                yield from _module_level(block, typing=typing)
             for handler in node.handlers:
-                yield from _module_level(handler.body)
+                yield from _module_level(handler.body, typing=typing)
 
 
-def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+def imports_of(name: str, path: Path, known: dict[str, Path], *, typing: bool = False) -> set[str]:
+    """``typing``: count ``if TYPE_CHECKING:`` imports too."""
     is_package = path.name == "__init__.py"
     out: set[str] = set()
-    for node in _module_level(ast.parse(path.read_text(encoding="utf-8")).body):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in _module_level(tree.body, typing=typing):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -75,9 +77,9 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(*, typing: bool = False) -> dict[str, set[str]]:
     known = modules()
-    return {name: imports_of(name, path, known) for name, path in known.items()}
+    return {name: imports_of(name, path, known, typing=typing) for name, path in known.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -133,6 +135,13 @@ def test_the_gateway_package_has_no_import_circle() -> None:
     )
 
 
+def test_the_xiaozhi_room_has_no_circle_even_through_type_checking_imports() -> None:
+    graph = import_graph(typing=True)
+    room = {m: {t for t in ts if t.startswith("gateway.xiaozhi")} for m, ts in graph.items()}
+    found = cycles({m: ts for m, ts in room.items() if m.startswith("gateway.xiaozhi")})
+    assert not found, f"import circles in gateway/xiaozhi/: {found}"
+
+
 def test_the_checker_finds_a_circle_and_ignores_type_checking_imports(tmp_path: Path) -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert cycles(graph) == [["a", "b", "c"]]
@@ -147,3 +156,4 @@ def test_the_checker_finds_a_circle_and_ignores_type_checking_imports(tmp_path: 
     (pkg / "a.py").write_text(source)
     known = {"pkg": pkg, "pkg.a": pkg / "a.py", "pkg.b": pkg / "b.py", "pkg.c": pkg / "c.py"}
     assert imports_of("pkg.a", pkg / "a.py", known) == {"pkg.b"}
+    assert imports_of("pkg.a", pkg / "a.py", known, typing=True) == {"pkg.b", "pkg.c"}
