@@ -1,7 +1,9 @@
 """Opus uplink decoding (16 kHz mono, 60 ms frames) with loss concealment, over libopus.
 
-One :class:`OpusStreamDecoder` per session. It calls libopus's ``opus_decode`` through the
-ctypes binding opuslib already sets up, into one preallocated output buffer (opuslib's own
+One :class:`OpusStreamDecoder` per session. It calls libopus's ``opus_decode`` (the library
+opuslib loads) through a ctypes function of its own whose arguments need no conversion per
+call (the decoder state and the output buffer go in as prebuilt ``c_void_p``), into one
+preallocated output buffer that is copied out through a memoryview (opuslib's own
 ``Decoder.decode`` allocates a buffer and builds a Python list of samples per call, several
 times slower). Returned PCM is s16le bytes.
 
@@ -33,6 +35,18 @@ from opuslib.api import decoder as _api
 _MAX_PACKET_MS: Final = 120  # longest Opus packet
 _SILK_MS: Final = (10, 20, 40, 60)
 _FRAME_MS: Final = (10, 20, 40, 60, 80, 100, 120)
+# Our own function object (item lookup builds a fresh one; attribute lookup would share and
+# retype opuslib's): state and buffer are passed as prebuilt c_void_p, nothing is converted.
+_opus_decode = _api.opuslib.api.libopus["opus_decode"]
+_opus_decode.argtypes = (
+    ctypes.c_void_p,
+    ctypes.c_char_p,
+    ctypes.c_int32,
+    ctypes.c_void_p,
+    ctypes.c_int,
+    ctypes.c_int,
+)
+_opus_decode.restype = ctypes.c_int
 _parse = _api.opuslib.api.libopus.opus_packet_parse
 _parse.argtypes = (
     ctypes.c_char_p,
@@ -107,7 +121,9 @@ class OpusStreamDecoder:
         self.counters = DecoderCounters()
         self._max = sample_rate * _MAX_PACKET_MS // 1000
         self._buf = (ctypes.c_int16 * self._max)()
-        self._ptr = ctypes.cast(self._buf, _api.opuslib.api.c_int16_pointer)
+        self._handle = ctypes.c_void_p(ctypes.cast(self._state, ctypes.c_void_p).value)
+        self._out = ctypes.c_void_p(ctypes.addressof(self._buf))
+        self._pcm = memoryview(self._buf).cast("B")  # the output buffer's bytes
         self._last_samples = self.frame_samples  # PLC length follows the stream's frame size
 
     def decode(self, packet: bytes, lost_before: int = 0) -> bytes:
@@ -127,19 +143,19 @@ class OpusStreamDecoder:
     def _decode(self, packet: bytes) -> bytes:
         if not packet:
             return self._plc()
-        n = _api.libopus_decode(self._state, packet, len(packet), self._ptr, self._max, 0)
+        n = _opus_decode(self._handle, packet, len(packet), self._out, self._max, 0)
         if n < 0:
             self.counters.decode_errors += 1
             return self._plc()
         self.counters.frames_decoded += 1
         self._last_samples = n
-        return ctypes.string_at(self._buf, 2 * n)
+        return self._pcm[: 2 * n].tobytes()
 
     def _plc(self) -> bytes:
         self.counters.concealed += 1
         # Cannot fail: no data and a valid frame size (see _fec).
-        n = _api.libopus_decode(self._state, None, 0, self._ptr, self._last_samples, 0)
-        return ctypes.string_at(self._buf, 2 * n)
+        n = _opus_decode(self._handle, None, 0, self._out, self._last_samples, 0)
+        return self._pcm[: 2 * n].tobytes()
 
     def _fill_gap(self, frames: int, next_packet: bytes) -> bytes:
         if frames > self.plc_limit:
@@ -157,6 +173,6 @@ class OpusStreamDecoder:
     def _fec(self, packet: bytes) -> bytes:
         # Cannot fail: the packet parsed in has_lbrr and _last_samples is a frame size libopus
         # itself returned (or a validated 10-120 ms); a too-short frame_size makes it run PLC.
-        n = _api.libopus_decode(self._state, packet, len(packet), self._ptr, self._last_samples, 1)
+        n = _opus_decode(self._handle, packet, len(packet), self._out, self._last_samples, 1)
         self.counters.fec_recovered += 1
-        return ctypes.string_at(self._buf, 2 * n)
+        return self._pcm[: 2 * n].tobytes()

@@ -67,27 +67,40 @@ class Header:
         )
 
 
-def check_header(datagram: bytes) -> Header | DropReason:
-    """Validate the framing of ``datagram`` (no crypto) and return its header fields."""
+Fields = tuple[int, int, int, int, int, int]  # type, flags, payload_len, ssrc, timestamp, sequence
+
+
+def unpack_header(datagram: bytes) -> Fields | DropReason:
+    """:func:`check_header` without building a :class:`Header`: the six fields in wire order
+    (type, flags, payload_len, ssrc, timestamp, sequence), for the per-datagram hot path."""
     size = len(datagram)
     if size < HEADER_SIZE:
         return DropReason.TOO_SHORT
     if size > MAX_DATAGRAM:
         return DropReason.TOO_LARGE
-    ptype, flags, payload_len, ssrc, timestamp, sequence = HEADER.unpack_from(datagram)
-    if ptype != PACKET_TYPE:
+    fields: Fields = HEADER.unpack_from(datagram)
+    if fields[0] != PACKET_TYPE:
         return DropReason.BAD_TYPE
-    if size != HEADER_SIZE + payload_len:
+    if size != HEADER_SIZE + fields[2]:
         return DropReason.LENGTH_MISMATCH
+    return fields
+
+
+def check_header(datagram: bytes) -> Header | DropReason:
+    """Validate the framing of ``datagram`` (no crypto) and return its header fields."""
+    fields = unpack_header(datagram)
+    if isinstance(fields, DropReason):
+        return fields
+    ptype, flags, payload_len, ssrc, timestamp, sequence = fields
     return Header(ssrc, timestamp, sequence, payload_len, flags, ptype)
 
 
 def peek_ssrc(datagram: bytes) -> int | DropReason:
     """Routing key of a datagram, after the cheap framing checks and before any crypto."""
-    header = check_header(datagram)
-    if isinstance(header, DropReason):
-        return header
-    return header.ssrc
+    fields = unpack_header(datagram)
+    if isinstance(fields, DropReason):
+        return fields
+    return fields[3]
 
 
 _BLOCK = 16
@@ -123,7 +136,7 @@ class CtrCipher:
     datagram take the per-message context path.
     """
 
-    __slots__ = ("_aes", "_ecb")
+    __slots__ = ("_aes", "_ecb", "_update")
 
     def __init__(self, key: bytes) -> None:
         if len(key) != KEY_SIZE:
@@ -131,6 +144,7 @@ class CtrCipher:
         self._aes = algorithms.AES(key)
         # ECB here only ever encrypts CTR counter blocks: this IS counter mode (see above).
         self._ecb = Cipher(self._aes, modes.ECB()).encryptor()  # noqa: S305
+        self._update = self._ecb.update
 
     def transform(self, counter_block: bytes, data: bytes) -> bytes:
         """Encrypt or decrypt ``data`` (CTR is its own inverse)."""
@@ -139,7 +153,7 @@ class CtrCipher:
         counter = int.from_bytes(counter_block, "big")
         if blocks > _TABLE_BLOCKS or counter + blocks > _COUNTER_MOD:
             return Cipher(self._aes, modes.CTR(counter_block)).encryptor().update(data)
-        stream = self._ecb.update(
+        stream = self._update(
             (counter * _REPUNIT[blocks] + _RAMP[blocks]).to_bytes(blocks * _BLOCK, "big")
         )
         mixed = int.from_bytes(data, "big") ^ int.from_bytes(stream[:size], "big")

@@ -146,16 +146,24 @@ class UplinkReceiver:
         header = check_header(datagram)
         if isinstance(header, DropReason):
             return self._drop(header)
-        if header.ssrc != self.ssrc:
-            return self._drop(DropReason.UNKNOWN_SSRC)
-        if header.flags != self.flags:  # devices copy the nonce's (0x00); 0x80 is downlink
-            return self._drop(DropReason.BAD_FLAGS)
-        seq = header.sequence
-        if seq <= self.last_seq:
-            return self._drop(DropReason.REPLAY)
-        if seq - self.last_seq > self.max_forward_jump:
-            return self._drop(DropReason.SEQ_JUMP)
-        return header
+        reason = self.vet(header.ssrc, header.flags, header.sequence)
+        return header if reason is None else _DROPPED[reason]
+
+    def vet(self, ssrc: int, flags: int, seq: int) -> DropReason | None:
+        """:meth:`check` on the fields of a datagram whose framing ``unpack_header`` passed
+        (the endpoint's hot path builds no :class:`Header`): the refusal, counted, or None."""
+        if ssrc != self.ssrc:
+            reason = DropReason.UNKNOWN_SSRC
+        elif flags != self.flags:  # devices copy the nonce's (0x00); 0x80 is downlink
+            reason = DropReason.BAD_FLAGS
+        elif seq <= self.last_seq:
+            reason = DropReason.REPLAY
+        elif seq - self.last_seq > self.max_forward_jump:
+            reason = DropReason.SEQ_JUMP
+        else:
+            return None
+        self.drops[reason] += 1
+        return reason
 
     def decrypt(self, datagram: bytes) -> bytes:
         """The payload of a datagram :meth:`check` passed, with no state change (to vet it
@@ -166,13 +174,19 @@ class UplinkReceiver:
         """Accept a datagram :meth:`check` passed: account its sequence and decrypt it.
         ``decrypt=False`` (nobody listens to this session's audio) skips only the AES and
         returns an empty payload."""
-        payload = open_payload(self._aes, datagram) if decrypt else b""
-        seq = header.sequence
+        payload, lost_before = self.advance(datagram, header.sequence, decrypt=decrypt)
+        return Accepted(payload, header.sequence, header.timestamp, lost_before)
+
+    def advance(self, datagram: bytes, seq: int, *, decrypt: bool = True) -> tuple[bytes, int]:
+        """:meth:`take` for a sequence :meth:`vet` passed, without building an
+        :class:`Accepted`: the payload (empty with ``decrypt=False``) and ``lost_before``."""
         lost_before = seq - self.last_seq - 1
         self.last_seq = seq
         self.accepted += 1
         self.lost += lost_before
-        return Accepted(payload, seq, header.timestamp, lost_before)
+        if decrypt:
+            return self._aes.transform(datagram[:HEADER_SIZE], datagram[HEADER_SIZE:]), lost_before
+        return b"", lost_before
 
     def _drop(self, reason: DropReason) -> Dropped:
         self.drops[reason] += 1

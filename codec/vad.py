@@ -103,6 +103,8 @@ class VadSegmenter:
         self.state = VadState.SILENCE
         self.counters = VadCounters()
         self._vad = webrtcvad.Vad(cfg.aggressiveness)
+        # webrtcvad's C entry point: Vad.is_speech only re-checks the length we already fix.
+        self._is_speech = webrtcvad._webrtcvad.process
         self._sub_bytes = cfg.sample_rate * cfg.subframe_ms // 1000 * 2
         self._window_n = cfg.frames(cfg.start_window_ms)
         self._start_n = math.ceil(cfg.start_ratio * self._window_n)
@@ -128,8 +130,33 @@ class VadSegmenter:
         whole = len(data) - len(data) % size
         self._rest = data[whole:]
         events: list[VadEvent] = []
+        # One sub-frame per iteration, the state machine inline (this runs for every 60 ms
+        # frame of every listening session): SILENCE counts voiced sub-frames in the start
+        # window; SPEECH extends the utterance until end_silence_ms of unvoiced ones.
+        is_speech, handle, rate = self._is_speech, self._vad._vad, self.config.sample_rate
+        samples, counters, history, window = size // 2, self.counters, self._history, self._window
         for offset in range(0, whole, size):
-            self._step(data[offset : offset + size], events)
+            sub = data[offset : offset + size]
+            self._idx = idx = self._idx + 1
+            voiced = is_speech(handle, rate, sub, samples)
+            counters.subframes += 1
+            counters.voiced += voiced
+            history.append(sub)
+            if self.state is VadState.SILENCE:
+                window.append(voiced)
+                if voiced and window.count(True) >= self._start_n:
+                    self._begin(events)
+                continue
+            self._utt += sub
+            if not voiced:
+                self._silent_run += 1
+                if self._silent_run >= self._end_n:
+                    self._stop(events)
+                continue
+            self._last_voiced = idx
+            self._silent_run = 0
+            if idx + 1 - self._start >= self._max_n:
+                self._split(events)
         return events
 
     def flush(self) -> list[VadEvent]:
@@ -139,29 +166,6 @@ class VadSegmenter:
             self._stop(events)
         self._rest = b""
         return events
-
-    def _step(self, sub: bytes, events: list[VadEvent]) -> None:
-        self._idx += 1
-        voiced = self._vad.is_speech(sub, self.config.sample_rate)
-        self.counters.subframes += 1
-        self.counters.voiced += voiced
-        self._history.append(sub)
-        if self.state is VadState.SILENCE:
-            self._window.append(voiced)
-            if voiced and self._window.count(True) >= self._start_n:
-                self._begin(events)
-            return
-        # VadState.SPEECH
-        self._utt += sub
-        if not voiced:
-            self._silent_run += 1
-            if self._silent_run >= self._end_n:
-                self._stop(events)
-            return
-        self._last_voiced = self._idx
-        self._silent_run = 0
-        if self._idx + 1 - self._start >= self._max_n:
-            self._split(events)
 
     def _begin(self, events: list[VadEvent]) -> None:
         window = list(self._window)
@@ -180,7 +184,11 @@ class VadSegmenter:
         self._last_voiced = self._trim_overhang()
         post = min(self._pre_n, self._idx - self._last_voiced)
         end_n = self._last_voiced + 1 + post - self._utt_first
-        self._emit(events, self._last_voiced + 1, bytes(self._utt[: end_n * self._sub_bytes]))
+        self._emit(
+            events,
+            self._last_voiced + 1,
+            memoryview(self._utt)[: end_n * self._sub_bytes].tobytes(),
+        )
         self.state = VadState.SILENCE
         self._window.clear()
         self._utt = bytearray()
