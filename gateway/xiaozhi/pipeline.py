@@ -110,7 +110,7 @@ class AudioPipeline:
         self._counters = counters
         # Bounded (capacity frames = 3 s at the default 50); overflow drops the OLDEST frame,
         # counted, and its time is concealed through the next frame's lost_before.
-        self._queue: deque[Frame] = deque()
+        self._queue: deque[tuple[bytes, int, int]] = deque()  # (opus, seq, lost_before)
         self._capacity = capacity
         self._carry_lost = 0  # frames dropped on overflow, added to the next frame's gap
         self._batch = batch
@@ -125,15 +125,21 @@ class AudioPipeline:
     def offer(self, frame: Frame) -> None:
         """Called from ``datagram_received``: O(1), never blocks. A frame that arrives while
         nobody listens is only counted (its sequence was already accounted by the receiver)."""
+        self.receive(frame.opus, frame.seq, frame.lost_before)
+
+    def receive(self, opus: bytes, seq: int, lost_before: int) -> None:
+        """:meth:`offer` of a frame's fields (the UDP endpoint's hot path: the queue holds
+        plain tuples; a :class:`Frame` is built only for the tap)."""
         if not self.listening:
             self._counters.frames_skipped(1)
             return
         if self.tap is not None:
-            self.tap(frame)
-        self._queue.append(frame)
-        if len(self._queue) > self._capacity:
-            dropped = self._queue.popleft()
-            self._carry_lost += dropped.lost_before + 1
+            self.tap(Frame(opus, seq, lost_before))
+        queue = self._queue
+        queue.append((opus, seq, lost_before))
+        if len(queue) > self._capacity:
+            dropped = queue.popleft()
+            self._carry_lost += dropped[2] + 1
             self._counters.queue_dropped(1)
         if self._notify is not None:
             self._notify(self)
@@ -166,16 +172,15 @@ class AudioPipeline:
 
     def drain(self, limit: int | None = None) -> int:
         """Process up to ``limit`` queued frames (all if ``None``); returns how many."""
-        done = 0
-        while self._queue and (limit is None or done < limit):
-            frame = self._queue.popleft()
-            lost = frame.lost_before
+        queue = self._queue
+        count = len(queue) if limit is None else min(limit, len(queue))
+        for _ in range(count):
+            opus, seq, lost = queue.popleft()
             if self._carry_lost:
                 lost += self._carry_lost
                 self._carry_lost = 0
-            self._process(frame, lost)
-            done += 1
-        return done
+            self._process(opus, seq, lost)
+        return count
 
     def finish(self) -> None:
         """Session over: process what is queued (≤ capacity frames) and close an utterance in
@@ -186,7 +191,7 @@ class AudioPipeline:
                 self._deliver(event)
             self._segmenter = None
 
-    def _process(self, frame: Frame, lost: int) -> None:
+    def _process(self, opus: bytes, seq: int, lost: int) -> None:
         counters = self._decoder.counters
         decoded, concealed, errors, resets = (
             counters.frames_decoded,
@@ -194,8 +199,7 @@ class AudioPipeline:
             counters.decode_errors,
             counters.resets,
         )
-        pcm = self._decoder.decode(frame.opus, lost)
-        counters = self._decoder.counters
+        pcm = self._decoder.decode(opus, lost)
         if counters.resets != resets:
             # A gap too long to conceal (codec.opus): the PCM is this frame's alone. Close what
             # was open and restart the stream clock here, so times stay exact.
@@ -205,17 +209,20 @@ class AudioPipeline:
                     self._deliver(event)
                 self._segmenter = None
             lost = 0
-        if self._segmenter is None:
-            self._segmenter = self._new_segmenter()
-            self._base_ms = float((frame.seq - 1 - lost) * FRAME_MS)
+        segmenter = self._segmenter
+        if segmenter is None:
+            segmenter = self._segmenter = self._new_segmenter()
+            self._base_ms = float((seq - 1 - lost) * FRAME_MS)
         if counters.frames_decoded != decoded:
             self._counters.frames_decoded(counters.frames_decoded - decoded)
         if counters.concealed != concealed:
             self._counters.frames_concealed(counters.concealed - concealed)
         if counters.decode_errors != errors:
             self._counters.decode_errors(counters.decode_errors - errors)
-        for event in self._segmenter.push(pcm):
-            self._deliver(event)
+        events = segmenter.push(pcm)
+        if events:
+            for event in events:
+                self._deliver(event)
 
     def _deliver(self, event: VadEvent) -> None:
         try:

@@ -7,6 +7,12 @@ queued frames in arrival order; each turn gives every one of them up to ``batch`
 no more than its turn, and it yields to the loop (timers, MQTT, the UDP socket) as soon as a
 turn has used ``turn_s`` of wall time. Per-session bounds stay where they were: each pipeline's
 queue is bounded with its own overflow policy (:mod:`pipeline`).
+
+A turn is a plain loop callback, not a task step: while :meth:`AudioPump.run` runs, the first
+``notify`` schedules one (``call_soon``), and a turn that leaves frames waiting schedules the
+next, so the loop (the socket, timers, MQTT) runs between turns and an idle pump costs nothing;
+no future, event or task wake-up per batch of datagrams. A turn that raises ends ``run`` with
+that error, as a failing task would.
 """
 
 from __future__ import annotations
@@ -36,12 +42,15 @@ class AudioPump:
         self._turn_s = turn_s
         self._clock = clock
         self._ready: dict[Drainable, None] = {}  # insertion order = round-robin order
-        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None  # set while run() runs
+        self._handle: asyncio.Handle | None = None  # the scheduled turn
+        self._parked: asyncio.Future[None] | None = None  # what run() waits on
 
     def notify(self, pipeline: Drainable) -> None:
         """``pipeline`` has queued frames (called from its ``offer``; O(1))."""
         self._ready[pipeline] = None
-        self._wake.set()
+        if self._handle is None and self._loop is not None:
+            self._handle = self._loop.call_soon(self._serve)
 
     def forget(self, pipeline: Drainable) -> None:
         """The session ended (its pipeline was finished)."""
@@ -54,21 +63,38 @@ class AudioPump:
     def turn(self) -> int:
         """Serve the ready pipelines once each (until the turn's time is used); frames done."""
         done = 0
+        ready, batch = self._ready, self._batch
         deadline = self._clock() + self._turn_s
-        for pipeline in list(self._ready):
-            del self._ready[pipeline]
-            done += pipeline.drain(self._batch)
+        for pipeline in list(ready):
+            del ready[pipeline]
+            done += pipeline.drain(batch)
             if pipeline.queued:
-                self._ready[pipeline] = None  # back of the line
+                ready[pipeline] = None  # back of the line
             if self._clock() >= deadline:
                 break
         return done
 
-    async def run(self) -> None:
-        """The channel's audio task; runs until cancelled."""
-        while True:
-            if not self._ready:
-                self._wake.clear()
-                await self._wake.wait()
+    def _serve(self) -> None:
+        self._handle = None
+        try:
             self.turn()
-            await asyncio.sleep(0)  # yield: the socket, timers and MQTT get their turn
+        except Exception as exc:  # a bug: end run() with it, as a failing task would
+            if self._parked is not None and not self._parked.done():
+                self._parked.set_exception(exc)
+            return
+        if self._ready and self._loop is not None:
+            self._handle = self._loop.call_soon(self._serve)  # after the loop turned once
+
+    async def run(self) -> None:
+        """The channel's audio task: turns run as loop callbacks while it runs (see above);
+        runs until cancelled."""
+        loop = asyncio.get_running_loop()
+        self._loop, self._parked = loop, loop.create_future()
+        try:
+            if self._ready:
+                self._handle = loop.call_soon(self._serve)
+            await self._parked
+        finally:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._loop = self._parked = self._handle = None

@@ -1,7 +1,7 @@
 """The UDP audio endpoint: one datagram socket for every session, routed by ssrc.
 
 Per datagram, cheapest check first, each refusal counted by reason and never raised:
-framing (``peek_ssrc``, no crypto) → ssrc lookup → source address (:mod:`binding`) → flags and
+framing (``unpack_header``, no crypto) → ssrc lookup → source address (:mod:`binding`) → flags and
 sequence / replay (codec's ``UplinkReceiver.check``, no crypto, no state change) → rate
 (:mod:`ratelimit`; a replay flood therefore never drains the session's budget) → decrypt →
 bind/refresh the source → the session's bounded pipeline. A datagram from a foreign address
@@ -9,6 +9,10 @@ never touches the session's sequence state, so it can neither lock the session o
 anything from it. A new address for a session whose source has been silent for
 ``xiaozhi.rebind_after_s`` is tried on a small budget of its own and adopted only if the
 datagram decrypts to a frame of the session's stream (see :mod:`binding`).
+
+The common case (a datagram from the bound source) runs as one straight function on the
+header's raw fields: no header, result or frame objects are built for it, drop counters are
+resolved once per reason, and the socket's traffic counters move once per batch of reads.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ import socket
 from collections.abc import Callable
 from typing import cast
 
+from prometheus_client import Counter
+
 from codec.opus import plausible_frame
-from codec.packet import MAX_DATAGRAM, DropReason, peek_ssrc
-from codec.udp import Accepted, Dropped
+from codec.packet import MAX_DATAGRAM, DropReason, unpack_header
 from gateway.xiaozhi.binding import Address, Admission
 from gateway.xiaozhi.live import LiveSession
-from gateway.xiaozhi.pipeline import Frame
 from gateway.xiaozhi.stats import ChannelStats
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         self._clock = clock
         self._transport: asyncio.DatagramTransport | None = None
         self._sock: socket.socket | None = None
+        self._drop_counters: dict[str, Counter] = {}  # udp_dropped's child per reason
 
     # -- asyncio.DatagramProtocol ----------------------------------------------------------
 
@@ -74,8 +79,14 @@ class UdpEndpoint(asyncio.DatagramProtocol):
 
     def error_received(self, exc: Exception) -> None:
         # ICMP port unreachable from a device that went away: count, never stop serving.
-        self._stats.udp_dropped.labels("socket_error").inc()
+        self._dropped("socket_error")
         log.debug("UDP socket error: %s", exc)
+
+    def _dropped(self, reason: str) -> None:
+        counter = self._drop_counters.get(reason)
+        if counter is None:
+            counter = self._drop_counters[reason] = self._stats.udp_dropped.labels(reason)
+        counter.inc()
 
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
         packets, size = 1, len(data)
@@ -84,80 +95,85 @@ class UdpEndpoint(asyncio.DatagramProtocol):
             sock = self._sock
             if sock is None:
                 return
+            recvfrom, one = sock.recvfrom, self._one
             for _ in range(DRAIN_LIMIT):
                 try:
-                    data, addr = sock.recvfrom(_READ_SIZE)
+                    data, addr = recvfrom(_READ_SIZE)
                 except (BlockingIOError, InterruptedError):
                     return
                 except OSError as exc:  # e.g. a queued ICMP error: the next event goes on
                     self.error_received(exc)
                     return
-                packets, size = packets + 1, size + len(data)
-                self._one(data, addr)
+                packets += 1
+                size += len(data)
+                one(data, addr)
         finally:  # counted once per batch, not per datagram
             self._stats.udp_packets_in.inc(packets)
             self._stats.udp_bytes_in.inc(size)
 
     def _one(self, data: bytes, addr: tuple[str | int, ...]) -> None:
-        stats = self._stats
-        ssrc = peek_ssrc(data)
-        if isinstance(ssrc, DropReason):
-            stats.udp_dropped.labels(ssrc.value).inc()
+        fields = unpack_header(data)
+        if isinstance(fields, DropReason):
+            self._dropped(fields.value)
             return
+        _, flags, _, ssrc, _, seq = fields
         live = self._lookup(ssrc)
         if live is None:
-            stats.udp_dropped.labels(DropReason.UNKNOWN_SSRC.value).inc()
+            self._dropped(DropReason.UNKNOWN_SSRC.value)
             return
-        source: Address = (str(addr[0]), int(addr[1]))
+        # asyncio gives (host, port) for IPv4 and (host, port, flow, scope) for IPv6.
+        source = cast(Address, addr) if len(addr) == 2 else (str(addr[0]), int(addr[1]))
         now = self._clock()
-        admission = live.binding.check(source, now)
+        binding = live.binding
+        admission = binding.check(source, now)
         if admission is Admission.FOREIGN:
-            stats.udp_dropped.labels(FOREIGN_SOURCE).inc()
+            self._dropped(FOREIGN_SOURCE)
             return
-        result = self._accept(live, data, source, admission, now)
-        if result is None:
+        receiver = live.receiver
+        # Sequence rules before any budget: replays never drain the session's rate budget.
+        refused = receiver.vet(ssrc, flags, seq)
+        if refused is not None:
+            self._dropped(refused.value)
             return
-        live.binding.commit(source, now, admission, result.opus_payload)
+        pipeline = live.pipeline
         if admission is Admission.REBIND:
-            stats.udp_rebinds.inc()
+            payload = self._rebind(live, data, source, now)
+            if payload is None:
+                return
+            lost_before = receiver.advance(data, seq, decrypt=False)[1]  # decrypted above
+        else:
+            if not live.bucket.allow(now):
+                self._dropped(RATE_LIMITED)
+                return
+            # Nobody listens (no window open): sequence and binding rules still run, the AES
+            # not (except until the session's TOC byte is known, for rebinding).
+            decrypt = pipeline.listening or not binding.tocs
+            payload, lost_before = receiver.advance(data, seq, decrypt=decrypt)
+        binding.commit(source, now, admission, payload)
+        if admission is Admission.REBIND:
+            self._stats.udp_rebinds.inc()
             log.info("session %s of %s moved to %s", live.session_id, live.dev, source)
         live.address_known.set()
         self._on_activity(live, now)
-        live.pipeline.offer(Frame(result.opus_payload, result.seq, result.lost_before))
+        pipeline.receive(payload, seq, lost_before)
 
-    def _accept(
-        self, live: LiveSession, data: bytes, source: Address, admission: Admission, now: float
-    ) -> Accepted | None:
-        """Sequence checks, budget, decryption; ``None`` for a drop (counted)."""
-        header = live.receiver.check(data)  # replays are refused before spending any budget
-        if isinstance(header, Dropped):
-            self._stats.udp_dropped.labels(header.reason.value).inc()
-            return None
+    def _rebind(self, live: LiveSession, data: bytes, source: Address, now: float) -> bytes | None:
+        """A new source for a silent session: a few tries a second on a budget of their own,
+        and only a frame of this session's stream (decrypted, checked) moves it. The
+        decrypted payload, or ``None`` for a drop (counted)."""
         binding = live.binding
-        if admission is Admission.REBIND:
-            # A new source for a silent session: a few tries a second on a budget of their
-            # own, and only a frame of this session's stream (decrypted, checked) moves it.
-            if not live.rebind_bucket.allow(now):
-                self._stats.udp_dropped.labels(REBIND_LIMITED).inc()
-                return None
-            payload = live.receiver.decrypt(data)
-            if not (binding.familiar(payload) and plausible_frame(payload)):
-                binding.refuse()
-                self._stats.udp_dropped.labels(DropReason.IMPLAUSIBLE.value).inc()
-                return None
-            if not binding.confirm(source):
-                self._stats.udp_dropped.labels(DropReason.REBIND_PENDING.value).inc()
-                return None
-            result = live.receiver.take(data, header)
-        else:
-            if not live.bucket.allow(now):
-                self._stats.udp_dropped.labels(RATE_LIMITED).inc()
-                return None
-            # Nobody listens (no window open): sequence and binding rules still run, the AES
-            # not (except until the session's TOC byte is known, for rebinding).
-            decrypt = live.pipeline.listening or not binding.tocs
-            result = live.receiver.take(data, header, decrypt=decrypt)
-        return result
+        if not live.rebind_bucket.allow(now):
+            self._dropped(REBIND_LIMITED)
+            return None
+        payload = live.receiver.decrypt(data)
+        if not (binding.familiar(payload) and plausible_frame(payload)):
+            binding.refuse()
+            self._dropped(DropReason.IMPLAUSIBLE.value)
+            return None
+        if not binding.confirm(source):
+            self._dropped(DropReason.REBIND_PENDING.value)
+            return None
+        return payload
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -165,11 +181,11 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         """Seal and send one downlink packet; ``False`` (counted) if it could not go out."""
         address = live.binding.address
         if address is None or self._transport is None:
-            self._stats.udp_dropped.labels(NO_ADDRESS).inc()
+            self._dropped(NO_ADDRESS)
             return False
         datagram = live.sender.seal(opus_packet)
         if isinstance(datagram, DropReason):
-            self._stats.udp_dropped.labels(f"out_{datagram.value}").inc()
+            self._dropped(f"out_{datagram.value}")
             return False
         self._transport.sendto(datagram, address)
         self._stats.udp_packets_out.inc()
