@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import get_args
 
-from gateway.tasks.core.events import AudioPhase, DeliveryResult, Event
+from gateway.tasks.core.events import AudioPhase, DeliveryResult, RuntimeEvent
 from topics.snlp_commands import COMMAND_ADAPTER
 from topics.snlp_events import AUDIO_EVENTS
 
@@ -36,7 +36,7 @@ REPORT_STAGES: frozenset[str] = frozenset({"progress", "done"})
 BOARD_EVENTS: frozenset[str] = AUDIO_EVENTS | {"button", "app_task"}
 # What the runtime reports as an ignored event: an event type, or an audio event kind.
 RUNTIME_EVENTS: frozenset[str] = frozenset(
-    {cls.__name__ for cls in get_args(Event)} | {str(kind) for kind in AudioPhase}
+    {cls.__name__ for cls in get_args(RuntimeEvent)} | {str(kind) for kind in AudioPhase}
 )
 # Reasons a step fails or an instance is cancelled (gateway/tasks/core); anything new is `other`
 # until it is listed here.

@@ -12,7 +12,15 @@ from pydantic import ConfigDict, Field, JsonValue, TypeAdapter, model_validator
 
 from topics.ops import GatewayStatus, OpsEvent, OpsMetrics
 from topics.tree import DEVICE_ID_RE, TopicKind
-from topics.wire import DEFAULT_MAX_BYTES, OwnModel, check_version, load_object, validate
+from topics.wire import (
+    DEFAULT_MAX_BYTES,
+    EpochMs,
+    Id,
+    OwnModel,
+    check_version,
+    load_object,
+    validate,
+)
 
 __all__ = [
     "SNLPGW_KINDS",
@@ -33,9 +41,7 @@ __all__ = [
 ]
 
 DeviceId = Annotated[str, Field(pattern=f"^{DEVICE_ID_RE.pattern}$")]
-Id = Annotated[str, Field(min_length=1, max_length=64)]
 Name = Annotated[str, Field(min_length=1, max_length=128)]
-EpochMs = Annotated[int, Field(ge=0)]
 Action = Literal["start", "pause", "resume", "stop", "restart"]
 RefusalReason = Literal[
     "busy", "unknown_task", "device_offline", "invalid", "no_instance", "internal"

@@ -10,12 +10,11 @@ from typing import Annotated, Literal
 from pydantic import Field, JsonValue
 
 from topics.tree import DEVICE_ID_RE, GATEWAY_ID_RE
-from topics.wire import OwnModel
+from topics.wire import EpochMs, OwnModel
 
 __all__ = ["Alarm", "GatewayStatus", "OpsEvent", "OpsMetrics"]
 
 GatewayId = Annotated[str, Field(pattern=f"^{GATEWAY_ID_RE.pattern}$")]
-EpochMs = Annotated[int, Field(ge=0)]
 
 
 class Alarm(StrEnum):

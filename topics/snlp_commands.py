@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue, TypeAdapter
 
-from topics.wire import OwnModel
+from topics.wire import Id, OwnModel
 
 __all__ = [
     "AnyCommand",
@@ -32,8 +32,7 @@ __all__ = [
     "command",
 ]
 
-Id = Annotated[str, Field(min_length=1, max_length=64)]
-Name = Annotated[str, Field(min_length=1, max_length=256)]
+BoardName = Annotated[str, Field(min_length=1, max_length=256)]
 Args = dict[str, JsonValue]
 Priority = Literal[1, 2, 3]  # 3 parent-instant, 2 scheduled, 1 voice
 
@@ -43,7 +42,7 @@ class CommandParams(OwnModel):
 
 
 class PlayMedia(CommandParams):
-    name: Name
+    name: BoardName
     speed: Annotated[float, Field(ge=0.5, le=2.0)] = 1.0
     repeat: Annotated[int, Field(ge=1, le=1000)] = 1
     volume: Annotated[int, Field(ge=0, le=100)] | None = None
@@ -64,28 +63,28 @@ class AudioResume(CommandParams):
 
 class Download(CommandParams):
     url: Annotated[str, Field(pattern=r"^https?://", max_length=2048)]
-    path: Name
+    path: BoardName
     size: Annotated[int, Field(ge=0)]
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     overwrite: bool = False
 
 
 class EnsureAppDirs(CommandParams):
-    app: Name
-    dirs: list[Name] = Field(default_factory=list, max_length=64)
+    app: BoardName
+    dirs: list[BoardName] = Field(default_factory=list, max_length=64)
 
 
 class StartAppTask(CommandParams):
-    app: Name
-    task: Name
+    app: BoardName
+    task: BoardName
     args: Args = Field(default_factory=dict)
 
 
 class TaskControl(CommandParams):
     """Params of TASK_START / TASK_PAUSE / TASK_RESUME / TASK_STOP / TASK_RESTART."""
 
-    app: Name
-    task: Name
+    app: BoardName
+    task: BoardName
     args: Args | None = None
 
 
@@ -99,7 +98,7 @@ class ListenStop(CommandParams):
 
 
 class Sound(CommandParams):
-    type: Name
+    type: BoardName
 
 
 class Indicate(CommandParams):
@@ -122,7 +121,7 @@ class Command(OwnModel):
     params: CommandParams
     prio: Priority
     ttl_ms: Annotated[int, Field(ge=1)]
-    src: Name | None = None
+    src: BoardName | None = None
 
 
 class PlayMediaCmd(Command):

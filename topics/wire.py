@@ -8,11 +8,12 @@ frozen. Optional fields left at `None` are omitted on the wire unless listed in 
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     SerializerFunctionWrapHandler,
     TypeAdapter,
     ValidationError,
@@ -24,6 +25,8 @@ from topics.errors import PayloadError, PayloadReason
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DeviceModel",
+    "EpochMs",
+    "Id",
     "OwnModel",
     "WireModel",
     "check_version",
@@ -31,6 +34,10 @@ __all__ = [
     "load_object",
     "validate",
 ]
+
+# Field types shared by the payload models.
+Id = Annotated[str, Field(min_length=1, max_length=64)]
+EpochMs = Annotated[int, Field(ge=0)]
 
 DEFAULT_MAX_BYTES = 8192
 """The Xiaozhi ecosystem's MQTT payload cap; our default for every inbound payload."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 SAMPLE_RATE = 16_000
 SAMPLE_BYTES = 2  # s16le mono
+
+OnTranscript = Callable[[str | None], None]  # the text, or None (failed or dropped)
 
 
 def audio_ms(pcm: bytes) -> float:

@@ -21,7 +21,7 @@ from gateway import store as st
 from gateway.assessment.assessor import assess
 from gateway.assessment.engine import Backend
 from gateway.assessment.factory import build_pool
-from gateway.assessment.jobs import AsrFailure, AsrJob, AsrKey, AsrOutcome
+from gateway.assessment.jobs import AsrFailure, AsrJob, AsrKey, AsrOutcome, OnTranscript
 from gateway.assessment.pool import AsrPool
 from gateway.assessment.similarity import MetricValue
 from gateway.service import Context
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 PENDING_KEPT = 4_096  # jobs whose context we remember; oldest forgotten (its result dropped)
 
 OnText = Callable[[str, str, int, str], None]  # device, instance_id, step_index, text
-OnTranscript = Callable[[str | None], None]  # the text, or None (failed or dropped)
 
 
 @dataclass(frozen=True, slots=True)

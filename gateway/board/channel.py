@@ -37,7 +37,7 @@ from gateway.board.model import (
     OutcomeKind,
     PresenceChange,
 )
-from gateway.board.outbox import Effect, Send
+from gateway.board.outbox import OutboxEffect, Send
 from gateway.board.outputs import Alarms, BoardOutputs
 from gateway.board.presence import Flapping, PresenceEffect
 from gateway.metrics import Metrics
@@ -424,7 +424,7 @@ class BoardChannel:
                 self._wake.set()
             self._deadlines[device.dev] = deadline
 
-    def _apply(self, device: Device, effects: list[Effect]) -> None:
+    def _apply(self, device: Device, effects: list[OutboxEffect]) -> None:
         for effect in effects:
             if isinstance(effect, Send):
                 self.out.command(device.dev, effect.envelope, resend=effect.resend)

@@ -54,7 +54,7 @@ class Done:
     outcome: Outcome
 
 
-Effect = Send | Done
+OutboxEffect = Send | Done
 
 _ACK_OUTCOME = {
     AckStatus.ACCEPTED: OutcomeKind.ACCEPTED,
@@ -102,13 +102,13 @@ class Outbox:
         """Ids of the commands sent and not yet acked, oldest first."""
         return tuple(e.envelope.id for e in self._flying())
 
-    def submit(self, envelope: Envelope, now: float) -> list[Effect]:
+    def submit(self, envelope: Envelope, now: float) -> list[OutboxEffect]:
         if len(self._entries) >= self._limit:
             return [Done(envelope, _outcome(envelope, OutcomeKind.OVERFLOW, 0))]
         self._entries.append(_OutboxEntry(envelope, expires_at=now + envelope.ttl_ms / 1000))
         return self._pump(now)
 
-    def set_online(self, online: bool, now: float) -> list[Effect]:
+    def set_online(self, online: bool, now: float) -> list[OutboxEffect]:
         if online == self._online:
             return []
         self._online = online
@@ -118,7 +118,7 @@ class Outbox:
             self._in_flight = 0
         return self._pump(now)
 
-    def on_ack(self, ack: BoardAck, now: float) -> list[Effect] | None:
+    def on_ack(self, ack: BoardAck, now: float) -> list[OutboxEffect] | None:
         """Resolve the command ``ack.ref``; ``None`` if no pending command has that id."""
         for entry in self._entries:
             if entry.envelope.id == ack.ref:
@@ -131,9 +131,9 @@ class Outbox:
         done = Done(entry.envelope, _outcome(entry.envelope, kind, entry.sends, ack.code, latency))
         return [done, *self._pump(now)]
 
-    def tick(self, now: float) -> list[Effect]:
+    def tick(self, now: float) -> list[OutboxEffect]:
         """Expire, resend or give up whatever is due at ``now`` (in submit order)."""
-        effects: list[Effect] = []
+        effects: list[OutboxEffect] = []
         for entry in list(self._entries):
             if now >= entry.expires_at:
                 effects.append(self._end(entry, OutcomeKind.EXPIRED))
@@ -150,8 +150,8 @@ class Outbox:
         deadlines += [e.ack_due for e in self._flying()]
         return min(deadlines, default=None)
 
-    def cancel_all(self) -> list[Effect]:
-        effects: list[Effect] = [
+    def cancel_all(self) -> list[OutboxEffect]:
+        effects: list[OutboxEffect] = [
             Done(e.envelope, _outcome(e.envelope, OutcomeKind.CANCELLED, e.sends))
             for e in self._entries
         ]
@@ -171,9 +171,9 @@ class Outbox:
         if entry.phase is Phase.IN_FLIGHT:
             self._in_flight -= 1
 
-    def _pump(self, now: float) -> list[Effect]:
+    def _pump(self, now: float) -> list[OutboxEffect]:
         """Send the oldest queued commands while the board is online and the window has room."""
-        sends: list[Effect] = []
+        sends: list[OutboxEffect] = []
         while self._online and self._in_flight < min(self._window, len(self._entries)):
             entry = self._entries[self._in_flight]
             entry.phase = Phase.IN_FLIGHT

@@ -32,7 +32,7 @@ from topics.tree import TopicKind
 from topics.wire import encode, validate
 
 __all__ = [
-    "Inbound",
+    "BoardInbound",
     "ParsedEvent",
     "build_command",
     "build_command_from_mapping",
@@ -53,14 +53,14 @@ class ParsedEvent:
     legacy: bool
 
 
-Inbound = BoardAck | BoardReport | ParsedEvent | BoardHeartbeat | OnlineStatus
+BoardInbound = BoardAck | BoardReport | ParsedEvent | BoardHeartbeat | OnlineStatus
 
 
 def _code(value: int | str | None) -> str | None:
     return None if value is None else str(value)
 
 
-def parse(kind: TopicKind, payload: bytes, *, max_bytes: int) -> Inbound:
+def parse(kind: TopicKind, payload: bytes, *, max_bytes: int) -> BoardInbound:
     """Parse a payload from ``snlp/v1/{dev}/<kind>``; every bad one raises ``PayloadError``."""
     message = snlp.parse_board_message(kind, payload, max_bytes=max_bytes)
     match message:

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from gateway.assessment.jobs import AsrKey
+from gateway.assessment.jobs import AsrKey, OnTranscript
 from gateway.chat.engine import tts_frames
 from gateway.chat.replies import PHRASES, Reply, reply_to
-
-OnTranscript = Callable[[str | None], None]
 
 
 class Transcriber(Protocol):

@@ -11,15 +11,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from gateway.broker.credentials import init_broker_files, provision
 from gateway.broker.io import reloader_for
 from gateway.broker.layout import BrokerFiles, local_broker_url
 from gateway.broker.rules import CredentialsError, Role
+from gateway.cli.subcommands import Subparsers
 from gateway.settings import load_settings
-
-Subparsers = Any  # argparse's _SubParsersAction is private; typed loosely on purpose
 
 
 def add_credentials_commands(subparsers: Subparsers) -> None:

@@ -16,9 +16,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from gateway.cli.subcommands import Subparsers
 from gateway.settings import load_settings
 
-Subparsers = Any  # argparse's _SubParsersAction is private; typed loosely on purpose
 _TIMEOUT_S = 10.0
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[], None]
+OwnershipListener = Callable[[], None]
 
 
 class UdpAnnouncer(Protocol):
@@ -64,11 +64,11 @@ class Cluster:
         self.membership = Membership(gateway_id)
         self._udp = udp
         self._wall_ms = wall_ms
-        self._listeners: list[Listener] = []
+        self._listeners: list[OwnershipListener] = []
         self._mqtt: MqttConnection | None = None
         self.membership.reset(wall_ms())
 
-    def on_change(self, listener: Listener) -> None:
+    def on_change(self, listener: OwnershipListener) -> None:
         self._listeners.append(listener)
 
     def owns(self, dev: str) -> bool:

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from gateway.broker.io import Reloader, reloader_for
 from gateway.broker.layout import BrokerFiles
+from gateway.cli.subcommands import Subparsers
 from gateway.doctor.acl import check_acl
 from gateway.doctor.local import check_asr, check_audio_libs, check_clock, check_store
 from gateway.doctor.network import Findings, check_broker, check_gateway_http, check_udp
 from gateway.doctor.report import Row, exit_code, render
 from gateway.settings import Settings, load_settings
-
-Subparsers = Any  # argparse's _SubParsersAction is private; typed loosely on purpose
 
 
 def run_checks(settings: Settings, reload: Reloader) -> list[Row]:

@@ -15,15 +15,14 @@ from gateway.store.errors import StoreError
 from gateway.store.migrations import migrate
 from gateway.store.records import (
     InstanceRecord,
+    Record,
     StepRecord,
     metrics_from_text,
     metrics_to_text,
 )
 from gateway.tasks.core.effects import InstanceState
 
-__all__ = ["Connector", "Database", "Record", "file_connection"]
-
-Record = InstanceRecord | StepRecord
+__all__ = ["Connector", "Database", "file_connection"]
 
 
 class Database:

@@ -17,9 +17,8 @@ import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from gateway.store.records import InstanceRecord, StepRecord, merge_instance, merge_step
+from gateway.store.records import InstanceRecord, Record, StepRecord, merge_instance, merge_step
 
-Record = InstanceRecord | StepRecord
 Key = tuple[str, int]  # (instance_id, step_index); -1 is the instance row itself
 
 

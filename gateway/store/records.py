@@ -100,6 +100,9 @@ class StepRecord:
         return out
 
 
+Record = InstanceRecord | StepRecord  # one row update, either kind
+
+
 def metrics_to_list(metrics: tuple[StoredMetric, ...]) -> list[dict[str, object]]:
     return [{"method": m.method, "value": m.value} for m in metrics]
 

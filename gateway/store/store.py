@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 
 from gateway.metrics import Metrics
 from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
-from gateway.store.db import Connector, Record, file_connection
+from gateway.store.db import Connector, file_connection
 from gateway.store.errors import StoreError
 from gateway.store.pending import CoalescingQueue, Entry
-from gateway.store.records import InstanceRecord, StepRecord
+from gateway.store.records import InstanceRecord, Record, StepRecord
 from gateway.store.worker import Worker, WriteResults
 from gateway.tasks.core.effects import InstanceState
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from gateway.service import Context
 
 log = logging.getLogger(__name__)
-Listener = Callable[[str], None]
+CommitListener = Callable[[str], None]
 
 
 def wall_ms() -> int:
@@ -88,7 +88,7 @@ class Store:
         self._idle = asyncio.Event()
         self._idle.set()
         self._inflight: tuple[list[Entry], asyncio.Future[WriteResults]] | None = None
-        self._listeners: list[Listener] = []
+        self._listeners: list[CommitListener] = []
         self._seq = 0  # submits so far; rows carry the number of their first update
         # (submit number, callback), in submit order; released as rows commit. Bounded by the
         # callers (one per board command in flight), never by the store.
@@ -116,7 +116,7 @@ class Store:
         self.bind(metrics=ctx.metrics, alarm=ctx.ops.alarm)
         ctx.http.add_health("store", self.health)
 
-    def add_listener(self, listener: Listener) -> None:
+    def add_listener(self, listener: CommitListener) -> None:
         """``listener(instance_id)`` is called on the loop after a row of it commits."""
         self._listeners.append(listener)
 

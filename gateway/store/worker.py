@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from gateway.store.db import Connector, Database, Record
+from gateway.store.db import Connector, Database
 from gateway.store.errors import StoreError
+from gateway.store.records import Record
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

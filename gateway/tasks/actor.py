@@ -25,10 +25,10 @@ from gateway.tasks.core import (
     DeliveryResult,
     DeviceRuntime,
     Effect,
-    Event,
     Ignored,
     PublishTaskEvent,
     ReturnToChat,
+    RuntimeEvent,
     SendCommand,
     StoreInstance,
     StoreStep,
@@ -104,7 +104,7 @@ class DeviceActor:
         self.runtime = runtime
         self._ports = ports
         self._m = metrics
-        self._inbox: asyncio.Queue[Event] = asyncio.Queue(INBOX_LIMIT)
+        self._inbox: asyncio.Queue[RuntimeEvent] = asyncio.Queue(INBOX_LIMIT)
         self._utterances: OrderedDict[str, bytes] = OrderedDict()
         self._steps: OrderedDict[tuple[str, int], StoreStep] = OrderedDict()
         self._log = DeviceLog(log, {"device": device})
@@ -116,7 +116,7 @@ class DeviceActor:
         """No instance and nothing waiting in the inbox: forgetting it loses nothing."""
         return self.runtime.instance is None and self._inbox.empty()
 
-    def post(self, event: Event) -> bool:
+    def post(self, event: RuntimeEvent) -> bool:
         try:
             self._inbox.put_nowait(event)
         except asyncio.QueueFull:

@@ -25,14 +25,14 @@ from gateway.tasks.core import (
     ControlReply,
     ControlRequest,
     DeviceRuntime,
-    Event,
     InstanceColumns,
     PlaybackEvent,
     Presence,
-    Priority,
+    PriorityLevel,
     PublishTaskEvent,
     ReadText,
     RuntimeConfig,
+    RuntimeEvent,
     RuntimeState,
     StepColumns,
     UtteranceStarted,
@@ -260,7 +260,7 @@ class TaskService:
                 app_id=app_id,
                 task_id=task_id,
                 lesson_id=lesson_id,
-                priority=Priority.VOICE,
+                priority=PriorityLevel.VOICE,
                 source="voice",
             ),
         )
@@ -320,7 +320,7 @@ class TaskService:
 
     # -- actors ----------------------------------------------------------------------------------
 
-    def _post(self, device: str, event: Event, *, create: bool = True) -> None:
+    def _post(self, device: str, event: RuntimeEvent, *, create: bool = True) -> None:
         actor = self._actors.get(device)
         if actor is None:
             if not create or device in self._pending_restore:

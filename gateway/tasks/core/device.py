@@ -33,9 +33,9 @@ from gateway.tasks.core.events import (
     CommandOutcome,
     ControlAction,
     ControlRequest,
-    Event,
     PlaybackEvent,
     Presence,
+    RuntimeEvent,
     TimerFired,
     UtteranceStarted,
     UtteranceStopped,
@@ -47,14 +47,14 @@ from gateway.tasks.core.instance import (
     params_of,
     parse_params,
 )
-from gateway.tasks.core.rules import Priority, contains_exit_phrase, preempts
+from gateway.tasks.core.rules import PriorityLevel, contains_exit_phrase, preempts
 from gateway.tasks.core.stepping import Stepper
 
 
 class DeviceRuntime(Stepper):
     """The task runtime of one device; construct once per device and feed it every event."""
 
-    def handle(self, event: Event, now_ms: float) -> list[Effect]:  # noqa: PLR0911 - the dispatch table
+    def handle(self, event: RuntimeEvent, now_ms: float) -> list[Effect]:  # noqa: PLR0911 - the dispatch table
         if now_ms < self._now:
             raise IllegalEvent(self.state, event, f"time went backwards ({now_ms} < {self._now})")
         self._now = now_ms
@@ -106,7 +106,7 @@ class DeviceRuntime(Stepper):
         return [reply]
 
     def _control(self, req: ControlRequest, now: float) -> list[Effect]:  # noqa: PLR0911 - the control transition table
-        if req.priority not in tuple(Priority):
+        if req.priority not in tuple(PriorityLevel):
             return self._refuse(
                 req, ControlRefusal.INVALID, f"priority must be 1, 2 or 3: {req.priority!r}"
             )

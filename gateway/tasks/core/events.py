@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gateway.tasks.core.rules import Priority
+from gateway.tasks.core.rules import PriorityLevel
 
 
 class ControlAction(StrEnum):
@@ -34,7 +34,7 @@ class ControlRequest:
     app_id: str | None = None
     task_id: str | None = None
     lesson_id: str | None = None
-    priority: int = Priority.PARENT
+    priority: int = PriorityLevel.PARENT
     source: str = "mqtt"
     params: Mapping[str, object] = field(default_factory=dict)
     instance_id: str | None = None
@@ -110,7 +110,7 @@ class TimerFired:
     """The shell's timer woke up; early or spurious firings are harmless."""
 
 
-Event = (
+RuntimeEvent = (
     ControlRequest
     | PlaybackEvent
     | CommandOutcome

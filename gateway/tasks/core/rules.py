@@ -18,7 +18,7 @@ LISTEN_RATIO_MAX = 1.5
 DEFAULT_MIN_WINDOW_MS = 800
 
 
-class Priority(IntEnum):
+class PriorityLevel(IntEnum):
     """Who asked for a task (SPEC §5): higher or equal preempts, lower is refused ``busy``."""
 
     VOICE = 1

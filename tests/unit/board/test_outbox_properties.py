@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.board.model import AckStatus, BoardAck, Envelope
-from gateway.board.outbox import Done, Effect, Outbox, Send
+from gateway.board.outbox import Done, Outbox, OutboxEffect, Send
 
 # (operation, argument): submit (ttl 1 + arg % 20 s), ack (the arg-th submitted command, any
 # state), tick (advance arg % 5 s), online (arg odd) / offline (arg even).
@@ -27,7 +27,7 @@ def test_order_and_window_hold_for_any_interleaving(
     first_sends: list[str] = []
     ended: list[str] = []
 
-    def apply(effects: list[Effect] | None) -> None:
+    def apply(effects: list[OutboxEffect] | None) -> None:
         for e in effects or []:
             if isinstance(e, Send):
                 assert e.envelope.id not in ended  # nothing is sent after it ended

@@ -14,10 +14,10 @@ from typing import Any
 
 import aiohttp
 
-from gateway.assessment.jobs import AsrKey
+from gateway.assessment.jobs import AsrKey, OnTranscript
 from gateway.chat.bridge import Backoff, BridgeContext
 from gateway.chat.device import ChatPorts, DeviceChat
-from gateway.chat.embedded import EmbeddedEngine, OnTranscript
+from gateway.chat.embedded import EmbeddedEngine
 from gateway.chat.framing import Framing
 from gateway.chat.metrics import ChatMetrics
 from gateway.chat.upstream import UpstreamConfig

@@ -10,9 +10,9 @@ from gateway.tasks.core import (
     Catalog,
     DeviceRuntime,
     Effect,
-    Event,
     PlaybackEvent,
     RuntimeConfig,
+    RuntimeEvent,
     SendCommand,
     TaskDef,
 )
@@ -66,7 +66,7 @@ class Driver:
         self.rt = DeviceRuntime("aa_bb_cc_dd_ee_ff", kw.pop("catalog", None) or catalog(), **kw)
         self.log: list[Effect] = []
 
-    def at(self, now: float, event: Event) -> list[Effect]:
+    def at(self, now: float, event: RuntimeEvent) -> list[Effect]:
         out = self.rt.handle(event, now)
         self.log += out
         return out
