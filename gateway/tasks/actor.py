@@ -24,10 +24,10 @@ from gateway.tasks.core import (
     ControlReply,
     DeliveryResult,
     DeviceRuntime,
-    Effect,
     Ignored,
     PublishTaskEvent,
     ReturnToChat,
+    RuntimeEffect,
     RuntimeEvent,
     SendCommand,
     StoreInstance,
@@ -130,7 +130,7 @@ class DeviceActor:
         while len(self._utterances) > UTTERANCES_KEPT:
             self._utterances.popitem(last=False)
 
-    def perform(self, effects: list[Effect]) -> None:
+    def perform(self, effects: list[RuntimeEffect]) -> None:
         closed_at: float | None = None  # a close and the next clip's play come in one batch
         for effect in effects:
             if isinstance(effect, WindowLateness):
@@ -145,7 +145,7 @@ class DeviceActor:
             self._perform(effect)
             self._tell_modes(effect)
 
-    def _tell_modes(self, effect: Effect) -> None:
+    def _tell_modes(self, effect: RuntimeEffect) -> None:
         """CHAT is suspended while a task owns the device and resumes when it returns."""
         modes = self._ports.modes
         if modes is None:
@@ -170,7 +170,7 @@ class DeviceActor:
             now = loop.time() * 1000.0
             self.perform(self.runtime.handle(event, now))
 
-    def _perform(self, effect: Effect) -> None:
+    def _perform(self, effect: RuntimeEffect) -> None:
         p = self._ports
         match effect:
             case SendCommand():

@@ -9,11 +9,11 @@ from dataclasses import replace
 
 from gateway.tasks.core.catalog import Catalog
 from gateway.tasks.core.effects import (
-    Effect,
     InstanceColumns,
     InstanceState,
     PublishTaskEvent,
     ReturnToChat,
+    RuntimeEffect,
     SendCommand,
     StoreInstance,
 )
@@ -81,11 +81,11 @@ class RuntimeBase:
             name, inst.id, inst.step.step_index if inst.step else None, data or {}
         )
 
-    def _stop_media(self, inst: ActiveInstance) -> list[Effect]:
+    def _stop_media(self, inst: ActiveInstance) -> list[RuntimeEffect]:
         self._stopping.append((inst.play_ref, inst.play_name))
         return [self._command(inst, "STOP_MEDIA", {})]
 
-    def _end(self, state: InstanceState, reason: str | None, now: float) -> list[Effect]:
+    def _end(self, state: InstanceState, reason: str | None, now: float) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         record = with_state(inst, state, reason, ended_ms=self._wall(now))

@@ -1,6 +1,6 @@
 """``DeviceRuntime``: one device's task runtime as a pure state machine (no I/O, no asyncio).
 
-``handle(event, now_ms) -> list[Effect]``; the shell performs the effects in order, then sleeps
+``handle(event, now_ms) -> list[RuntimeEffect]``; the shell performs the effects in order, then sleeps
 until ``next_deadline()`` (monotonic ms) and delivers ``TimerFired()`` (``on_time(now)``).
 Stepping rules live in :mod:`gateway.tasks.core.stepping`; this module holds control requests,
 presence, exits and the dispatch table.
@@ -20,11 +20,11 @@ from gateway.tasks.core.base import with_state
 from gateway.tasks.core.effects import (
     ControlRefusal,
     ControlReply,
-    Effect,
     Ignored,
     InstanceColumns,
     InstanceState,
     PublishTaskEvent,
+    RuntimeEffect,
     StoreInstance,
 )
 from gateway.tasks.core.events import (
@@ -54,7 +54,7 @@ from gateway.tasks.core.stepping import Stepper
 class DeviceRuntime(Stepper):
     """The task runtime of one device; construct once per device and feed it every event."""
 
-    def handle(self, event: RuntimeEvent, now_ms: float) -> list[Effect]:  # noqa: PLR0911 - the dispatch table
+    def handle(self, event: RuntimeEvent, now_ms: float) -> list[RuntimeEffect]:  # noqa: PLR0911 - the dispatch table
         if now_ms < self._now:
             raise IllegalEvent(self.state, event, f"time went backwards ({now_ms} < {self._now})")
         self._now = now_ms
@@ -87,7 +87,7 @@ class DeviceRuntime(Stepper):
             case _:
                 raise IllegalEvent(self.state, event, "not a runtime event")
 
-    def on_time(self, now_ms: float) -> list[Effect]:
+    def on_time(self, now_ms: float) -> list[RuntimeEffect]:
         return self.handle(TimerFired(), now_ms)
 
     # -- control -------------------------------------------------------------------------
@@ -96,7 +96,7 @@ class DeviceRuntime(Stepper):
 
     def _refuse(
         self, req: ControlRequest, reason: ControlRefusal, detail: str | None = None
-    ) -> list[Effect]:
+    ) -> list[RuntimeEffect]:
         running = (
             self._inst.record.priority if self._inst and reason is ControlRefusal.BUSY else None
         )
@@ -105,7 +105,7 @@ class DeviceRuntime(Stepper):
         )
         return [reply]
 
-    def _control(self, req: ControlRequest, now: float) -> list[Effect]:  # noqa: PLR0911 - the control transition table
+    def _control(self, req: ControlRequest, now: float) -> list[RuntimeEffect]:  # noqa: PLR0911 - the control transition table
         if req.priority not in tuple(PriorityLevel):
             return self._refuse(
                 req, ControlRefusal.INVALID, f"priority must be 1, 2 or 3: {req.priority!r}"
@@ -150,7 +150,7 @@ class DeviceRuntime(Stepper):
                 assert isinstance(reply, ControlReply)  # noqa: S101 - _start replies first
                 return [replace(reply, action=str(req.action)), *cancelled, *started]
 
-    def _start(self, req: ControlRequest, now: float) -> list[Effect]:
+    def _start(self, req: ControlRequest, now: float) -> list[RuntimeEffect]:
         task = self.catalog.get(req.app_id or "", req.task_id or "")
         lesson = task.lesson(req.lesson_id) if task else None
         if task is None or lesson is None:
@@ -161,7 +161,7 @@ class DeviceRuntime(Stepper):
             return self._refuse(req, ControlRefusal.INVALID, parsed)
         if not self._online:
             return self._refuse(req, ControlRefusal.DEVICE_OFFLINE)
-        effects: list[Effect] = []
+        effects: list[RuntimeEffect] = []
         if self._inst is not None:
             if not preempts(req.priority, self._inst.record.priority):
                 return self._refuse(req, ControlRefusal.BUSY)
@@ -187,7 +187,7 @@ class DeviceRuntime(Stepper):
         return [reply, *effects, StoreInstance(record), started, *self._begin_step(start, now)]
 
     # -- presence, pause, resume ------------------------------------------------------------
-    def _on_presence(self, online: bool, now: float) -> list[Effect]:
+    def _on_presence(self, online: bool, now: float) -> list[RuntimeEffect]:
         self._online = online
         inst = self._inst
         if inst is None:
@@ -202,7 +202,7 @@ class DeviceRuntime(Stepper):
         inst.offline, inst.deadline = False, None
         return [] if inst.by_control else self._resume(now)
 
-    def _on_timer(self, now: float) -> list[Effect]:
+    def _on_timer(self, now: float) -> list[RuntimeEffect]:
         inst = self._inst
         if inst is None or inst.deadline is None or now < inst.deadline:
             return []
@@ -213,12 +213,12 @@ class DeviceRuntime(Stepper):
         return self._fail_step("watchdog", now, stop=True)
 
     # -- suspend, resume, cancel -----------------------------------------------------------------
-    def _suspend(self, now: float, *, by_control: bool) -> list[Effect]:
+    def _suspend(self, now: float, *, by_control: bool) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         assert inst.deadline is not None  # noqa: S101 - invariant of the state, narrows for mypy
         phase = self._state
-        effects: list[Effect] = []
+        effects: list[RuntimeEffect] = []
         if phase is RuntimeState.LISTENING:
             inst.remaining_ms = max(0.0, inst.deadline - now)
             effects += self._close_utterance(inst)
@@ -234,21 +234,21 @@ class DeviceRuntime(Stepper):
         inst.record = record = with_state(inst, InstanceState.PAUSED, reason)
         return [*effects, StoreInstance(record), self._event("instance.paused", {"reason": reason})]
 
-    def _resume(self, now: float) -> list[Effect]:
+    def _resume(self, now: float) -> list[RuntimeEffect]:
         """Continue a paused instance: replay the clip whose window had not opened, or reopen
         the window for the time it had left."""
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         inst.record = record = with_state(inst, InstanceState.RUNNING, None)
-        effects: list[Effect] = [StoreInstance(record), self._event("instance.resumed")]
+        effects: list[RuntimeEffect] = [StoreInstance(record), self._event("instance.resumed")]
         if inst.paused_phase is RuntimeState.LISTENING:
             return effects + self._open_window(inst.remaining_ms or 0.0, now)
         return effects + self._play(now)
 
-    def _cancel(self, reason: str, now: float) -> list[Effect]:
+    def _cancel(self, reason: str, now: float) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
-        effects: list[Effect] = []
+        effects: list[RuntimeEffect] = []
         if self._online and self._state is RuntimeState.PLAYING:
             effects = self._stop_media(inst)
         elif self._online and self._state is RuntimeState.LISTENING:

@@ -147,7 +147,7 @@ class Ignored:
     reason: str
 
 
-Effect = (
+RuntimeEffect = (
     SendCommand
     | PublishTaskEvent
     | StoreInstance

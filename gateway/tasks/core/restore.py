@@ -15,10 +15,10 @@ from dataclasses import replace
 from gateway.tasks.core.catalog import Catalog
 from gateway.tasks.core.device import DeviceRuntime
 from gateway.tasks.core.effects import (
-    Effect,
     InstanceColumns,
     InstanceState,
     PublishTaskEvent,
+    RuntimeEffect,
     StepColumns,
     StoreInstance,
 )
@@ -62,7 +62,7 @@ def restore_runtime(
     config: RuntimeConfig | None = None,
     read_text: ReadText | None = None,
     new_id: Callable[[], str] | None = None,
-) -> tuple[DeviceRuntime, list[Effect]]:
+) -> tuple[DeviceRuntime, list[RuntimeEffect]]:
     """A runtime for ``instance.device_id`` and the effects that resume or cancel the instance."""
     if instance.state not in (InstanceState.RUNNING, InstanceState.PAUSED):
         raise ValueError(f"instance {instance.instance_id} is {instance.state}, not resumable")

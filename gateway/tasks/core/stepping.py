@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from gateway.tasks.core.base import RuntimeBase, with_state
 from gateway.tasks.core.effects import (
-    Effect,
     Ignored,
     InstanceState,
+    RuntimeEffect,
     StepColumns,
     StoreInstance,
     StoreStep,
@@ -38,7 +38,7 @@ from gateway.tasks.core.rules import listen_window_ms
 class Stepper(RuntimeBase):
     """Lesson stepping and board/mic events; :class:`DeviceRuntime` adds control on top."""
 
-    def adopt(self, inst: ActiveInstance, now: float, *, paused: bool) -> list[Effect]:
+    def adopt(self, inst: ActiveInstance, now: float, *, paused: bool) -> list[RuntimeEffect]:
         """Take over an instance rebuilt from storage (see :func:`restore_runtime`)."""
         if self._inst is not None:
             raise IllegalEvent(self._state, inst, "adopt needs an idle runtime")
@@ -58,7 +58,7 @@ class Stepper(RuntimeBase):
         return [restored]
 
     # -- steps -----------------------------------------------------------------------------
-    def _begin_step(self, index: int, now: float) -> list[Effect]:
+    def _begin_step(self, index: int, now: float) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         if index >= inst.step_count:
@@ -78,7 +78,7 @@ class Stepper(RuntimeBase):
         expected = resolve_expected_text(inst.task, inst.lesson, index, self._read_text)
         inst.step = StepColumns(inst.id, index, name, expected)
 
-    def _play(self, now: float) -> list[Effect]:
+    def _play(self, now: float) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         assert inst.step is not None  # noqa: S101 - invariant of the state, narrows for mypy
@@ -94,7 +94,7 @@ class Stepper(RuntimeBase):
         played = self._event("step.played", {"name": name, "command_id": cmd.command_id})
         return [StoreStep(step), cmd, played]
 
-    def _open_window(self, window_ms: float, now: float) -> list[Effect]:
+    def _open_window(self, window_ms: float, now: float) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         assert inst.step is not None  # noqa: S101 - invariant of the state, narrows for mypy
@@ -112,19 +112,19 @@ class Stepper(RuntimeBase):
         }
         return [cmd, StoreStep(step), self._event("window.opened", data)]
 
-    def _close_utterance(self, inst: ActiveInstance) -> list[Effect]:
+    def _close_utterance(self, inst: ActiveInstance) -> list[RuntimeEffect]:
         if inst.open_utterance is None or inst.step is None:
             return []
         utterance, inst.open_utterance = inst.open_utterance, None
         return [SubmitUtterance(inst.id, inst.step.step_index, utterance, truncated=True)]
 
-    def _close_window(self, now: float) -> list[Effect]:
+    def _close_window(self, now: float) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         assert inst.step is not None  # noqa: S101 - invariant of the state, narrows for mypy
         assert inst.deadline is not None  # noqa: S101 - invariant of the state, narrows for mypy
         closed = WindowLateness(inst.id, inst.step.step_index, inst.deadline, now)
-        effects: list[Effect] = [
+        effects: list[RuntimeEffect] = [
             self._command(inst, "LISTEN_STOP", {}),
             *self._close_utterance(inst),
         ]
@@ -139,10 +139,10 @@ class Stepper(RuntimeBase):
         effects += [closed, StoreStep(step), self._event("window.closed", data)]
         return effects + self._begin_step(inst.index + 1, now)
 
-    def _fail_step(self, reason: str, now: float, *, stop: bool) -> list[Effect]:
+    def _fail_step(self, reason: str, now: float, *, stop: bool) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
-        effects: list[Effect] = self._stop_media(inst) if stop else []
+        effects: list[RuntimeEffect] = self._stop_media(inst) if stop else []
         inst.play_ref = inst.play_name = None
         step = inst.set_step(failure=reason)
         effects += [StoreStep(step), self._event("step.failed", {"reason": reason})]
@@ -163,7 +163,7 @@ class Stepper(RuntimeBase):
                 return True
         return False
 
-    def _on_audio(self, ev: PlaybackEvent, now: float) -> list[Effect]:
+    def _on_audio(self, ev: PlaybackEvent, now: float) -> list[RuntimeEffect]:
         if ev.kind is AudioPhase.STOPPED and self._requested_stop(ev):
             return [Ignored(self._state.name, str(ev.kind), "stop requested by the gateway")]
         if not self._is_current_play(ev):
@@ -186,7 +186,7 @@ class Stepper(RuntimeBase):
                 pass
         return []
 
-    def _completed(self, ev: PlaybackEvent, now: float) -> list[Effect]:
+    def _completed(self, ev: PlaybackEvent, now: float) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         duration = ev.duration_ms or inst.lesson.duration_ms(inst.lesson.clips[inst.index]) or 0
@@ -199,7 +199,7 @@ class Stepper(RuntimeBase):
             min_window = self.config.min_window_ms
         return self._open_window(listen_window_ms(duration, inst.ratio, min_window), now)
 
-    def _on_outcome(self, ev: CommandOutcome, now: float) -> list[Effect]:
+    def _on_outcome(self, ev: CommandOutcome, now: float) -> list[RuntimeEffect]:
         inst = self._inst
         if inst is not None and ev.ref == inst.play_ref and self._state is RuntimeState.PLAYING:
             if ev.outcome is DeliveryResult.ACKED:
@@ -209,7 +209,7 @@ class Stepper(RuntimeBase):
             return []
         return [Ignored(self._state.name, "CommandOutcome", f"{ev.outcome} for {ev.ref}")]
 
-    def _on_speech(self, ev: UtteranceStarted | UtteranceStopped) -> list[Effect]:
+    def _on_speech(self, ev: UtteranceStarted | UtteranceStopped) -> list[RuntimeEffect]:
         inst = self._inst
         if inst is None:  # CHAT: the mic belongs to the conversation, not to a task
             return []

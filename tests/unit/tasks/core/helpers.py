@@ -9,9 +9,9 @@ from gateway.tasks.core import (
     AudioPhase,
     Catalog,
     DeviceRuntime,
-    Effect,
     PlaybackEvent,
     RuntimeConfig,
+    RuntimeEffect,
     RuntimeEvent,
     SendCommand,
     TaskDef,
@@ -64,14 +64,14 @@ class Driver:
         kw.setdefault("config", RuntimeConfig(completion_grace_ms=500, offline_grace_ms=60_000))
         kw.setdefault("new_id", lambda: next(ids))
         self.rt = DeviceRuntime("aa_bb_cc_dd_ee_ff", kw.pop("catalog", None) or catalog(), **kw)
-        self.log: list[Effect] = []
+        self.log: list[RuntimeEffect] = []
 
-    def at(self, now: float, event: RuntimeEvent) -> list[Effect]:
+    def at(self, now: float, event: RuntimeEvent) -> list[RuntimeEffect]:
         out = self.rt.handle(event, now)
         self.log += out
         return out
 
-    def tick(self, now: float) -> list[Effect]:
+    def tick(self, now: float) -> list[RuntimeEffect]:
         out = self.rt.on_time(now)
         self.log += out
         return out
@@ -79,18 +79,18 @@ class Driver:
     def last_play(self) -> SendCommand:
         return [c for c in commands(self.log) if c.cmd == "PLAY_MEDIA"][-1]
 
-    def complete(self, now: float, duration_ms: int | None = 2000) -> list[Effect]:
+    def complete(self, now: float, duration_ms: int | None = 2000) -> list[RuntimeEffect]:
         play = self.last_play()
         return self.at(now, PlaybackEvent(AudioPhase.COMPLETED, play.command_id, None, duration_ms))
 
 
-def of(kind: type[E], effects: list[Effect]) -> list[E]:
+def of(kind: type[E], effects: list[RuntimeEffect]) -> list[E]:
     return [e for e in effects if isinstance(e, kind)]
 
 
-def commands(effects: list[Effect], cmd: str | None = None) -> list[SendCommand]:
+def commands(effects: list[RuntimeEffect], cmd: str | None = None) -> list[SendCommand]:
     return [c for c in of(SendCommand, effects) if cmd is None or c.cmd == cmd]
 
 
-def played(effects: list[Effect]) -> list[str]:
+def played(effects: list[RuntimeEffect]) -> list[str]:
     return [str(c.params["name"]) for c in commands(effects, "PLAY_MEDIA")]
