@@ -34,7 +34,7 @@ from gateway.broker.rules import (
 )
 from gateway.cli.main import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DEV = "aa_bb_cc_dd_ee_ff"
 
 
