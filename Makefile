@@ -72,6 +72,7 @@ integration: setup
 bench: setup
 	$(BIN)/python -m bench.codec_bench
 	$(BIN)/python -m bench.hello_bench
+	$(BIN)/python -m bench.hello_core_bench
 	$(BIN)/python -m bench.ota_bench
 	$(BIN)/python -m bench.asr_bench
 	$(BIN)/python -m bench.assessment_bench

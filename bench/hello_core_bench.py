@@ -1,0 +1,152 @@
+"""Gateway-internal cost of one Xiaozhi hello at 1,000 open sessions (issue 12: hello → reply).
+
+Run from the repo root: ``python -m bench.hello_core_bench``. No broker and no sockets: the
+channel is built as in production but with a publisher that only counts and a UDP endpoint on
+a transport that sends nothing, so what is measured is exactly what the gateway does per hello
+on its loop — topic check, JSON parse, the session core (rate limit, cap, replace, fresh key,
+ssrc and session id), the live session state (crypto contexts, pipeline, buckets), the reply
+JSON and the MQTT publish call. 1,000 devices say hello once (1,000 sessions open), then every
+one of them says hello again ``ROUNDS`` times (each replaces its own session, so 1,000 stay
+open). Reports CPU per hello (process time / hellos) and the per-hello wall time p50/p99/max.
+Writes bench/results/hello_core.json and hello_core.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.metrics import Metrics
+from gateway.mqtt import Handler, Inbound
+from gateway.settings import Settings
+from gateway.simulators.xiaozhi import hello_json
+from gateway.xiaozhi.channel import XiaozhiChannel
+
+RESULTS = Path(__file__).parent / "results"
+SESSIONS = 1000
+ROUNDS = 5
+
+
+class CountingMqtt:
+    def __init__(self) -> None:
+        self.published = 0
+        self.handlers: list[Handler] = []
+
+    def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None:
+        self.handlers.append(handler)
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes | str,
+        *,
+        qos: int = 0,
+        retain: bool = False,
+        correlation_data: bytes | None = None,
+        expiry_s: int | None = None,
+    ) -> None:
+        self.published += 1
+
+
+class SilentTransport(asyncio.DatagramTransport):
+    def sendto(self, data: Any, addr: Any = None) -> None:
+        return None
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 48884) if name == "sockname" else default
+
+
+def quantile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def run() -> dict[str, Any]:
+    mqtt = CountingMqtt()
+    settings = Settings(
+        udp={"port": 0, "public_host": "gw.example", "public_port": 8884},
+        xiaozhi={"max_sessions": SESSIONS, "hello_burst": 1000, "hellos_per_minute": 60_000},
+    )
+    channel = XiaozhiChannel(settings=settings, mqtt=mqtt, metrics=Metrics(), http=None, admin=None)
+    channel.udp_endpoint.connection_made(SilentTransport())
+    channel.bound()
+    (handle,) = mqtt.handlers
+    devs = [f"a6_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(SESSIONS)]
+    body = hello_json()
+    messages = [
+        Inbound(
+            topic=f"device-server/{dev}",
+            payload=body,
+            qos=0,
+            retain=False,
+            received_mono=0.0,
+            received_ms=0,
+        )
+        for dev in devs
+    ]
+    for msg in messages:  # warm-up: 1,000 sessions open
+        handle(msg)
+    assert len(channel.core) == SESSIONS
+    gc.collect()
+    walls: list[float] = []
+    cpu0 = time.process_time()
+    for _ in range(ROUNDS):
+        for msg in messages:
+            t0 = time.perf_counter()
+            handle(msg)
+            walls.append((time.perf_counter() - t0) * 1e6)
+    cpu = time.process_time() - cpu0
+    assert len(channel.core) == SESSIONS
+    hellos = ROUNDS * SESSIONS
+    assert mqtt.published == SESSIONS + hellos
+    return {
+        "benchmark": "xiaozhi hello handled in-process at 1,000 open sessions (no broker)",
+        "sessions_open": SESSIONS,
+        "hellos": hellos,
+        "cpu_us_per_hello": round(cpu * 1e6 / hellos, 1),
+        "wall_us": {
+            "p50": round(quantile(walls, 0.5), 1),
+            "p99": round(quantile(walls, 0.99), 1),
+            "max": round(max(walls), 1),
+        },
+        "machine": {"python": platform.python_version(), "cpu": platform.machine()},
+    }
+
+
+def markdown(result: dict[str, Any], note: str) -> str:
+    wall = result["wall_us"]
+    return "\n".join(
+        [
+            "# Xiaozhi hello: gateway-internal cost",
+            "",
+            f"{result['benchmark']}. `python -m bench.hello_core_bench`.",
+            "",
+            "| sessions open | hellos | CPU µs/hello | wall p50 µs | wall p99 µs | wall max µs |",
+            "|---|---|---|---|---|---|",
+            f"| {result['sessions_open']} | {result['hellos']} | {result['cpu_us_per_hello']} "
+            f"| {wall['p50']} | {wall['p99']} | {wall['max']} |",
+            "",
+            note,
+            "",
+        ]
+    )
+
+
+def main() -> None:
+    result = run()
+    note = " ".join(sys.argv[1:]) or "Machine shared with other work while measured."
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "hello_core.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "hello_core.md").write_text(markdown(result, note))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
