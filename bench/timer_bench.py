@@ -137,9 +137,7 @@ async def child(spec: dict[str, Any]) -> dict[str, Any]:
         tasks = [tg.create_task(b.run(), name=f"bench.board[{b.dev}]") for b in boards]
         await asyncio.gather(*(b.connected.wait() for b in boards))
         if spec["nodelay"]:
-            set_nodelay(client)
-            for board in boards:
-                set_nodelay(board._client)  # private attribute: bench probe only
+            set_nodelay(client)  # the boards' asyncio sockets have TCP_NODELAY already
         for i, dev in enumerate(devs):
             req = {"v": 1, "id": f"start-{i}", "action": "start", "app_id": APP,
                    "task_id": TASK, "lesson_id": LESSON, "source": "bench"}  # fmt: skip

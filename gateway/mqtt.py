@@ -1,18 +1,20 @@
-"""The gateway's broker connection: one aiomqtt (paho, MQTT 5) client, owned by the service.
+"""The gateway's broker connection: one MQTT 5 client (:mod:`gateway.mqtt_client`), owned by the
+service.
 
 Components never touch the client. They register routes (topic filter → handler) before the
 service starts and call :meth:`MqttConnection.publish`, which never blocks and never raises:
 
-* Handlers are plain functions run on the loop; they must only parse and enqueue (a handler
-  that raises is logged with the topic and counted; the connection goes on).
-* Publishes go through a bounded outbound queue (:mod:`gateway.mqtt_outbound`) that is drained
-  while connected, ``mqtt.max_inflight`` publishes at a time in queue order, and kept while the
-  broker is away. Overflow policy: the oldest message is dropped and counted. Publishes in
-  flight when the connection breaks are put back at the head of the queue, in order.
+* Handlers are plain functions run on the loop as messages are read; they must only parse and
+  enqueue (a handler that raises is logged with the topic and counted; the connection goes on).
+  A flood waits in the kernel and then in the broker (TCP flow control), not in the gateway.
+* Publishes go through two bounded lanes (:mod:`gateway.mqtt_outbound`), drained while
+  connected, ``mqtt.max_inflight`` QoS 1 publishes at a time, control first, each lane in
+  order, and kept while the broker is away. CONTROL (board commands, replies, presence) is
+  never dropped: when ``mqtt.control_queue`` is full the newest is refused and counted;
+  EVENTS (task events, assessment results, ops) drop the oldest, counted, past
+  ``mqtt.outbound_queue``. Publishes in flight when the connection breaks are put back at the
+  head of their lane, in order.
 * Inbound payloads over ``max_payload_bytes`` are dropped and counted before any parsing.
-* Received messages wait for the loop in a queue of ``inbound_queue`` messages. Overflow
-  policy: the newest message is dropped and counted (``mqtt_messages_in_dropped{reason=
-  "queue_full"}``); a flood costs its own messages, and acks already queued still go through.
 * A publish bigger than the broker's ``max_packet_size`` is dropped and counted: the broker
   would disconnect the gateway for it.
 * Retained messages are delivered with ``Inbound.retain`` set; handlers of device topics
@@ -20,28 +22,28 @@ service starts and call :meth:`MqttConnection.publish`, which never blocks and n
 * Reconnect with capped exponential back-off and jitter; every route is resubscribed and the
   retained gateway presence republished on each connect. The presence LWT is registered with
   the broker so a crash shows ``online: false``.
+
+MQTT 5 is needed for control requests' response topic and correlation data (SPEC §3).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 import secrets
-import socket
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import aiomqtt
-
+from gateway import mqtt_codec as codec
 from gateway.backoff import BackoffPolicy, FailureStreak
 from gateway.metrics import Metrics
-from gateway.mqtt_connect import connected
-from gateway.mqtt_outbound import Outbound, OutboundCounters, OutboundQueue
+from gateway.mqtt_client import Client, ClientOptions, MqttError
+from gateway.mqtt_outbound import Lane, Outbound, OutboundCounters, OutboundQueue
+from gateway.mqtt_topics import TopicMatcher
 from gateway.settings import MqttSettings
 from topics import GatewayStatus, encode
 
@@ -77,7 +79,8 @@ class Publisher(Protocol):
         retain: bool = False,
         correlation_data: bytes | None = None,
         expiry_s: int | None = None,
-    ) -> None: ...
+        on_sent: Callable[[], None] | None = None,
+    ) -> bool | None: ...
 
 
 @dataclass(slots=True)
@@ -104,15 +107,16 @@ class MqttConnection:
         self._presence_topic = presence_topic
         self._presence_payload = presence_payload
         self._routes: list[_Route] = []
+        self._matcher = TopicMatcher()
         self._connected = asyncio.Event()
         self._disconnected = asyncio.Event()
         self._disconnected.set()
         self._connections = 0
-        self.received = 0  # messages taken off the inbound queue (tests wait on this)
-        self._in_overflows = 0
+        self.received = 0  # messages dispatched (tests wait on this)
         self._backoff = FailureStreak(
             BackoffPolicy(settings.reconnect_min_s, settings.reconnect_max_s, jitter=True)
         )
+        self._client: Client | None = None
 
         self.m_connected = metrics.gauge("mqtt_connected", "1 while connected to the broker")
         self.m_connects = metrics.counter("mqtt_connects", "Successful broker connections")
@@ -120,21 +124,31 @@ class MqttConnection:
         self.m_in_dropped = metrics.counter(
             "mqtt_messages_in_dropped", "Inbound messages dropped", ["reason"]
         )
+        self._in_oversize = self.m_in_dropped.labels("oversize")
+        self._in_no_route = self.m_in_dropped.labels("no_route")
+        self._in_handler_error = self.m_in_dropped.labels("handler_error")
         self.m_out = metrics.counter("mqtt_messages_out", "Messages published")
         self.m_out_dropped = metrics.counter(
-            "mqtt_messages_out_dropped", "Outbound messages dropped (queue overflow)"
+            "mqtt_messages_out_dropped", "Outbound events dropped (EVENTS lane full: oldest)"
+        )
+        self.m_out_refused = metrics.counter(
+            "mqtt_messages_out_refused", "Outbound control refused (CONTROL lane full: newest)"
         )
         self.m_out_queue = metrics.gauge("mqtt_outbound_queue", "Publishes waiting for the broker")
         self.m_out_oversize = metrics.counter(
             "mqtt_messages_out_oversize",
             "Publishes dropped as bigger than the broker's max_packet_size",
         )
-        # Bounded; overflow drops the oldest (counted). Presence is re-sent on every connect.
+        # Bounded lanes (see mqtt_outbound); presence is re-sent on every connect.
         self._outbox = OutboundQueue(
-            limit=settings.outbound_queue,
+            control_limit=settings.control_queue,
+            events_limit=settings.outbound_queue,
             window=settings.max_inflight,
             counters=OutboundCounters(
-                dropped=self._dropped, published=self.m_out.inc, depth=self.m_out_queue.set
+                dropped=self._dropped,
+                refused=self._refused,
+                published=self.m_out.inc,
+                depth=self.m_out_queue.set,
             ),
         )
 
@@ -143,6 +157,7 @@ class MqttConnection:
     def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None:
         """Register a subscription; restored on every (re)connect."""
         self._routes.append(_Route(topic_filter, handler, qos))
+        self._matcher.add(topic_filter, len(self._routes) - 1)
 
     @property
     def connected(self) -> bool:
@@ -171,20 +186,29 @@ class MqttConnection:
         retain: bool = False,
         correlation_data: bytes | None = None,
         expiry_s: int | None = None,
-    ) -> None:
+        on_sent: Callable[[], None] | None = None,
+    ) -> bool:
+        """Queue a publish in its lane (from the topic, :func:`lane_for`); ``False`` when it
+        was not queued (oversize, or the CONTROL lane full), counted either way."""
         data = payload.encode() if isinstance(payload, str) else payload
         # The broker disconnects a client for a packet over its max_packet_size; refuse it here
         # (counted) so one oversized message never costs the connection. 256 bytes cover the
         # fixed header and properties.
-        if len(data) + len(topic.encode()) + 256 > self._settings.broker_max_packet_bytes:
+        if len(data) + len(topic) * 4 + 256 > self._settings.broker_max_packet_bytes:
             self.m_out_oversize.inc()
             log.error("dropped %d-byte publish on %s: over the broker's limit", len(data), topic)
-            return
-        self._outbox.put(Outbound(topic, data, qos, retain, correlation_data, expiry_s))
+            return False
+        lane = lane_for(topic)
+        msg = Outbound(topic, data, qos, retain, correlation_data, expiry_s, lane, on_sent)
+        return self._outbox.put(msg)
 
     def _dropped(self, msg: Outbound) -> None:
         self.m_out_dropped.inc()
-        log.warning("outbound queue full: dropped oldest publish on %s", msg.topic)
+        log.warning("outbound events lane full: dropped oldest publish on %s", msg.topic)
+
+    def _refused(self, msg: Outbound) -> None:
+        self.m_out_refused.inc()
+        log.error("outbound control lane full: refused publish on %s", msg.topic)
 
     # -- service task ----------------------------------------------------------------------
 
@@ -193,7 +217,7 @@ class MqttConnection:
         while True:
             try:
                 await self._serve_once()
-            except aiomqtt.MqttError as exc:
+            except MqttError as exc:
                 self._mark_disconnected()
                 delay = self._backoff.failed()
                 log.warning("broker connection lost (%s); reconnecting in %.2fs", exc, delay)
@@ -204,172 +228,108 @@ class MqttConnection:
         client = self._client
         if client is None or not self.connected:
             return
-        with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
-            await client.publish(
-                self._presence_topic,
-                self._presence_payload(False),
-                qos=1,
-                retain=True,
-                timeout=grace_s,
-            )
-
-    _client: aiomqtt.Client | None = None
+        try:
+            async with asyncio.timeout(grace_s):
+                await client.publish_wait(
+                    self._presence_topic, self._presence_payload(False), qos=1, retain=True
+                )
+        except (MqttError, TimeoutError):
+            return
 
     async def _serve_once(self) -> None:
         client = self._make_client()
-        await self._serve_client(client, _cancel_count())
-
-    async def _serve_client(self, client: aiomqtt.Client, baseline: int) -> None:
-        async with connected(client):  # a cancelled connect is settled, not abandoned
-            _honour_lost_cancel(baseline)
-            self._client = client
-            try:
-                for route in self._routes:
-                    await client.subscribe(route.topic_filter, qos=route.qos)
-                    _honour_lost_cancel(baseline)
-                await client.publish(
-                    self._presence_topic, self._presence_payload(True), qos=1, retain=True
-                )
-                _honour_lost_cancel(baseline)
-                self._connections += 1
-                self.m_connects.inc()
-                self.m_connected.set(1)
-                self._connected.set()
-                self._disconnected.clear()
-                self._backoff.reset()
-                log.info(
-                    "connected to broker %s as %s", self._settings.url, self._settings.username
-                )
-                async with asyncio.TaskGroup() as tg:
-                    tg.create_task(self._outbox.pump(client), name="mqtt.publish")
-                    tg.create_task(self._receive_loop(client), name="mqtt.receive")
-            except* aiomqtt.MqttError as group:
-                raise group.exceptions[0] from None
-            finally:
-                self._client = None
-
-    def _make_client(self) -> aiomqtt.Client:
         s = self._settings
-        on_overflow = self._inbound_overflow
         tls: ssl.SSLContext | None = ssl.create_default_context() if s.tls else None
-        client = aiomqtt.Client(
-            s.host,
-            s.port,
+        await client.connect(s.host, s.port, tls=tls, wait_s=10)
+        self._client = client
+        try:
+            filters = [(r.topic_filter, r.qos) for r in self._routes]
+            if filters:
+                await client.subscribe(filters)
+            await client.publish_wait(
+                self._presence_topic, self._presence_payload(True), qos=1, retain=True
+            )
+            self._connections += 1
+            self.m_connects.inc()
+            self.m_connected.set(1)
+            self._connected.set()
+            self._disconnected.clear()
+            self._backoff.reset()
+            log.info("connected to broker %s as %s", s.url, s.username)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._outbox.pump(client), name="mqtt.publish")
+                tg.create_task(client.closed(), name="mqtt.closed")
+        except* MqttError as group:
+            raise group.exceptions[0] from None
+        finally:
+            self._client = None
+            await client.disconnect(wait_s=1.0)
+
+    def _make_client(self) -> Client:
+        s = self._settings
+        will = codec.Will(self._presence_topic, self._presence_payload(False), qos=1, retain=True)
+        options = ClientOptions(
+            client_id=self._client_id,
+            keepalive_s=s.keepalive_s,
             username=s.username,
             password=self._password,
-            identifier=self._client_id,
-            protocol=aiomqtt.ProtocolVersion.V5,
-            keepalive=s.keepalive_s,
-            will=aiomqtt.Will(
-                self._presence_topic, self._presence_payload(False), qos=1, retain=True
-            ),
-            tls_context=tls,
-            timeout=10,
-            # Commands are small and latency-bound: without TCP_NODELAY a publish can wait on
-            # Nagle + delayed ACK (~85 ms a step, bench/timer.md).
-            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-            max_inflight_messages=s.max_inflight,
-            queue_type=_bounded_queue(on_overflow),
-            max_queued_incoming_messages=s.inbound_queue,
+            will=will,
         )
-        client.pending_calls_threshold = s.max_inflight + 10  # a full window is normal
-        return client
-
-    def _inbound_overflow(self, message: aiomqtt.Message) -> None:
-        self.m_in_dropped.labels("queue_full").inc()
-        self._in_overflows += 1
-        if self._in_overflows % _LOG_EVERY == 1:
-            log.warning(
-                "inbound queue full (%d): dropped a message on %s (%d so far)",
-                self._settings.inbound_queue,
-                message.topic.value,
-                self._in_overflows,
-            )
+        return Client(options, self._on_message)
 
     def _mark_disconnected(self) -> None:
         self._connected.clear()
         self._disconnected.set()
         self.m_connected.set(0)
 
-    async def _receive_loop(self, client: aiomqtt.Client) -> None:
-        limit = self._settings.max_payload_bytes
-        async for message in client.messages:
-            self.m_in.inc()
-            self.received += 1
-            payload = message.payload
-            if not isinstance(payload, bytes | bytearray):
-                self.m_in_dropped.labels("not_bytes").inc()
-                continue
-            if len(payload) > limit:
-                self.m_in_dropped.labels("oversize").inc()
-                log.warning(
-                    "dropped %d-byte message on %s (limit %d)", len(payload), message.topic, limit
-                )
-                continue
-            props = message.properties
-            inbound = Inbound(
-                topic=message.topic.value,
-                payload=bytes(payload),
-                qos=message.qos,
-                retain=message.retain,
-                received_mono=time.monotonic(),
-                received_ms=time.time_ns() // 1_000_000,
-                response_topic=getattr(props, "ResponseTopic", None) if props else None,
-                correlation_data=getattr(props, "CorrelationData", None) if props else None,
+    def _on_message(self, message: codec.Publish) -> None:
+        self.m_in.inc()
+        self.received += 1
+        payload = message.payload
+        if len(payload) > self._settings.max_payload_bytes:
+            self._in_oversize.inc()
+            log.warning(
+                "dropped %d-byte message on %s (limit %d)",
+                len(payload),
+                message.topic,
+                self._settings.max_payload_bytes,
             )
-            self._dispatch(inbound)
+            return
+        inbound = Inbound(
+            message.topic,
+            payload,
+            message.qos,
+            message.retain,
+            time.monotonic(),
+            time.time_ns() // 1_000_000,
+            message.response_topic,
+            message.correlation_data,
+        )
+        self._dispatch(inbound)
 
     def _dispatch(self, inbound: Inbound) -> None:
         matched = False
-        for route in self._routes:
-            if aiomqtt.Topic(inbound.topic).matches(route.topic_filter):
-                matched = True
-                try:
-                    route.handler(inbound)
-                except Exception:
-                    self.m_in_dropped.labels("handler_error").inc()
-                    log.exception("handler for %s failed on %s", route.topic_filter, inbound.topic)
+        for index in self._matcher.match(inbound.topic):
+            matched = True
+            route = self._routes[index]
+            try:
+                route.handler(inbound)
+            except Exception:
+                self._in_handler_error.inc()
+                log.exception("handler for %s failed on %s", route.topic_filter, inbound.topic)
         if not matched:
-            self.m_in_dropped.labels("no_route").inc()
+            self._in_no_route.inc()
 
 
-_LOG_EVERY = 1000
+# Telemetry the backend and ops can lose under overload (oldest first, counted); everything
+# else a gateway publishes (board commands, control replies and MQTT 5 responses, presence,
+# Xiaozhi downlink) is control and never dropped.
+_EVENT_PREFIXES = ("snlpgw/v1/task/", "snlpgw/v1/assessment/", "snlpgw/v1/ops/")
 
 
-def _bounded_queue(
-    on_overflow: Callable[[aiomqtt.Message], None],
-) -> type[asyncio.Queue[aiomqtt.Message]]:
-    """aiomqtt's inbound queue class: bounded by ``maxsize``; when full, the newest message is
-    dropped and reported to ``on_overflow`` (instead of aiomqtt logging every drop)."""
-
-    class BoundedInbound(asyncio.Queue[aiomqtt.Message]):
-        def put_nowait(self, item: aiomqtt.Message) -> None:
-            if self.full():
-                on_overflow(item)
-                return
-            super().put_nowait(item)
-
-    return BoundedInbound
-
-
-def _cancel_count() -> int:
-    task = asyncio.current_task()
-    return task.cancelling() if task is not None else 0
-
-
-def _honour_lost_cancel(baseline: int) -> None:
-    """Re-raise a cancellation aiomqtt swallowed.
-
-    aiomqtt awaits the broker with ``asyncio.wait_for``, which on Python 3.11 can return a
-    result and drop a cancellation that raced with it; the task still counts the request in
-    ``cancelling()``. Without this check a cancelled connection task carries on (and a gateway
-    whose HTTP port is taken, say, never exits). Called after every awaited aiomqtt call with
-    the count seen when the task began this attempt: tearing down an earlier connection can
-    leave the count raised for good, so only requests beyond it are new.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling() > baseline:
-        raise asyncio.CancelledError
+def lane_for(topic: str) -> Lane:
+    """The outbound lane of ``topic``: one topic, one lane, so its order is kept."""
+    return Lane.EVENTS if topic.startswith(_EVENT_PREFIXES) else Lane.CONTROL
 
 
 def gateway_client_id(gateway_id: str, password: str | None) -> str:

@@ -1,26 +1,40 @@
-"""The gateway's outbound MQTT queue and its pipelined publish loop.
+"""The gateway's outbound MQTT lanes and their pipelined publish loop.
 
-* ``put`` never blocks and never raises. The queue is bounded (``limit``): overflow drops the
-  oldest message and counts it; it is kept while the broker is away.
-* While connected, up to ``window`` publishes are in flight at once (handed to the client, the
-  QoS 1 PUBACK not yet back), taken from the queue in order. The client writes them in that
-  order on its one connection, and the broker forwards one publisher's messages on a topic in
-  the order it received them (MQTT §4.6), so a board's LISTEN_STOP and its next PLAY_MEDIA
-  leave back to back instead of one broker round trip apart (``window=1`` was the old way).
-* When the connection breaks, every message not confirmed goes back to the head of the queue,
-  in its original order, and is published again after the reconnect (at least once).
+Two lanes, each bounded, each with its overflow policy (issue #14):
+
+* ``CONTROL`` — board commands, control replies, presence: never dropped. When full (the
+  broker has been away long enough for ``control_limit`` of them to pile up), ``put`` refuses
+  the newest, counts it and returns ``False``; the caller decides (a board command's ack
+  deadline still runs, so the command is retried or ends ``failed``/``expired``).
+* ``EVENTS`` — task events, assessment results, ops metrics and alarms: overflow drops the
+  oldest and counts it.
+
+Both are kept while the broker is away. While connected, up to ``window`` QoS 1 publishes are
+in flight at once (written, PUBACK not back yet); CONTROL goes first, then EVENTS, each in queue
+order. A topic always goes through the same lane (the lane is chosen from the topic), so the
+broker forwards one topic's messages in the order they were put (MQTT §4.6): a board's
+LISTEN_STOP and its next PLAY_MEDIA leave back to back. ``on_sent`` runs when a message is
+written to the socket (a board command's ack deadline counts from then, not from the queue).
+When the connection breaks, every message not confirmed goes back to the head of its lane, in
+its original order, and is published again after the reconnect (at least once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
-import aiomqtt
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
+from gateway import mqtt_codec as codec
+from gateway.mqtt_client import Client
+
+
+class Lane(Enum):
+    CONTROL = "control"  # never dropped; newest refused (counted) when full
+    EVENTS = "events"  # drop oldest (counted) when full
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,78 +45,105 @@ class Outbound:
     retain: bool = False
     correlation_data: bytes | None = None
     expiry_s: int | None = None
+    lane: Lane = Lane.CONTROL
+    on_sent: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class OutboundCounters:
     """Callbacks into the connection's metrics (plain callables: tests need no registry)."""
 
-    dropped: Callable[[Outbound], None]  # overflow: the oldest message went
-    published: Callable[[], None]  # confirmed by the client (PUBACK for QoS 1)
-    depth: Callable[[int], None]  # queued + in flight
+    dropped: Callable[[Outbound], None]  # EVENTS overflow: the oldest message went
+    refused: Callable[[Outbound], None]  # CONTROL full: the newest was not queued
+    published: Callable[[], None]  # confirmed (PUBACK for QoS 1, written for QoS 0)
+    depth: Callable[[int], None]  # queued + in flight, both lanes
 
 
 class OutboundQueue:
-    def __init__(self, *, limit: int, window: int, counters: OutboundCounters) -> None:
+    def __init__(
+        self, *, control_limit: int, events_limit: int, window: int, counters: OutboundCounters
+    ) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
-        self._limit = limit
+        self._limits = {Lane.CONTROL: control_limit, Lane.EVENTS: events_limit}
         self._window = window
         self._counters = counters
-        # Bounded by ``limit``; overflow drops the oldest (counted).
-        self._queue: deque[Outbound] = deque()
-        # The messages handed to the client and not confirmed yet, in send order (≤ window).
-        self._in_flight: dict[asyncio.Task[None], Outbound] = {}
+        # Bounded by ``_limits`` (CONTROL: refuse newest; EVENTS: drop oldest), both counted.
+        self._lanes: dict[Lane, deque[Outbound]] = {Lane.CONTROL: deque(), Lane.EVENTS: deque()}
+        # Written and not confirmed yet, in send order (QoS 1 only; at most ``window``).
+        self._in_flight: dict[int, Outbound] = {}
+        self._tokens = itertools.count()
         self._ready = asyncio.Event()
 
     def __len__(self) -> int:
-        return len(self._queue) + len(self._in_flight)
+        return len(self._lanes[Lane.CONTROL]) + len(self._lanes[Lane.EVENTS]) + len(self._in_flight)
 
-    def queued(self) -> list[Outbound]:
-        """What waits to go out, oldest first (a copy)."""
-        return list(self._queue)
+    def queued(self, lane: Lane | None = None) -> list[Outbound]:
+        """What waits to go out (one lane, or CONTROL then EVENTS), oldest first (a copy)."""
+        lanes = [lane] if lane is not None else [Lane.CONTROL, Lane.EVENTS]
+        return [m for name in lanes for m in self._lanes[name]]
 
-    def put(self, msg: Outbound) -> None:
-        self._queue.append(msg)
-        if len(self._queue) > self._limit:
-            self._counters.dropped(self._queue.popleft())
+    def put(self, msg: Outbound) -> bool:
+        """Queue ``msg`` in its lane; ``False`` if CONTROL was full and refused it (counted)."""
+        lane = self._lanes[msg.lane]
+        if len(lane) >= self._limits[msg.lane]:
+            if msg.lane is Lane.CONTROL:
+                self._counters.refused(msg)
+                return False
+            self._counters.dropped(lane.popleft())
+        lane.append(msg)
         self._counters.depth(len(self))
         self._ready.set()
+        return True
 
-    async def pump(self, client: aiomqtt.Client) -> None:
-        """Publish while connected; raises ``MqttError`` when a publish fails (the caller
-        reconnects) and puts back whatever was not confirmed when it ends, however it ends."""
+    async def pump(self, client: Client) -> None:
+        """Publish while connected; raises :class:`~gateway.mqtt_client.MqttError` when the
+        connection is gone, and puts back whatever was not confirmed, however it ends."""
+        control, events = self._lanes[Lane.CONTROL], self._lanes[Lane.EVENTS]
         try:
-            async with asyncio.TaskGroup() as tg:
-                while True:
-                    self._ready.clear()
-                    while self._queue and len(self._in_flight) < self._window:
-                        msg = self._queue.popleft()
-                        task = tg.create_task(_publish(client, msg), name="mqtt.publish")
-                        self._in_flight[task] = msg
-                        task.add_done_callback(self._settled)
-                    await self._ready.wait()
-        except* aiomqtt.MqttError as group:
-            raise group.exceptions[0] from None
+            while True:
+                self._ready.clear()
+                while (control or events) and len(self._in_flight) < self._window:
+                    if not client.writable.is_set():
+                        await client.writable.wait()  # the socket buffer is full: let it drain
+                        continue
+                    self._send(client, control.popleft() if control else events.popleft())
+                await self._ready.wait()
         finally:
-            self._queue.extendleft(reversed(self._in_flight.values()))
-            self._in_flight.clear()
-            self._counters.depth(len(self))
+            self._put_back()
 
-    def _settled(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is None and task in self._in_flight:
-            del self._in_flight[task]
+    def _send(self, client: Client, msg: Outbound) -> None:
+        props = b""
+        if msg.correlation_data is not None or msg.expiry_s is not None:
+            props = codec.publish_properties(msg.correlation_data, msg.expiry_s)
+        on_done: Callable[[], None] | None = None
+        if msg.qos:
+            token = next(self._tokens)
+            self._in_flight[token] = msg
+            on_done = lambda: self._confirmed(token)  # noqa: E731 - a closure per publish
+        try:
+            client.publish(
+                msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props,
+                on_done=on_done,
+            )  # fmt: skip
+        except BaseException:
+            if not msg.qos:
+                self._lanes[msg.lane].appendleft(msg)
+            raise
+        if msg.on_sent is not None:
+            msg.on_sent()
+        if not msg.qos:
             self._counters.published()
             self._counters.depth(len(self))
-        self._ready.set()
 
+    def _confirmed(self, token: int) -> None:
+        if self._in_flight.pop(token, None) is not None:
+            self._counters.published()
+            self._counters.depth(len(self))
+            self._ready.set()
 
-async def _publish(client: aiomqtt.Client, msg: Outbound) -> None:
-    props: Properties | None = None
-    if msg.correlation_data is not None or msg.expiry_s is not None:
-        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]  # paho is untyped here
-        if msg.correlation_data is not None:
-            props.CorrelationData = msg.correlation_data
-        if msg.expiry_s is not None:
-            props.MessageExpiryInterval = msg.expiry_s
-    await client.publish(msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props)
+    def _put_back(self) -> None:
+        for msg in reversed(self._in_flight.values()):
+            self._lanes[msg.lane].appendleft(msg)
+        self._in_flight.clear()
+        self._counters.depth(len(self))

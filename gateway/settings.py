@@ -63,18 +63,22 @@ class MqttSettings(_Section):
     reconnect_min_s: float = Field(0.5, gt=0, description="First reconnect back-off.")
     reconnect_max_s: float = Field(15.0, gt=0, description="Reconnect back-off cap.")
     outbound_queue: int = Field(
-        10_000, ge=100, description="Publishes buffered while the broker is away (drop-oldest)."
+        10_000,
+        ge=100,
+        description="Task events, assessment results and ops publishes buffered while the "
+        "broker is away or slow (drop-oldest, counted).",
+    )
+    control_queue: int = Field(
+        10_000,
+        ge=100,
+        description="Board commands, control replies and presence buffered while the broker is "
+        "away or slow (never dropped; past it the newest is refused, counted).",
     )
     max_inflight: int = Field(
         20, ge=1, description="Publishes awaiting the broker's PUBACK at once (sent in order)."
     )
     max_payload_bytes: int = Field(
         8192, ge=512, description="Inbound payloads over this are dropped."
-    )
-    inbound_queue: int = Field(
-        10_000,
-        ge=100,
-        description="Received messages waiting for the loop (overflow: newest dropped, counted).",
     )
     broker_max_packet_bytes: int = Field(
         65_536,
@@ -205,9 +209,16 @@ class XiaozhiSettings(_Section):
 
 
 class BoardSettings(_Section):
-    ack_timeout_s: float = Field(3.0, gt=0, description="Resend a command not acked within this.")
+    ack_timeout_s: float = Field(
+        3.0,
+        gt=0,
+        description="Resend a command not acked within this of leaving the gateway.",
+    )
     max_resends: int = Field(
         3, ge=0, description="Resends of one command while the board is online."
+    )
+    resend_backoff: float = Field(
+        2.0, ge=1.0, description="Each resend of a command waits this many times longer."
     )
     default_ttl_ms: int = Field(
         30_000, gt=0, description="Command lifetime when the caller gives none."

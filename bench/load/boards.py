@@ -2,7 +2,8 @@
 
 ``python -m bench.load.boards SPEC.json`` (started by the harness, one per share of the boards).
 It connects its boards (:class:`gateway.simulators.board.BoardSimulator`, the project's board
-simulator, reused as a library; TCP_NODELAY on their sockets as board firmware should set),
+simulator, reused as a library, on the project's lean MQTT client; TCP_NODELAY on their
+sockets, as asyncio sets and board firmware should),
 prints ``{"ready": n}``, waits for ``go T0`` on stdin, then a backend client starts each board's
 lesson at ``T0 + offset`` (``snlpgw/v1/ctl/{dev}``). Every board notes, on its own clock, when
 it published each ``audio.completed`` and when each command reached it; the figure is
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -63,23 +63,17 @@ class LoadBoard(BoardSimulator):
                 self.done.set()
         super()._on_command(payload)
 
-    async def _publisher(self, client: aiomqtt.Client) -> None:
-        while True:
-            topic, payload, qos, retain = await self._out.get()
-            body = json.loads(payload)
-            now = time.monotonic() * 1000
-            self.timeline.append(
-                (now, f"> {body.get('evt') or body.get('cmd') or topic} {body.get('ref')}")
-            )
-            if body.get("evt") == "audio.completed" and body["data"].get("reason") == "eof":
-                self.completed.append((now, int(body["data"]["duration_ms"])))
-            await client.publish(topic, payload, qos=qos, retain=retain)
-
-
-def set_nodelay(client: aiomqtt.Client | None) -> None:
-    sock = None if client is None else client._client.socket()  # private: bench probe only
-    if isinstance(sock, socket.socket):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def _send(self, kind: str, body: dict[str, Any], *, qos: int = 1) -> None:
+        # Noted as the board hands it to its MQTT client (which writes at once unless 16 are
+        # awaiting their PUBACK): no JSON parsed back per publish.
+        now = time.monotonic() * 1000
+        self.timeline.append(
+            (now, f"> {body.get('evt') or body.get('cmd') or kind} {body.get('ref')}")
+        )
+        data = body.get("data")
+        if body.get("evt") == "audio.completed" and data.get("reason") == "eof":
+            self.completed.append((now, int(data["duration_ms"])))
+        super()._send(kind, body, qos=qos)
 
 
 def errors(board: LoadBoard, ratio: float, min_window_ms: int) -> tuple[list[float], list[float]]:
@@ -157,8 +151,6 @@ async def run(spec: dict[str, Any]) -> None:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             for board in boards:
                 await board.connected.wait()
-        for board in boards:
-            set_nodelay(board._client)  # private attribute: bench probe only
         sys.stdout.write(json.dumps({"ready": len(boards)}) + "\n")
         sys.stdout.flush()
         line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import time
 import uuid
@@ -92,7 +93,10 @@ class BoardChannel:
         self._clock = clock
         self._wall_ms = wall_ms
         self._devices: dict[str, Device] = {}  # bounded by max_devices
-        self._deadlines: dict[str, float] = {}
+        self._deadlines: dict[str, float] = {}  # each board's next deadline (one per board)
+        # The same deadlines as a min-heap, stale entries skipped lazily (compacted when they
+        # outnumber the live ones), so a tick costs what is due, not a scan of every board.
+        self._heap: list[tuple[float, str]] = []
         self._wake = asyncio.Event()
         # What the timer sleeps until: only an earlier deadline wakes it (a scan of every
         # board per message would make a flood of new ids quadratic).
@@ -138,7 +142,7 @@ class BoardChannel:
             while True:
                 self._wake.clear()
                 self.tick()
-                earliest = min(self._deadlines.values(), default=None)
+                earliest = self._earliest()
                 self._sleep_until = float("inf") if earliest is None else earliest
                 delay = None if earliest is None else max(0.0, earliest - self._clock())
                 with contextlib.suppress(TimeoutError):
@@ -408,11 +412,25 @@ class BoardChannel:
     def tick(self) -> None:
         """Run every core whose deadline has come (the timer task calls this)."""
         now = self._clock()
-        for dev in [d for d, at in self._deadlines.items() if at <= now]:
-            device = self._devices[dev]
+        due: list[str] = []
+        heap, deadlines = self._heap, self._deadlines
+        while heap and heap[0][0] <= now:
+            at, dev = heapq.heappop(heap)
+            if deadlines.get(dev) == at and (not due or due[-1] != dev):
+                due.append(dev)
+        for dev in due:
+            device = self._devices.get(dev)
+            if device is None or deadlines.get(dev, now + 1) > now:
+                continue  # forgotten, or rescheduled by a board handled earlier in this tick
             self._presence(device, device.presence.tick(now))
             self._apply(device, device.outbox.tick(now))
             self._reschedule(device)
+
+    def _earliest(self) -> float | None:
+        heap, deadlines = self._heap, self._deadlines
+        while heap and deadlines.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # stale: the board's deadline moved or it was forgotten
+        return heap[0][0] if heap else None
 
     def _reschedule(self, device: Device) -> None:
         deadline = device.next_deadline()
@@ -422,15 +440,33 @@ class BoardChannel:
             if deadline < self._sleep_until:
                 self._sleep_until = deadline
                 self._wake.set()
-            self._deadlines[device.dev] = deadline
+            if self._deadlines.get(device.dev) != deadline:
+                self._deadlines[device.dev] = deadline
+                heapq.heappush(self._heap, (deadline, device.dev))
+                if len(self._heap) > 4 * len(self._deadlines) + 64:
+                    self._heap = [(at, dev) for dev, at in self._deadlines.items()]
+                    heapq.heapify(self._heap)
 
     def _apply(self, device: Device, effects: list[OutboxEffect]) -> None:
         for effect in effects:
             if isinstance(effect, Send):
-                self.out.command(device.dev, effect.envelope, resend=effect.resend)
+                self.out.command(
+                    device.dev,
+                    effect.envelope,
+                    resend=effect.resend,
+                    on_sent=self._on_sent(device.dev, effect.envelope.id, effect.sends),
+                )
             else:
                 self._done(device, effect.envelope, effect.outcome)
         self._reschedule(device)
+
+    def _on_sent(self, dev: str, command_id: str, sends: int) -> Callable[[], None]:
+        def sent() -> None:  # the publish left the gateway: its ack deadline starts now
+            device = self._devices.get(dev)
+            if device is not None and device.outbox.written(command_id, sends, self._clock()):
+                self._reschedule(device)
+
+        return sent
 
     def _done(self, device: Device, envelope: Envelope, outcome: Outcome) -> None:
         self.out.outcome(device.dev, outcome)

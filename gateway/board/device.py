@@ -48,6 +48,8 @@ class Device:
                 max_resends=s.max_resends,
                 limit=s.outbox_limit,
                 window=s.max_in_flight,
+                backoff=s.resend_backoff,
+                write_confirmed=True,  # the channel reports each publish's write
             ),
             PresenceTracker(
                 dev,

@@ -12,7 +12,12 @@ DeliveryResult rules (SPEC §3 "Command delivery"; the README's board section st
 * Each command in flight has its own ack deadline: not acked within ``ack_timeout_s`` of its
   last send, it is resent with the **same id and payload** up to ``max_resends`` times while
   the board is online, then it ends ``failed`` (the others in flight are unaffected). Resends
-  due at the same time go out in submit order.
+  due at the same time go out in submit order. Each resend waits ``backoff`` times longer than
+  the one before (1 = a fixed deadline).
+* With ``write_confirmed`` the deadline of a send starts when the shell reports the publish
+  actually left (:meth:`Outbox.written`), not when the send was decided: under overload a
+  command may wait in the MQTT outbox longer than ``ack_timeout_s``, and resending it then only
+  queued more copies behind it (the resend storm of ``bench/results/timer.md``).
 * While the board is offline nothing is sent; commands in flight when it drops go back to the
   queue in their places (same ids, fresh resend budget) and are sent again, in order, when the
   board returns. Any command whose ``ttl_ms`` passes before an ack ends ``expired``.
@@ -55,6 +60,7 @@ class Done:
 
 
 OutboxEffect = Send | Done
+_UNWRITTEN = float("inf")  # an ack deadline not started: the send has not left yet
 
 _ACK_OUTCOME = {
     AckStatus.ACCEPTED: OutcomeKind.ACCEPTED,
@@ -77,11 +83,22 @@ class _OutboxEntry:
 
 class Outbox:
     def __init__(
-        self, *, ack_timeout_s: float, max_resends: int, limit: int, window: int = 1
+        self,
+        *,
+        ack_timeout_s: float,
+        max_resends: int,
+        limit: int,
+        window: int = 1,
+        backoff: float = 1.0,
+        write_confirmed: bool = False,
     ) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
+        if backoff < 1.0:
+            raise ValueError("backoff must be at least 1")
         self._ack_timeout_s = ack_timeout_s
+        self._backoff = backoff
+        self._write_confirmed = write_confirmed
         self._max_resends = max_resends
         self._limit = limit
         self._window = window
@@ -145,6 +162,19 @@ class Outbox:
                     effects.append(self._end(entry, OutcomeKind.FAILED))
         return effects + self._pump(now)
 
+    def written(self, command_id: str, sends: int, now: float) -> bool:
+        """The shell wrote send number ``sends`` of ``command_id`` at ``now``: its ack deadline
+        starts. ``False`` (nothing changes) for a command no longer in flight or a stale send."""
+        for entry in self._flying():
+            if entry.envelope.id == command_id:
+                if entry.sends != sends or entry.ack_due != _UNWRITTEN:
+                    return False
+                entry.ack_due = now + self._ack_timeout_s * self._backoff ** (sends - 1)
+                if entry.first_sent_at is None:
+                    entry.first_sent_at = now
+                return True
+        return False
+
     def next_deadline(self) -> float | None:
         deadlines = [e.expires_at for e in self._entries]
         deadlines += [e.ack_due for e in self._flying()]
@@ -184,9 +214,12 @@ class Outbox:
 
     def _send(self, entry: _OutboxEntry, now: float) -> Send:
         entry.sends += 1
-        entry.ack_due = now + self._ack_timeout_s
-        if entry.first_sent_at is None:
-            entry.first_sent_at = now
+        if self._write_confirmed:
+            entry.ack_due = _UNWRITTEN  # starts in written()
+        else:
+            entry.ack_due = now + self._ack_timeout_s * self._backoff ** (entry.sends - 1)
+            if entry.first_sent_at is None:
+                entry.first_sent_at = now
         return Send(entry.envelope, entry.sends)
 
 

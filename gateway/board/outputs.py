@@ -53,9 +53,12 @@ class BoardOutputs:
         # Bounded by the finite sets of topic kinds and drop reasons.
         self._drops: dict[tuple[str, str], int] = {}
 
-    def command(self, dev: str, envelope: Envelope, *, resend: bool) -> None:
+    def command(
+        self, dev: str, envelope: Envelope, *, resend: bool, on_sent: Callable[[], None]
+    ) -> None:
+        """Publish a command; ``on_sent`` runs when it leaves the gateway (its ack deadline)."""
         (self.m.resent if resend else self.m.sent).labels(envelope.name).inc()
-        self._publish(TopicKind.CMD, dev, envelope.payload)
+        self._publish(TopicKind.CMD, dev, envelope.payload, on_sent)
 
     def outcome(self, dev: str, outcome: Outcome) -> None:
         name, kind = outcome.command, outcome.kind
@@ -101,8 +104,16 @@ class BoardOutputs:
                 excerpt(msg.payload, 80),
             )
 
-    def _publish(self, kind: TopicKind, dev: str, payload: bytes) -> None:
+    def _publish(
+        self, kind: TopicKind, dev: str, payload: bytes, on_sent: Callable[[], None] | None = None
+    ) -> None:
         delivery = DELIVERY[kind]
-        self.publisher.publish(
-            build_topic(kind, dev=dev), payload, qos=delivery.qos, retain=delivery.retain
+        accepted = self.publisher.publish(
+            build_topic(kind, dev=dev),
+            payload,
+            qos=delivery.qos,
+            retain=delivery.retain,
+            on_sent=on_sent,
         )
+        if accepted is False and on_sent is not None:
+            on_sent()  # refused (counted by the connection): the ack deadline retries it

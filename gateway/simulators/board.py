@@ -21,7 +21,6 @@ import hashlib
 import itertools
 import json
 import logging
-import socket
 import subprocess
 import time
 import uuid
@@ -34,8 +33,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import aiomqtt
 
+from gateway import mqtt_codec as codec
+from gateway.mqtt_client import Client, ClientOptions, MqttError
 from topics.errors import WireError
 from topics.snlp import parse_command
 from topics.snlp_commands import Download, PlayMedia
@@ -111,7 +111,7 @@ class BoardSimulator:
         self._allowed = asyncio.Event()
         self._allowed.set()
         self.connected = asyncio.Event()
-        self._client: aiomqtt.Client | None = None
+        self._client: Client | None = None
         self._tg: asyncio.TaskGroup | None = None
         self._playing: _Playing | None = None
         self._boot = uuid.uuid4().hex[:8]
@@ -131,7 +131,7 @@ class BoardSimulator:
             await self._allowed.wait()
             try:
                 await self._session()
-            except aiomqtt.MqttError as exc:
+            except MqttError as exc:
                 self.connected.clear()
                 log.info("sim %s: connection ended (%s)", self.dev, exc)
                 if self._allowed.is_set():
@@ -141,13 +141,8 @@ class BoardSimulator:
         """Drop the TCP connection without DISCONNECT (the broker publishes the LWT)."""
         self._allowed.clear()
         self.connected.clear()
-        client = self._client
-        if client is not None:
-            # aiomqtt has no API for an ungraceful drop; shut the paho socket down under it.
-            sock = client._client.socket()
-            if isinstance(sock, socket.socket):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+        if self._client is not None:
+            self._client.abort()
 
     def come_back(self) -> None:
         self._allowed.set()
@@ -156,58 +151,45 @@ class BoardSimulator:
         status = f"snlp/v1/{self.dev}/status"
         will = None
         if self.options.lwt:
-            will = aiomqtt.Will(status, self._status(online=False), qos=1, retain=True)
-        client = aiomqtt.Client(
-            self._host,
-            self._port,
+            will = codec.Will(status, self._status(online=False), qos=1, retain=True)
+        options = ClientOptions(
+            client_id=f"sim-{self.dev}-{uuid.uuid4().hex[:6]}",
+            keepalive_s=max(5, round(self.options.heartbeat_s * 2)),
             username=self._username,
             password=self._password,
-            identifier=f"sim-{self.dev}-{uuid.uuid4().hex[:6]}",
-            protocol=aiomqtt.ProtocolVersion.V311,
-            clean_session=True,
             will=will,
-            keepalive=max(5, round(self.options.heartbeat_s * 2)),
-            timeout=10,
+            version=codec.V311,
         )
+        client = Client(options, self._on_message)
+        await client.connect(self._host, self._port, wait_s=10)
         try:
-            async with client, asyncio.TaskGroup() as tg:
+            async with asyncio.TaskGroup() as tg:
                 self._client, self._tg = client, tg
-                await client.subscribe(f"snlp/v1/{self.dev}/cmd", qos=1)
+                await client.subscribe([(f"snlp/v1/{self.dev}/cmd", 1)])
                 if self.options.lwt:
-                    await client.publish(status, self._status(online=True), qos=1, retain=True)
-                    _raise_if_cancelled()
+                    await client.publish_wait(status, self._status(online=True), qos=1, retain=True)
                 tg.create_task(self._publisher(client), name=f"sim[{self.dev}].out")
                 tg.create_task(self._heartbeats(), name=f"sim[{self.dev}].hb")
                 self.connected.set()
-                await self._receive(client)
-        except* aiomqtt.MqttError as group:
+                await client.closed()
+        except* MqttError as group:
             raise group.exceptions[0] from None
         finally:
             self._client, self._tg = None, None
             self._cancel_playback()
+            await client.disconnect(wait_s=1.0)
 
-    async def _receive(self, client: aiomqtt.Client) -> None:
-        async for message in client.messages:
-            if isinstance(message.payload, bytes):
-                self._on_command(message.payload)
-        raise aiomqtt.MqttError("message stream ended")
+    def _on_message(self, message: codec.Publish) -> None:
+        self._on_command(message.payload)
 
-    async def _publisher(self, client: aiomqtt.Client) -> None:
+    async def _publisher(self, client: Client) -> None:
         """Publish in order without waiting for each PUBACK before the next (as esp-mqtt's
         outbox does), at most ``_PUBLISH_WINDOW`` awaiting theirs."""
         window = asyncio.Semaphore(_PUBLISH_WINDOW)
-        try:
-            async with asyncio.TaskGroup() as tg:
-                while True:
-                    topic, payload, qos, retain = await self._out.get()
-                    await window.acquire()
-                    task = tg.create_task(
-                        client.publish(topic, payload, qos=qos, retain=retain),
-                        name=f"sim[{self.dev}].publish",
-                    )
-                    task.add_done_callback(lambda _: window.release())
-        except* aiomqtt.MqttError as group:
-            raise group.exceptions[0] from None
+        while True:
+            topic, payload, qos, retain = await self._out.get()
+            await window.acquire()
+            client.publish(topic, payload, qos=qos, retain=retain, on_done=window.release)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -393,14 +375,6 @@ class BoardSimulator:
     def _report(self, ref: str, *, ok: bool, **extra: object) -> None:
         extra.pop("detail", None)
         self._send("rpt", {"ref": ref, "cmd": "DOWNLOAD", "stage": "done", "ok": ok, **extra})
-
-
-def _raise_if_cancelled() -> None:
-    """Python 3.11's ``asyncio.wait_for`` (used inside aiomqtt's publish) can swallow a
-    cancellation that races with the PUBACK; honour the pending request here."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -1,31 +1,47 @@
-"""The outbound queue's publish pipeline against a fake client that confirms on demand."""
+"""The outbound lanes and their publish pipeline against a fake client that confirms on demand."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from collections.abc import Callable
+from typing import cast
 
-import aiomqtt
 import pytest
 
-from gateway.mqtt_outbound import Outbound, OutboundCounters, OutboundQueue
+from gateway.mqtt_client import Client, MqttError
+from gateway.mqtt_codec import Decoder, Publish, publish
+from gateway.mqtt_outbound import Lane, Outbound, OutboundCounters, OutboundQueue
 
 
 class FakeClient:
-    """Records publish calls in call order; each waits until the test confirms or fails it."""
+    """Records publish calls in call order; QoS 1 ones wait until the test confirms them."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, bytes, int, Any]] = []
-        self.pending: dict[bytes, asyncio.Future[None]] = {}
+        self.calls: list[tuple[str, bytes, int, bytes]] = []
+        self.pending: dict[bytes, Callable[[], None] | None] = {}
         self.changed = asyncio.Event()
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.broken = False
 
-    async def publish(
-        self, topic: str, payload: bytes, *, qos: int, retain: bool, properties: Any
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int,
+        retain: bool,
+        properties: bytes,
+        on_done: Callable[[], None] | None,
     ) -> None:
+        if self.broken:
+            raise MqttError("not connected")
         self.calls.append((topic, payload, qos, properties))
-        future = self.pending[payload] = asyncio.get_running_loop().create_future()
+        if qos:
+            self.pending[payload] = on_done
+        elif on_done is not None:
+            on_done()
         self.changed.set()
-        await future
 
     async def wait_calls(self, n: int) -> None:
         async with asyncio.timeout(5):
@@ -34,21 +50,25 @@ class FakeClient:
                 await self.changed.wait()
 
     def confirm(self, payload: bytes) -> None:
-        self.pending[payload].set_result(None)
+        callback = self.pending.pop(payload)
+        assert callback is not None
+        callback()
 
-    def fail(self, payload: bytes) -> None:
-        self.pending[payload].set_exception(aiomqtt.MqttError("connection lost"))
+    def payloads(self) -> list[bytes]:
+        return [c[1] for c in self.calls]
 
 
 class Counts:
     def __init__(self) -> None:
         self.dropped: list[bytes] = []
+        self.refused: list[bytes] = []
         self.published = 0
         self.depth = 0
 
     def counters(self) -> OutboundCounters:
         return OutboundCounters(
             dropped=lambda m: self.dropped.append(m.payload),
+            refused=lambda m: self.refused.append(m.payload),
             published=self._published,
             depth=self._depth,
         )
@@ -62,16 +82,25 @@ class Counts:
 
 def rig(window: int, limit: int = 100) -> tuple[OutboundQueue, FakeClient, Counts]:
     counts = Counts()
-    return (
-        OutboundQueue(limit=limit, window=window, counters=counts.counters()),
-        FakeClient(),
-        counts,
+    queue = OutboundQueue(
+        control_limit=limit, events_limit=limit, window=window, counters=counts.counters()
     )
+    return queue, FakeClient(), counts
 
 
-def put(queue: OutboundQueue, *names: str) -> None:
+def put(queue: OutboundQueue, *names: str, lane: Lane = Lane.CONTROL) -> None:
     for n in names:
-        queue.put(Outbound(f"t/{n}", n.encode(), qos=1))
+        assert queue.put(Outbound(f"t/{n}", n.encode(), qos=1, lane=lane))
+
+
+def pump(queue: OutboundQueue, client: FakeClient) -> asyncio.Task[None]:
+    return asyncio.create_task(queue.pump(cast(Client, client)))
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 async def settle() -> None:
@@ -81,79 +110,143 @@ async def settle() -> None:
 
 def test_window_must_be_positive() -> None:
     with pytest.raises(ValueError, match="window"):
-        OutboundQueue(limit=10, window=0, counters=Counts().counters())
+        OutboundQueue(control_limit=10, events_limit=10, window=0, counters=Counts().counters())
 
 
-def test_overflow_drops_the_oldest() -> None:
+def test_events_overflow_drops_the_oldest() -> None:
     queue, _, counts = rig(window=2, limit=3)
-    put(queue, "a", "b", "c", "d")
+    put(queue, "a", "b", "c", "d", lane=Lane.EVENTS)
     assert counts.dropped == [b"a"]
-    assert [m.payload for m in queue.queued()] == [b"b", b"c", b"d"]
+    assert [m.payload for m in queue.queued(Lane.EVENTS)] == [b"b", b"c", b"d"]
     assert counts.depth == 3
+
+
+def test_control_overflow_refuses_the_newest_and_keeps_every_queued_one() -> None:
+    queue, _, counts = rig(window=2, limit=3)
+    put(queue, "a", "b", "c")
+    assert not queue.put(Outbound("t/d", b"d", qos=1))
+    assert counts.refused == [b"d"]
+    assert counts.dropped == []
+    assert [m.payload for m in queue.queued(Lane.CONTROL)] == [b"a", b"b", b"c"]
 
 
 async def test_publishes_leave_together_in_order_up_to_the_window() -> None:
     queue, client, counts = rig(window=3)
     put(queue, "stop", "play", "event", "later")
-    async with asyncio.TaskGroup() as tg:
-        pump = tg.create_task(queue.pump(cast(aiomqtt.Client, client)))
-        await client.wait_calls(3)
-        await settle()
-        assert [c[1] for c in client.calls] == [b"stop", b"play", b"event"]  # none confirmed yet
-        client.confirm(b"play")  # confirmations may come in any order
-        await client.wait_calls(4)
-        assert client.calls[3][1] == b"later"
-        for p in (b"stop", b"event", b"later"):
-            client.confirm(p)
-        await settle()
-        assert counts.published == 4
-        assert len(queue) == 0
-        assert counts.depth == 0
-        put(queue, "next")  # an idle pump wakes for new work
-        await client.wait_calls(5)
-        pump.cancel()
+    task = pump(queue, client)
+    await client.wait_calls(3)
+    await settle()
+    assert client.payloads() == [b"stop", b"play", b"event"]  # none confirmed yet
+    client.confirm(b"play")  # confirmations may come in any order
+    await client.wait_calls(4)
+    assert client.calls[3][1] == b"later"
+    for p in (b"stop", b"event", b"later"):
+        client.confirm(p)
+    await settle()
+    assert counts.published == 4
+    assert len(queue) == 0
+    assert counts.depth == 0
+    put(queue, "next")  # an idle pump wakes for new work
+    await client.wait_calls(5)
+    await stop(task)
 
 
-async def test_a_failed_publish_puts_back_everything_unconfirmed_in_order() -> None:
+async def test_control_goes_before_events_and_each_lane_keeps_its_order() -> None:
+    queue, client, _ = rig(window=10)
+    put(queue, "e1", "e2", lane=Lane.EVENTS)
+    put(queue, "c1", "c2")
+    task = pump(queue, client)
+    await client.wait_calls(4)
+    assert client.payloads() == [b"c1", b"c2", b"e1", b"e2"]
+    await stop(task)
+
+
+async def test_qos0_takes_no_window_slot_and_counts_when_written() -> None:
+    queue, client, counts = rig(window=1)
+    queue.put(Outbound("t/m", b"m0", qos=0, lane=Lane.EVENTS))
+    put(queue, "a", "b")
+    queue.put(Outbound("t/m", b"m1", qos=0, lane=Lane.EVENTS))
+    task = pump(queue, client)
+    await client.wait_calls(1)
+    await settle()
+    assert client.payloads() == [b"a"]  # the window of one is taken by a
+    client.confirm(b"a")
+    await client.wait_calls(2)
+    client.confirm(b"b")
+    await client.wait_calls(4)
+    assert client.payloads() == [b"a", b"b", b"m0", b"m1"]
+    assert counts.published == 4
+    await stop(task)
+
+
+async def test_on_sent_runs_when_written_not_when_queued() -> None:
+    queue, client, _ = rig(window=1)
+    written: list[str] = []
+    put(queue, "first")
+    queue.put(Outbound("t/cmd", b"cmd", qos=1, on_sent=lambda: written.append("cmd")))
+    task = pump(queue, client)
+    await client.wait_calls(1)
+    await settle()
+    assert written == []  # still queued behind "first"
+    client.confirm(b"first")
+    await client.wait_calls(2)
+    assert written == ["cmd"]
+    await stop(task)
+
+
+async def test_a_full_socket_buffer_holds_the_pump_until_it_drains() -> None:
+    queue, client, _ = rig(window=10)
+    client.writable.clear()
+    put(queue, "a")
+    task = pump(queue, client)
+    await settle()
+    assert client.calls == []
+    client.writable.set()
+    await client.wait_calls(1)
+    await stop(task)
+
+
+async def test_a_lost_connection_puts_back_everything_unconfirmed_in_order() -> None:
     queue, client, counts = rig(window=3)
-    put(queue, "a", "b", "c", "d", "e")
-    pump = asyncio.create_task(queue.pump(cast(aiomqtt.Client, client)))
+    put(queue, "e1", lane=Lane.EVENTS)
+    put(queue, "a", "b", "c", "d")
+    task = pump(queue, client)
     await client.wait_calls(3)
     client.confirm(b"b")
     await client.wait_calls(4)  # d took b's place
-    client.fail(b"c")
-    with pytest.raises(aiomqtt.MqttError):
-        await pump
-    assert counts.published == 1
-    assert [m.payload for m in queue.queued()] == [b"a", b"c", b"d", b"e"]
-    assert counts.depth == 4
+    client.broken = True
+    client.confirm(b"c")  # frees a slot: the pump's next publish (e1) finds the connection gone
+    with pytest.raises(MqttError):
+        await task
+    assert counts.published == 2
+    assert [m.payload for m in queue.queued(Lane.CONTROL)] == [b"a", b"d"]
+    assert [m.payload for m in queue.queued(Lane.EVENTS)] == [b"e1"]
+    assert counts.depth == 3
 
 
 async def test_cancelled_pump_puts_back_what_was_in_flight() -> None:
     queue, client, _ = rig(window=2)
     put(queue, "a", "b", "c")
-    pump = asyncio.create_task(queue.pump(cast(aiomqtt.Client, client)))
+    task = pump(queue, client)
     await client.wait_calls(2)
-    pump.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await pump
+    await stop(task)
     assert [m.payload for m in queue.queued()] == [b"a", b"b", b"c"]
 
 
 async def test_properties_carry_correlation_data_and_expiry() -> None:
-    queue, client, _ = rig(window=1)
+    queue, client, _ = rig(window=3)
     queue.put(Outbound("t/r", b"r", qos=1, correlation_data=b"cid", expiry_s=30))
     queue.put(Outbound("t/c", b"c", qos=1, correlation_data=b"cid2"))
     queue.put(Outbound("t/e", b"e", qos=0, expiry_s=5))
-    pump = asyncio.create_task(queue.pump(cast(aiomqtt.Client, client)))
-    for i, payload in enumerate((b"r", b"c", b"e"), 1):
-        await client.wait_calls(i)
-        client.confirm(payload)
-    props = [c[3] for c in client.calls]
-    assert (props[0].CorrelationData, props[0].MessageExpiryInterval) == (b"cid", 30)
-    assert props[1].CorrelationData == b"cid2"
-    assert not hasattr(props[1], "MessageExpiryInterval")
-    assert props[2].MessageExpiryInterval == 5
-    pump.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await pump
+    task = pump(queue, client)
+    await client.wait_calls(3)
+    await stop(task)
+    decoded = []
+    for topic, payload, qos, props in client.calls:
+        packet = publish(topic.encode(), payload, qos=qos, packet_id=1, properties=props)
+        (p,) = Decoder().feed(packet)
+        assert isinstance(p, Publish)
+        decoded.append((p.topic, p.payload, p.correlation_data))
+    assert decoded == [("t/r", b"r", b"cid"), ("t/c", b"c", b"cid2"), ("t/e", b"e", None)]
+    assert client.calls[0][3] == b"\x02\x00\x00\x00\x1e\x09\x00\x03cid"  # expiry 30, then cid
+    assert client.calls[2][3] == b"\x02\x00\x00\x00\x05"

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 
-import aiomqtt
-
 from gateway.metrics import Metrics
-from gateway.mqtt import Inbound, MqttConnection, gateway_client_id, presence_payload
+from gateway.mqtt import Inbound, MqttConnection, gateway_client_id, lane_for, presence_payload
+from gateway.mqtt_codec import Publish
+from gateway.mqtt_outbound import Lane
 from gateway.settings import MqttSettings
 
 
-def _conn(queue: int = 100) -> tuple[MqttConnection, Metrics]:
+def _conn(queue: int = 100, control: int = 100) -> tuple[MqttConnection, Metrics]:
     metrics = Metrics()
     conn = MqttConnection(
-        settings=MqttSettings(outbound_queue=queue),
+        settings=MqttSettings(outbound_queue=queue, control_queue=control),
         password=None,
         client_id="t",
         presence_topic="snlpgw/v1/gw/t/status",
@@ -30,13 +30,55 @@ def _inbound(topic: str) -> Inbound:
     )
 
 
-def test_outbound_queue_drops_oldest_when_full_and_counts() -> None:
+def test_events_lane_drops_oldest_when_full_and_counts() -> None:
     conn, metrics = _conn(queue=100)
     for i in range(105):
-        conn.publish("t/x", f"{i}")
+        assert conn.publish("snlpgw/v1/task/aa_bb_cc_dd_ee_ff", f"{i}")
     assert len(conn._outbox) == 100
-    assert conn._outbox.queued()[0].payload == b"5"  # the five oldest went
+    assert conn._outbox.queued(Lane.EVENTS)[0].payload == b"5"  # the five oldest went
     assert metrics.snapshot()["snlpgw_mqtt_messages_out_dropped_total"] == 5.0
+
+
+def test_control_lane_never_drops_it_refuses_the_newest_and_counts() -> None:
+    conn, metrics = _conn(queue=100, control=100)
+    results = [conn.publish("snlp/v1/aa_bb_cc_dd_ee_ff/cmd", f"{i}", qos=1) for i in range(103)]
+    assert results == [True] * 100 + [False] * 3
+    queued = conn._outbox.queued(Lane.CONTROL)
+    assert [m.payload for m in queued] == [str(i).encode() for i in range(100)]  # none lost
+    snap = metrics.snapshot()
+    assert snap["snlpgw_mqtt_messages_out_refused_total"] == 3.0
+    assert snap["snlpgw_mqtt_messages_out_dropped_total"] == 0.0
+    # A full events lane does not touch the control lane, and the reverse.
+    for i in range(150):
+        conn.publish("snlpgw/v1/ops/gw/events", f"e{i}", qos=1)
+    assert len(conn._outbox.queued(Lane.CONTROL)) == 100
+    assert len(conn._outbox.queued(Lane.EVENTS)) == 100
+
+
+def test_lanes_by_topic() -> None:
+    for topic in (
+        "snlp/v1/aa_bb_cc_dd_ee_ff/cmd",
+        "snlp/v1/aa_bb_cc_dd_ee_ff/status",
+        "snlpgw/v1/reply/aa_bb_cc_dd_ee_ff",
+        "backend/replies/42",  # an MQTT 5 response topic
+        "devices/p2p/aa_bb_cc_dd_ee_ff",
+        "snlpgw/v1/gw/gw1/status",
+    ):
+        assert lane_for(topic) is Lane.CONTROL, topic
+    for topic in (
+        "snlpgw/v1/task/aa_bb_cc_dd_ee_ff",
+        "snlpgw/v1/assessment/aa_bb_cc_dd_ee_ff",
+        "snlpgw/v1/ops/gw1/metrics",
+        "snlpgw/v1/ops/gw1/events",
+    ):
+        assert lane_for(topic) is Lane.EVENTS, topic
+
+
+def test_oversized_publish_is_refused_and_counted() -> None:
+    conn, metrics = _conn()
+    assert not conn.publish("snlp/v1/aa_bb_cc_dd_ee_ff/cmd", b"x" * 70_000, qos=1)
+    assert len(conn._outbox) == 0
+    assert metrics.snapshot()["snlpgw_mqtt_messages_out_oversize_total"] == 1.0
 
 
 def test_dispatch_routes_by_filter_and_contains_handler_errors() -> None:
@@ -75,18 +117,20 @@ def test_gateway_client_id_is_secret_derived_and_stable() -> None:
     assert gateway_client_id("gw1", None) != gateway_client_id("gw1", None)  # random
 
 
-async def test_inbound_queue_drops_newest_when_full_and_counts() -> None:
+def test_received_messages_are_dispatched_with_their_mqtt5_properties() -> None:
     conn, metrics = _conn()
-    client = conn._make_client()
-    queue = client._queue  # aiomqtt's inbound queue, built from our class and bound
-    assert queue.maxsize == MqttSettings().inbound_queue
-    messages = [
-        aiomqtt.Message(f"snlp/v1/x/{i}", b"{}", qos=0, retain=False, mid=i, properties=None)
-        for i in range(queue.maxsize + 3)
-    ]
-    for message in messages:
-        queue.put_nowait(message)  # never raises: overflow is dropped here, not in aiomqtt
-    assert queue.qsize() == queue.maxsize
-    assert queue.get_nowait() is messages[0]  # the oldest stay; the newest were dropped
-    key = 'snlpgw_mqtt_messages_in_dropped_total{reason="queue_full"}'
-    assert metrics.snapshot()[key] == 3.0
+    seen: list[Inbound] = []
+    conn.route("snlpgw/v1/ctl/+", seen.append)
+    conn._on_message(Publish("snlpgw/v1/ctl/aa_bb_cc_dd_ee_ff", b"{}", 1, False, 7, "r/1", b"cid"))
+    conn._on_message(Publish("snlpgw/v1/ctl/x", b"y" * 9000, 1, False, 8))  # over 8192
+    (msg,) = seen
+    assert (msg.topic, msg.payload, msg.qos, msg.retain) == (
+        "snlpgw/v1/ctl/aa_bb_cc_dd_ee_ff",
+        b"{}",
+        1,
+        False,
+    )
+    assert (msg.response_topic, msg.correlation_data) == ("r/1", b"cid")
+    assert conn.received == 2
+    snap = metrics.snapshot()
+    assert snap['snlpgw_mqtt_messages_in_dropped_total{reason="oversize"}'] == 1.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,8 @@ class Published:
 class FakePublisher:
     sent: list[Published] = field(default_factory=list)
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    hold: bool = False  # True: publishes wait in the outbox until release()
+    held: list[Callable[[], None]] = field(default_factory=list)
 
     def publish(
         self,
@@ -42,10 +45,22 @@ class FakePublisher:
         retain: bool = False,
         correlation_data: bytes | None = None,
         expiry_s: int | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> None:
         data = payload.encode() if isinstance(payload, str) else payload
         self.sent.append(Published(topic, data, qos, retain))
         self.event.set()
+        if on_sent is not None and self.hold:
+            self.held.append(on_sent)
+        elif on_sent is not None:
+            on_sent()  # written at once, as by a connected client with room in its window
+
+    def release(self) -> None:
+        """The held publishes leave (their on_sent callbacks run, in order)."""
+        self.hold = False
+        held, self.held = self.held, []
+        for on_sent in held:
+            on_sent()
 
     def on(self, suffix: str) -> list[Published]:
         return [p for p in self.sent if p.topic.endswith(suffix)]

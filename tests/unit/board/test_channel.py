@@ -117,7 +117,9 @@ async def test_resends_exhausted_fail_with_alarm() -> None:
     future = rig.channel.send(DEV, StopMedia())
     rig.advance(3.0)
     rig.hb()  # keep the board online
-    rig.advance(3.0)
+    rig.advance(5.9)
+    assert not future.done()  # the resend waits twice as long (board.resend_backoff = 2)
+    rig.advance(0.1)
     assert future.result().kind is OutcomeKind.FAILED
     assert rig.alarms.names() == ["ack_timeout"]
     assert rig.metric('board_commands_failed_total{cmd="STOP_MEDIA",reason="no_ack"}') == 1
@@ -489,3 +491,20 @@ async def test_window_of_one_keeps_commands_one_at_a_time() -> None:
     assert [c["id"] for c in rig.commands()] == ["stop-1"]
     rig.ack("stop-1")
     assert [c["id"] for c in rig.commands()] == ["stop-1", "play-2"]
+
+
+async def test_ack_deadline_counts_from_when_the_command_left_not_when_it_was_queued() -> None:
+    rig = make_rig(max_resends=1)
+    rig.hb()
+    rig.pub.hold = True  # the MQTT outbox is backed up: the command has not left the gateway
+    future = rig.channel.send(DEV, StopMedia())
+    rig.advance(10.0)
+    assert len(rig.pub.on("/cmd")) == 1  # queued once, and no resend behind it
+    assert rig.metric('board_commands_resent_total{cmd="STOP_MEDIA"}') == 0
+    rig.pub.release()  # it leaves now: its deadline starts
+    rig.hb()
+    rig.advance(2.9)
+    assert len(rig.pub.on("/cmd")) == 1
+    rig.advance(0.1)
+    assert len(rig.pub.on("/cmd")) == 2  # resent 3 s after it left
+    assert not future.done()

@@ -306,3 +306,56 @@ def test_cancel_all_with_several_in_flight() -> None:
     assert done(effects) == [(i, OutcomeKind.CANCELLED) for i in ("c1", "c2", "c3")]
     assert b.in_flight() == ()
     assert sent(b.submit(env("c4"), 1.0)) == [("c4", 1)]
+
+
+def test_backoff_must_be_at_least_one() -> None:
+    with pytest.raises(ValueError, match="backoff"):
+        Outbox(ack_timeout_s=3.0, max_resends=3, limit=8, backoff=0.5)
+
+
+def test_each_resend_waits_backoff_times_longer() -> None:
+    b = Outbox(ack_timeout_s=1.0, max_resends=3, limit=8, backoff=2.0)
+    b.set_online(True, 0.0)
+    assert sent(b.submit(env("c1"), 0.0)) == [("c1", 1)]
+    assert sent(b.tick(1.0)) == [("c1", 2)]  # 1 s
+    assert b.tick(2.9) == []
+    assert sent(b.tick(3.0)) == [("c1", 3)]  # then 2 s
+    assert sent(b.tick(7.0)) == [("c1", 4)]  # then 4 s
+    assert b.tick(14.9) == []
+    assert done(b.tick(15.0)) == [("c1", OutcomeKind.FAILED)]  # then 8 s
+
+
+def confirmed_box(resends: int = 2, window: int = 2) -> Outbox:
+    b = Outbox(ack_timeout_s=3.0, max_resends=resends, limit=8, window=window, write_confirmed=True)
+    b.set_online(True, 0.0)
+    return b
+
+
+def test_with_write_confirmed_the_deadline_starts_when_the_send_left() -> None:
+    b = confirmed_box()
+    assert sent(b.submit(env("c1", ttl_ms=60_000), 0.0)) == [("c1", 1)]
+    assert b.next_deadline() == 60.0  # only the ttl: the send has not left
+    assert b.tick(30.0) == []  # still queued in the shell: never resent
+    assert b.written("c1", 1, 31.0)
+    assert b.next_deadline() == 34.0
+    assert not b.written("c1", 1, 32.0)  # a second report of the same write changes nothing
+    assert b.tick(33.9) == []
+    (s,) = b.tick(34.0)
+    assert sent([s]) == [("c1", 2)]
+    assert not b.written("c1", 1, 34.5)  # a stale report (send 1) for send 2
+    assert b.written("c1", 2, 35.0)
+    effects = b.on_ack(Ack("c1", AckStatus.ACCEPTED), 35.5)
+    assert effects is not None
+    (d,) = effects
+    assert isinstance(d, Done)
+    assert d.outcome.ack_latency_s == pytest.approx(4.5)  # from the first write
+
+
+def test_written_for_a_command_not_in_flight_is_ignored() -> None:
+    b = confirmed_box(window=1)
+    b.submit(env("c1"), 0.0)
+    b.submit(env("c2"), 0.0)
+    assert not b.written("c2", 1, 1.0)  # queued behind c1, not sent
+    assert not b.written("nope", 1, 1.0)
+    b.on_ack(Ack("c1", AckStatus.ACCEPTED), 2.0)
+    assert not b.written("c1", 1, 2.0)  # acked before its write was reported

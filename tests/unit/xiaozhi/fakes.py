@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ class FakePublisher:
         retain: bool = False,
         correlation_data: bytes | None = None,
         expiry_s: int | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> None:
         data = payload.encode() if isinstance(payload, str) else payload
         self.sent.append((topic, data, qos))
