@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -67,6 +68,38 @@ class Quantiles(Collector):
         return self.collect()
 
 
+M = TypeVar("M", bound="Counter | Gauge | Histogram")
+
+
+def _cached_labels(self: M, parent: Any, *values: object, **named: object) -> M:
+    """``labels(...)`` memoized by its positional values: prometheus_client validates, locks
+    and builds a key on every call, which cost 3-4 % of the gateway's CPU at 500 lessons. The
+    cache holds the same children prometheus keeps (label values come from fixed sets,
+    :mod:`gateway.labels`); nothing here removes a child, so it never goes stale."""
+    if named:
+        return parent.labels(self, *values, **named)  # type: ignore[no-any-return]
+    cache: dict[tuple[object, ...], M] = self.__dict__.setdefault("_snlpgw_children", {})
+    child = cache.get(values)
+    if child is None:
+        child = cache[values] = parent.labels(self, *values)
+    return child
+
+
+class _Counter(Counter):
+    def labels(self, *values: object, **named: object) -> _Counter:
+        return _cached_labels(self, Counter, *values, **named)
+
+
+class _Gauge(Gauge):
+    def labels(self, *values: object, **named: object) -> _Gauge:
+        return _cached_labels(self, Gauge, *values, **named)
+
+
+class _Histogram(Histogram):
+    def labels(self, *values: object, **named: object) -> _Histogram:
+        return _cached_labels(self, Histogram, *values, **named)
+
+
 class Metrics:
     """A registry plus typed constructors that prefix names with ``snlpgw_``."""
 
@@ -74,10 +107,10 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
 
     def counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
-        return Counter(name, documentation, labels, namespace=NAMESPACE, registry=self.registry)
+        return _Counter(name, documentation, labels, namespace=NAMESPACE, registry=self.registry)
 
     def gauge(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Gauge:
-        return Gauge(name, documentation, labels, namespace=NAMESPACE, registry=self.registry)
+        return _Gauge(name, documentation, labels, namespace=NAMESPACE, registry=self.registry)
 
     def histogram(
         self,
@@ -86,7 +119,7 @@ class Metrics:
         labels: Sequence[str] = (),
         buckets: Sequence[float] = Histogram.DEFAULT_BUCKETS,
     ) -> Histogram:
-        return Histogram(
+        return _Histogram(
             name,
             documentation,
             labels,

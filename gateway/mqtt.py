@@ -148,9 +148,9 @@ class MqttConnection:
                 dropped=self._dropped,
                 refused=self._refused,
                 published=self.m_out.inc,
-                depth=self.m_out_queue.set,
             ),
         )
+        self.m_out_queue.set_function(lambda: len(self._outbox))  # read when scraped
 
     # -- component API ---------------------------------------------------------------------
 

@@ -56,7 +56,6 @@ class OutboundCounters:
     dropped: Callable[[Outbound], None]  # EVENTS overflow: the oldest message went
     refused: Callable[[Outbound], None]  # CONTROL full: the newest was not queued
     published: Callable[[], None]  # confirmed (PUBACK for QoS 1, written for QoS 0)
-    depth: Callable[[int], None]  # queued + in flight, both lanes
 
 
 class OutboundQueue:
@@ -92,7 +91,6 @@ class OutboundQueue:
                 return False
             self._counters.dropped(lane.popleft())
         lane.append(msg)
-        self._counters.depth(len(self))
         self._ready.set()
         return True
 
@@ -134,16 +132,13 @@ class OutboundQueue:
             msg.on_sent()
         if not msg.qos:
             self._counters.published()
-            self._counters.depth(len(self))
 
     def _confirmed(self, token: int) -> None:
         if self._in_flight.pop(token, None) is not None:
             self._counters.published()
-            self._counters.depth(len(self))
             self._ready.set()
 
     def _put_back(self) -> None:
         for msg in reversed(self._in_flight.values()):
             self._lanes[msg.lane].appendleft(msg)
         self._in_flight.clear()
-        self._counters.depth(len(self))

@@ -389,8 +389,10 @@ class BoardChannel:
             if len(self._devices) >= self._max_devices and not self._evict_one():
                 return None
             device = Device.create(dev, self.settings)
+            self._devices[dev] = device
+            self.m.tracked.set(len(self._devices))
+            return device
         self._devices[dev] = device  # (re)inserted last: the table is least recently used first
-        self.m.tracked.set(len(self._devices))
         return device
 
     def _evict_one(self) -> bool:

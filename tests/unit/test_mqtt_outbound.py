@@ -63,21 +63,16 @@ class Counts:
         self.dropped: list[bytes] = []
         self.refused: list[bytes] = []
         self.published = 0
-        self.depth = 0
 
     def counters(self) -> OutboundCounters:
         return OutboundCounters(
             dropped=lambda m: self.dropped.append(m.payload),
             refused=lambda m: self.refused.append(m.payload),
             published=self._published,
-            depth=self._depth,
         )
 
     def _published(self) -> None:
         self.published += 1
-
-    def _depth(self, n: int) -> None:
-        self.depth = n
 
 
 def rig(window: int, limit: int = 100) -> tuple[OutboundQueue, FakeClient, Counts]:
@@ -118,7 +113,7 @@ def test_events_overflow_drops_the_oldest() -> None:
     put(queue, "a", "b", "c", "d", lane=Lane.EVENTS)
     assert counts.dropped == [b"a"]
     assert [m.payload for m in queue.queued(Lane.EVENTS)] == [b"b", b"c", b"d"]
-    assert counts.depth == 3
+    assert len(queue) == 3
 
 
 def test_control_overflow_refuses_the_newest_and_keeps_every_queued_one() -> None:
@@ -145,7 +140,6 @@ async def test_publishes_leave_together_in_order_up_to_the_window() -> None:
     await settle()
     assert counts.published == 4
     assert len(queue) == 0
-    assert counts.depth == 0
     put(queue, "next")  # an idle pump wakes for new work
     await client.wait_calls(5)
     await stop(task)
@@ -221,7 +215,7 @@ async def test_a_lost_connection_puts_back_everything_unconfirmed_in_order() -> 
     assert counts.published == 2
     assert [m.payload for m in queue.queued(Lane.CONTROL)] == [b"a", b"d"]
     assert [m.payload for m in queue.queued(Lane.EVENTS)] == [b"e1"]
-    assert counts.depth == 3
+    assert len(queue) == 3
 
 
 async def test_cancelled_pump_puts_back_what_was_in_flight() -> None:
