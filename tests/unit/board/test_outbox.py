@@ -344,7 +344,7 @@ def test_with_write_confirmed_the_deadline_starts_when_the_send_left() -> None:
     assert sent([s]) == [("c1", 2)]
     assert not b.written("c1", 1, 34.5)  # a stale report (send 1) for send 2
     assert b.written("c1", 2, 35.0)
-    effects = b.on_ack(Ack("c1", AckStatus.ACCEPTED), 35.5)
+    effects = b.on_ack(BoardAck("c1", AckStatus.ACCEPTED), 35.5)
     assert effects is not None
     (d,) = effects
     assert isinstance(d, Done)
@@ -357,5 +357,5 @@ def test_written_for_a_command_not_in_flight_is_ignored() -> None:
     b.submit(env("c2"), 0.0)
     assert not b.written("c2", 1, 1.0)  # queued behind c1, not sent
     assert not b.written("nope", 1, 1.0)
-    b.on_ack(Ack("c1", AckStatus.ACCEPTED), 2.0)
+    b.on_ack(BoardAck("c1", AckStatus.ACCEPTED), 2.0)
     assert not b.written("c1", 1, 2.0)  # acked before its write was reported
