@@ -70,7 +70,7 @@ class Client(asyncio.Protocol):
     def __init__(self, options: ClientOptions, on_message: OnMessage) -> None:
         self.options = options
         self._on_message = on_message
-        self._decoder = codec.Decoder(options.version)
+        self._decoder = codec.PacketDecoder(options.version)
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []  # written this turn of the loop, flushed together
         self._loop = asyncio.get_running_loop()

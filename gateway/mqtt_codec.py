@@ -111,7 +111,7 @@ class Disconnect:
 Packet = ConnAck | Publish | PubAck | SubAck | PingResp | Disconnect
 
 
-class Decoder:
+class PacketDecoder:
     """Incremental packet parser for one connection (``feed`` bytes, get whole packets)."""
 
     def __init__(self, version: int = V5, *, max_packet: int = 1 << 20) -> None:

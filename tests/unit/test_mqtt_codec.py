@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from gateway import mqtt_codec as codec
 from gateway.mqtt_codec import (
     ConnAck,
-    Decoder,
     Disconnect,
+    PacketDecoder,
     PingResp,
     ProtocolError,
     PubAck,
@@ -60,7 +60,7 @@ def test_publish_round_trip(version: int, qos: int, retain: bool) -> None:
     packet = codec.publish(
         b"snlp/v1/aa/cmd", b'{"v":1}', qos=qos, retain=retain, packet_id=513, version=version
     )
-    (p,) = Decoder(version).feed(packet)
+    (p,) = PacketDecoder(version).feed(packet)
     assert p == Publish("snlp/v1/aa/cmd", b'{"v":1}', qos, retain, 513 if qos else None)
 
 
@@ -83,7 +83,7 @@ def test_publish_with_properties_is_decoded() -> None:
         + b"\x23\x00\x05"  # topic alias (two bytes)
     )
     packet = codec.publish(b"t", b"body", qos=1, packet_id=1, properties=props)
-    (p,) = Decoder().feed(packet)
+    (p,) = PacketDecoder().feed(packet)
     assert p == Publish("t", b"body", 1, False, 1, "r/1", b"cid")
 
 
@@ -93,7 +93,7 @@ def test_long_payload_uses_a_multi_byte_length() -> None:
     assert packet[1] & 0x80
     assert packet[2] & 0x80
     assert not packet[3] & 0x80
-    (p,) = Decoder().feed(packet)
+    (p,) = PacketDecoder().feed(packet)
     assert isinstance(p, Publish)
     assert p.payload == payload
 
@@ -109,7 +109,7 @@ def test_packets_split_anywhere_and_joined_decode_the_same() -> None:
         + codec.publish(b"c", b"x" * 300)
         + b"\xe0\x01\x8e"  # DISCONNECT: session taken over
     )
-    expected = Decoder().feed(stream)
+    expected = PacketDecoder().feed(stream)
     assert expected == [
         Publish("a/b", b"one", 1, False, 1),
         PubAck(7),
@@ -121,25 +121,25 @@ def test_packets_split_anywhere_and_joined_decode_the_same() -> None:
         Disconnect(0x8E),
     ]
     for cut in range(1, len(stream)):
-        d = Decoder()
+        d = PacketDecoder()
         assert d.feed(stream[:cut]) + d.feed(stream[cut:]) == expected
-    d = Decoder()
+    d = PacketDecoder()
     assert [p for i in range(len(stream)) for p in d.feed(stream[i : i + 1])] == expected
 
 
 def test_connack_properties_v5_and_v311() -> None:
     body = b"\x00\x00\x08\x21\x00\x0a\x27\x00\x01\x00\x00"  # receive max 10, max packet 65536
-    (p,) = Decoder().feed(b"\x20" + bytes((len(body),)) + body)
+    (p,) = PacketDecoder().feed(b"\x20" + bytes((len(body),)) + body)
     assert p == ConnAck(0, receive_maximum=10, maximum_packet_size=65_536)
-    (p,) = Decoder(codec.V311).feed(b"\x20\x02\x00\x05")
+    (p,) = PacketDecoder(codec.V311).feed(b"\x20\x02\x00\x05")
     assert p == ConnAck(5)
-    (p,) = Decoder().feed(b"\x20\x02\x00\x87")
+    (p,) = PacketDecoder().feed(b"\x20\x02\x00\x87")
     assert p == ConnAck(0x87)
 
 
 def test_suback_v311_and_disconnect_without_reason() -> None:
-    assert Decoder(codec.V311).feed(b"\x90\x03\x00\x02\x01") == [SubAck(2, (1,))]
-    assert Decoder().feed(b"\xe0\x00") == [Disconnect(0)]
+    assert PacketDecoder(codec.V311).feed(b"\x90\x03\x00\x02\x01") == [SubAck(2, (1,))]
+    assert PacketDecoder().feed(b"\xe0\x00") == [Disconnect(0)]
 
 
 def test_small_packets() -> None:
@@ -177,17 +177,17 @@ def test_small_packets() -> None:
 )
 def test_malformed_input_raises_protocol_error(data: bytes) -> None:
     with pytest.raises(ProtocolError):
-        Decoder().feed(data)
+        PacketDecoder().feed(data)
 
 
 def test_packet_over_the_limit_raises_before_it_is_buffered() -> None:
-    d = Decoder(max_packet=100)
+    d = PacketDecoder(max_packet=100)
     with pytest.raises(ProtocolError, match="over the limit"):
         d.feed(b"\x30\x80\x01")  # announces 128 bytes
 
 
 def test_incomplete_length_waits_for_more() -> None:
-    d = Decoder()
+    d = PacketDecoder()
     assert d.feed(b"\x30") == []
     assert d.feed(b"\x85") == []
     assert d.feed(b"\x00") == []  # 5 bytes announced, none yet
@@ -197,4 +197,4 @@ def test_incomplete_length_waits_for_more() -> None:
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_never_raise_anything_but_protocol_error(data: bytes) -> None:
     with contextlib.suppress(ProtocolError):
-        Decoder().feed(data)
+        PacketDecoder().feed(data)

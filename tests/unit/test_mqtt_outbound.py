@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 
 from gateway.mqtt_client import Client, MqttError
-from gateway.mqtt_codec import Decoder, Publish, publish
+from gateway.mqtt_codec import PacketDecoder, Publish, publish
 from gateway.mqtt_outbound import Lane, Outbound, OutboundCounters, OutboundQueue
 
 
@@ -238,7 +238,7 @@ async def test_properties_carry_correlation_data_and_expiry() -> None:
     decoded = []
     for topic, payload, qos, props in client.calls:
         packet = publish(topic.encode(), payload, qos=qos, packet_id=1, properties=props)
-        (p,) = Decoder().feed(packet)
+        (p,) = PacketDecoder().feed(packet)
         assert isinstance(p, Publish)
         decoded.append((p.topic, p.payload, p.correlation_data))
     assert decoded == [("t/r", b"r", b"cid"), ("t/c", b"c", b"cid2"), ("t/e", b"e", None)]
