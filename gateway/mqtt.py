@@ -282,7 +282,7 @@ class MqttConnection:
         self._disconnected.set()
         self.m_connected.set(0)
 
-    def _on_message(self, message: codec.Publish) -> None:
+    def _on_message(self, message: codec.PublishPacket) -> None:
         self.m_in.inc()
         self.received += 1
         payload = message.payload

@@ -59,7 +59,7 @@ class ClientOptions:
     receive_maximum: int | None = None
 
 
-OnMessage = Callable[[codec.Publish], None]
+OnMessage = Callable[[codec.PublishPacket], None]
 
 # Least time between two sends of one connection: the most a packet waits for company under load
 # (an idle connection sends at once).
@@ -260,7 +260,7 @@ class Client(asyncio.Protocol):
             self._fail(MqttError(f"protocol error from the broker: {exc}"))
             return
         for packet in packets:
-            if isinstance(packet, codec.Publish):
+            if isinstance(packet, codec.PublishPacket):
                 try:
                     self._on_message(packet)
                 except Exception:  # the handler's bug, not the connection's

@@ -76,7 +76,7 @@ class ConnAck:
 
 
 @dataclass(frozen=True, slots=True)
-class Publish:
+class PublishPacket:
     topic: str
     payload: bytes
     qos: int
@@ -108,7 +108,7 @@ class Disconnect:
     reason: int = 0
 
 
-Packet = ConnAck | Publish | PubAck | SubAck | PingResp | Disconnect
+Packet = ConnAck | PublishPacket | PubAck | SubAck | PingResp | Disconnect
 
 
 class PacketDecoder:
@@ -175,7 +175,7 @@ class PacketDecoder:
             return Disconnect(body[0] if body else 0)
         raise ProtocolError(f"unexpected packet type {kind}")
 
-    def _publish(self, header: int, body: bytes) -> Publish:
+    def _publish(self, header: int, body: bytes) -> PublishPacket:
         qos = (header >> 1) & 0x03
         if qos == 3:
             raise ProtocolError("PUBLISH with QoS 3")
@@ -203,7 +203,7 @@ class PacketDecoder:
             raise ProtocolError(f"malformed PUBLISH: {exc}") from None
         if pos > len(body):
             raise ProtocolError("malformed PUBLISH: truncated")
-        return Publish(
+        return PublishPacket(
             topic, body[pos:], qos, bool(header & 1), packet_id, response_topic, correlation
         )
 

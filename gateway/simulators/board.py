@@ -179,11 +179,11 @@ class BoardSimulator:
             self._cancel_playback()
             await client.disconnect(wait_s=1.0)
 
-    def _on_message(self, message: codec.Publish) -> None:
+    def _on_message(self, message: codec.PublishPacket) -> None:
         self._on_command(message.payload)
 
     async def _publisher(self, client: Client) -> None:
-        """Publish in order without waiting for each PUBACK before the next (as esp-mqtt's
+        """PublishPacket in order without waiting for each PUBACK before the next (as esp-mqtt's
         outbox does), at most ``_PUBLISH_WINDOW`` awaiting theirs."""
         window = asyncio.Semaphore(_PUBLISH_WINDOW)
         while True:

@@ -17,7 +17,7 @@ from gateway.mqtt_codec import (
     PingResp,
     ProtocolError,
     PubAck,
-    Publish,
+    PublishPacket,
     SubAck,
 )
 
@@ -61,7 +61,7 @@ def test_publish_round_trip(version: int, qos: int, retain: bool) -> None:
         b"snlp/v1/aa/cmd", b'{"v":1}', qos=qos, retain=retain, packet_id=513, version=version
     )
     (p,) = PacketDecoder(version).feed(packet)
-    assert p == Publish("snlp/v1/aa/cmd", b'{"v":1}', qos, retain, 513 if qos else None)
+    assert p == PublishPacket("snlp/v1/aa/cmd", b'{"v":1}', qos, retain, 513 if qos else None)
 
 
 def test_publish_v311_bytes() -> None:
@@ -84,7 +84,7 @@ def test_publish_with_properties_is_decoded() -> None:
     )
     packet = codec.publish(b"t", b"body", qos=1, packet_id=1, properties=props)
     (p,) = PacketDecoder().feed(packet)
-    assert p == Publish("t", b"body", 1, False, 1, "r/1", b"cid")
+    assert p == PublishPacket("t", b"body", 1, False, 1, "r/1", b"cid")
 
 
 def test_long_payload_uses_a_multi_byte_length() -> None:
@@ -94,7 +94,7 @@ def test_long_payload_uses_a_multi_byte_length() -> None:
     assert packet[2] & 0x80
     assert not packet[3] & 0x80
     (p,) = PacketDecoder().feed(packet)
-    assert isinstance(p, Publish)
+    assert isinstance(p, PublishPacket)
     assert p.payload == payload
 
 
@@ -111,13 +111,13 @@ def test_packets_split_anywhere_and_joined_decode_the_same() -> None:
     )
     expected = PacketDecoder().feed(stream)
     assert expected == [
-        Publish("a/b", b"one", 1, False, 1),
+        PublishPacket("a/b", b"one", 1, False, 1),
         PubAck(7),
         PubAck(8, 0x10),
         PingResp(),
         ConnAck(0),
         SubAck(9, (1, 0x87)),
-        Publish("c", b"x" * 300, 0, False),
+        PublishPacket("c", b"x" * 300, 0, False),
         Disconnect(0x8E),
     ]
     for cut in range(1, len(stream)):
@@ -191,7 +191,7 @@ def test_incomplete_length_waits_for_more() -> None:
     assert d.feed(b"\x30") == []
     assert d.feed(b"\x85") == []
     assert d.feed(b"\x00") == []  # 5 bytes announced, none yet
-    assert d.feed(b"\x00\x01a\x00x") == [Publish("a", b"x", 0, False)]
+    assert d.feed(b"\x00\x01a\x00x") == [PublishPacket("a", b"x", 0, False)]
 
 
 @given(st.binary(max_size=200))

@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 
 from gateway.mqtt_client import Client, MqttError
-from gateway.mqtt_codec import PacketDecoder, Publish, publish
+from gateway.mqtt_codec import PacketDecoder, PublishPacket, publish
 from gateway.mqtt_outbound import Lane, Outbound, OutboundCounters, OutboundQueue
 
 
@@ -239,7 +239,7 @@ async def test_properties_carry_correlation_data_and_expiry() -> None:
     for topic, payload, qos, props in client.calls:
         packet = publish(topic.encode(), payload, qos=qos, packet_id=1, properties=props)
         (p,) = PacketDecoder().feed(packet)
-        assert isinstance(p, Publish)
+        assert isinstance(p, PublishPacket)
         decoded.append((p.topic, p.payload, p.correlation_data))
     assert decoded == [("t/r", b"r", b"cid"), ("t/c", b"c", b"cid2"), ("t/e", b"e", None)]
     assert client.calls[0][3] == b"\x02\x00\x00\x00\x1e\x09\x00\x03cid"  # expiry 30, then cid

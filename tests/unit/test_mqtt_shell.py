@@ -6,7 +6,7 @@ import json
 
 from gateway.metrics import Metrics
 from gateway.mqtt import Inbound, MqttConnection, gateway_client_id, lane_for, presence_payload
-from gateway.mqtt_codec import Publish
+from gateway.mqtt_codec import PublishPacket
 from gateway.mqtt_outbound import Lane
 from gateway.settings import MqttSettings
 
@@ -121,8 +121,10 @@ def test_received_messages_are_dispatched_with_their_mqtt5_properties() -> None:
     conn, metrics = _conn()
     seen: list[Inbound] = []
     conn.route("snlpgw/v1/ctl/+", seen.append)
-    conn._on_message(Publish("snlpgw/v1/ctl/aa_bb_cc_dd_ee_ff", b"{}", 1, False, 7, "r/1", b"cid"))
-    conn._on_message(Publish("snlpgw/v1/ctl/x", b"y" * 9000, 1, False, 8))  # over 8192
+    conn._on_message(
+        PublishPacket("snlpgw/v1/ctl/aa_bb_cc_dd_ee_ff", b"{}", 1, False, 7, "r/1", b"cid")
+    )
+    conn._on_message(PublishPacket("snlpgw/v1/ctl/x", b"y" * 9000, 1, False, 8))  # over 8192
     (msg,) = seen
     assert (msg.topic, msg.payload, msg.qos, msg.retain) == (
         "snlpgw/v1/ctl/aa_bb_cc_dd_ee_ff",
