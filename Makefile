@@ -52,8 +52,8 @@ run: setup
 	@$(BIN)/snlpgw dev-run
 
 lint: venv
-	$(BIN)/ruff check gateway codec topics tests bench
-	$(BIN)/ruff format --check gateway codec topics tests bench
+	$(BIN)/ruff check gateway codec topics devstack tests bench
+	$(BIN)/ruff format --check gateway codec topics devstack tests bench
 
 typecheck: venv
 	$(BIN)/mypy
@@ -89,10 +89,10 @@ load: setup
 	$(BIN)/python -m bench.load
 
 demo: setup
-	$(BIN)/python -m gateway.demo
+	$(BIN)/python -m devstack.demo
 
 asyncapi: venv
-	$(BIN)/python -m topics.asyncapi --write
+	$(BIN)/python -m devstack.asyncapi --write
 
 clean:
 	rm -rf $(VENV) .data .mypy_cache .pytest_cache .ruff_cache

@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devstack.broker import local_broker
+from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.chat.component import ChatComponent
-from gateway.demo_env import gateway_settings, local_broker, running_gateway
 from gateway.xiaozhi.pipeline import Frame
 
 RESULTS = Path(__file__).parent / "results"
@@ -79,8 +80,7 @@ async def _run_size(  # noqa: PLR0915 - one linear scenario
     async with local_broker(root / "data") as broker:
         settings = gateway_settings(
             broker,
-            asr={"engine": "none"},
-            ops={"metrics_interval_s": 60.0},
+            use=Use.LOAD,
             chat={"upstream_url": url, "silence_timeout_s": 600.0, "reply_timeout_s": 600.0},
         )
         taken: dict[str, list[float]] = {}

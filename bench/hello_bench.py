@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from devstack.gateway import Use
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim, hello_json
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
 from tests.support.broker import start_broker
@@ -68,7 +69,7 @@ async def devices(gw: Gateway, n: int) -> list[XiaozhiDeviceSim]:
 async def run(data_dir: Path) -> dict[str, object]:
     broker = start_broker(data_dir)
     try:
-        async with running_gateway(broker) as gw:
+        async with running_gateway(broker, use=Use.LOAD) as gw:
             (solo,) = await devices(gw, 1)
             async with solo:
                 await hellos(solo, WARMUP)

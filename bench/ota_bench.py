@@ -29,6 +29,7 @@ from typing import Any
 
 import aiohttp
 
+from devstack.gateway import Use
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
 from tests.support.broker import start_broker
 
@@ -64,7 +65,9 @@ async def run(data_dir: Path) -> dict[str, Any]:
     broker = start_broker(data_dir)
     try:
         async with aiohttp.ClientSession() as http:
-            async with running_gateway(broker, production_provisioner=True, **ROOMY) as gw:
+            async with running_gateway(
+                broker, production_provisioner=True, use=Use.LOAD, **ROOMY
+            ) as gw:
                 board_mac, board = new_mac(), str(uuid.uuid4())
                 first = [
                     await timed(http, gw, new_mac(), str(uuid.uuid4()), 200)
@@ -74,7 +77,7 @@ async def run(data_dir: Path) -> dict[str, Any]:
                 repeat = [await timed(http, gw, board_mac, board, 200) for _ in range(REPEATS)]
                 spoof = str(uuid.uuid4())
                 spoofed = [await timed(http, gw, board_mac, spoof, 200) for _ in range(REPEATS)]
-            async with running_gateway(broker, production_provisioner=True) as gw:
+            async with running_gateway(broker, production_provisioner=True, use=Use.LOAD) as gw:
                 t0 = time.perf_counter()
                 statuses: dict[int, int] = {}
                 for _ in range(FLOOD):

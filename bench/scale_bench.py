@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.demo_env import gateway_settings, local_broker, running_gateway
+from devstack.broker import local_broker
+from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.metrics import Metrics
 
 RESULTS = Path(__file__).parent / "results"
@@ -50,9 +51,7 @@ def xiaozhi_counters(metrics: Metrics) -> dict[str, float]:
 
 async def run_size(k: int, root: Path) -> dict[str, Any]:
     async with local_broker(root / "data") as broker:
-        settings = gateway_settings(
-            broker, asr={"engine": "none"}, ops={"metrics_interval_s": 60.0}
-        )
+        settings = gateway_settings(broker, use=Use.LOAD)
         async with running_gateway(settings) as gw:
             devs = device_ids(k)
             for dev in devs:

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiomqtt
 
-from gateway import demo_audio as audio
+from gateway.chat import espeak as audio
 from gateway.simulators.xiaozhi import (
     FRAME_MS,
     DeviceUdpCrypto,

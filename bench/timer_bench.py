@@ -33,8 +33,9 @@ from typing import Any
 import aiomqtt
 
 from bench.load.stats import quantile
+from devstack.broker import local_broker, wait_connectable
+from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.broker.credentials import provision
-from gateway.demo_env import gateway_settings, local_broker, running_gateway, wait_connectable
 from gateway.simulators.board import BoardSimulator, SimOptions
 
 RESULTS = Path(__file__).parent / "results"
@@ -190,9 +191,8 @@ async def run_size(n: int, variant: str, window: tuple[int, int], root: Path) ->
         await wait_connectable(broker, backend.username, backend.password)
         settings = gateway_settings(
             broker,
+            use=Use.LOAD,
             runtime={"catalog_path": write_catalog(root / "catalog.json"), "min_window_ms": 0},
-            asr={"engine": "none"},
-            ops={"metrics_interval_s": 60.0},
             board={"max_in_flight": window[0]},
             mqtt={"max_inflight": window[1]},
         )

@@ -131,6 +131,15 @@ def check_ports(ends: list[Endpoint]) -> None:
             )
 
 
+def mosquitto_command(config: Path) -> list[str]:
+    """The broker's argv with a generated configuration: how the repository starts Mosquitto
+    (here, and in the dev stack the demo, tests and benchmarks use)."""
+    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    if not Path(binary).exists():
+        raise StartError("no `mosquitto` binary found (install it: `make setup`)")
+    return [binary, "-c", str(config)]
+
+
 def _child_setup() -> None:
     """Runs in each child between fork and exec: die with the supervisor, default signals."""
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -177,8 +186,7 @@ class Supervisor:
             )
         except (CredentialsError, OSError) as exc:
             raise StartError(f"broker files: {exc}") from None
-        binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        self.broker = spawn([binary, "-c", str(files.config)])
+        self.broker = spawn(mosquitto_command(files.config))
         say(f"broker pid {self.broker.pid} on {broker_end.host}:{broker_end.port}")
         password = self.settings.mqtt.password or gateway_password(self.settings.data_dir)
         username = self.settings.mqtt.username

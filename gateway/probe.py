@@ -1,4 +1,5 @@
-"""Synchronous broker probes (no threads): used by ``snlpgw dev-run`` and ``snlpgw doctor``.
+"""Synchronous broker probes (no threads): used by ``snlpgw dev-run``, ``snlpgw doctor`` and
+the dev stack (``devstack/``: demo, tests, benchmarks) — the one MQTT CONNECT probe.
 
 paho's network loop is driven by hand (``loop()``), so no thread is started: ``dev-run`` keeps
 its signals blocked for ``sigtimedwait`` and forks children, which threads would complicate.
@@ -11,6 +12,7 @@ import secrets
 import ssl
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from paho.mqtt.client import Client, MQTTMessage
@@ -21,7 +23,14 @@ class Probe:
     """One MQTT 5 client with a hand-driven loop; ``connack`` is None until answered."""
 
     def __init__(
-        self, host: str, port: int, username: str | None, password: str | None, *, tls: bool
+        self,
+        host: str,
+        port: int,
+        username: str | None,
+        password: str | None,
+        *,
+        tls: bool,
+        ca_file: Path | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -36,8 +45,9 @@ class Probe:
         )
         if username is not None:
             self.client.username_pw_set(username, password)
-        if tls:
-            self.client.tls_set(cert_reqs=ssl.CERT_REQUIRED)
+        if tls or ca_file is not None:  # ca_file: trust that CA instead of the system's
+            ca_certs = None if ca_file is None else str(ca_file)
+            self.client.tls_set(ca_certs=ca_certs, cert_reqs=ssl.CERT_REQUIRED)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
         self.client.on_subscribe = self._on_subscribe
@@ -82,10 +92,12 @@ def connack(
     password: str | None,
     *,
     tls: bool = False,
+    ca_file: Path | None = None,
     timeout_s: float = 5.0,
 ) -> int | None:
-    """Connect once and disconnect: the CONNACK reason code, None when nobody answered."""
-    probe = Probe(host, port, username, password, tls=tls)
+    """Connect once and disconnect: the CONNACK reason code (0 = accepted), None when nobody
+    answered (refused socket, failed TLS handshake, closed without a CONNACK)."""
+    probe = Probe(host, port, username, password, tls=tls, ca_file=ca_file)
     try:
         return probe.connect(timeout_s)
     except OSError:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load.procs import die_with_parent
-from gateway.demo_env import running_gateway
+from devstack.gateway import running_gateway
 from gateway.logs import setup_logging
 from gateway.settings import load_settings
 

@@ -15,9 +15,10 @@ from typing import Any
 
 from bench.load.lessons import provision_all
 from bench.load.procs import Meter
-from bench.load.stack import base_settings, gateway_process, split, workers
+from bench.load.stack import gateway_process, split, workers
 from bench.load.stats import summary
-from gateway.demo_env import local_broker, wait_connectable
+from devstack.broker import local_broker, wait_connectable
+from devstack.gateway import Use, gateway_sections
 
 START_LEAD_S = 1.0
 
@@ -51,13 +52,15 @@ async def run(n: int, root: Path, *, per_device: int, span_s: float,
             )
         ]
         async with (
-            gateway_process(root, base_settings(broker)) as gw,
+            gateway_process(
+                root, gateway_sections(broker, gateway_id="load-gw", use=Use.LOAD)
+            ) as gw,
             workers("bench.load.devices", specs, root) as procs,
         ):
             for proc in procs:
                 await proc.line(180)
             # Workers exit right after their last report, so they measure their own CPU.
-            pids = {"gateway": gw.pid, "broker": broker.proc.pid}
+            pids = {"gateway": gw.pid, "broker": broker.local_pid}
             phases: dict[str, Any] = {}
             for phase in ("staggered", "burst"):
                 meter = Meter(pids)

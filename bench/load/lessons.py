@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.load.procs import Meter, rss_bytes
-from bench.load.stack import base_settings, gateway_process, split, workers
+from bench.load.stack import gateway_process, split, workers
 from bench.load.stats import summary
 from bench.load.stream import start_profiler
+from devstack.broker import Broker, local_broker, wait_connectable
+from devstack.gateway import Use, gateway_sections
 from gateway.broker.credentials import provision
-from gateway.demo_env import LocalBroker, local_broker, wait_connectable
 from gateway.tasks.core.rules import listen_window_ms
 
 APP, TASK, LESSON = "load", "shadowing", "l1"
@@ -44,7 +45,7 @@ def write_catalog(path: Path, clips: int) -> list[str]:
     return [f"/{APP}/{TASK}/lessons/{LESSON}/{name}" for name in names]
 
 
-def provision_all(broker: LocalBroker, names: list[str], role: str = "device") -> dict[str, str]:
+def provision_all(broker: Broker, names: list[str], role: str = "device") -> dict[str, str]:
     """Broker accounts for every name with one reload at the end (not one per device)."""
     out = {}
     for name in names:
@@ -74,7 +75,12 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         )
         name, password = next(iter(backends.items()))
         await wait_connectable(broker, name, password)
-        settings = base_settings(broker, runtime={"catalog_path": str(root / "catalog.json")})
+        settings = gateway_sections(
+            broker,
+            gateway_id="load-gw",
+            use=Use.LOAD,
+            runtime={"catalog_path": str(root / "catalog.json")},
+        )
         offsets = [spread_s * i / n for i in range(n)]
         lesson = {"app": APP, "task": TASK, "lesson": LESSON, "paths": paths,
                   "clip_ms": clip_ms, "ratio": RATIO, "min_window_ms": MIN_WINDOW_MS}  # fmt: skip
@@ -93,7 +99,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             for proc in procs:
                 await proc.line(180)
             rss_idle = rss_bytes(gw.pid)
-            meter = Meter({"gateway": gw.pid, "broker": broker.proc.pid})
+            meter = Meter({"gateway": gw.pid, "broker": broker.local_pid})
             t0 = time.time() + START_LEAD_S
             meter.start()
             for proc in procs:

@@ -1,7 +1,8 @@
 """Broker + gateway process for one harness phase, and reading the gateway's metrics.
 
-The broker is the project's Mosquitto set-up (:func:`gateway.demo_env.local_broker`: generated
-config, password file and ACL, a free loopback port). The gateway runs in a process of its own
+The broker is the dev stack's (:func:`devstack.broker.local_broker`: generated config, password
+file and ACL, a free loopback port); the gateway's settings are the dev stack's too
+(:func:`devstack.gateway.gateway_sections`, ``Use.LOAD``). The gateway runs in a process of its own
 (:mod:`bench.load.gateway_proc`), stopped with SIGTERM (then killed if it overstays) when the
 phase ends, so nothing outlives the harness.
 """
@@ -21,8 +22,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.broker.credentials import gateway_password
-from gateway.demo_env import REPO_ROOT, LocalBroker
+from devstack.gateway import REPO_ROOT
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -45,26 +45,6 @@ class GatewayProcess:
                 labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
                 out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
         return out
-
-
-def base_settings(broker: LocalBroker, **sections: dict[str, Any]) -> dict[str, Any]:
-    """Settings of a harness gateway: the broker, ephemeral ports, ASR off, quiet logs."""
-    settings: dict[str, Any] = {
-        "gateway_id": "load-gw",
-        "data_dir": str(broker.data_dir),
-        "mqtt": {"url": broker.url, "password": gateway_password(broker.data_dir)},
-        "http": {"host": "127.0.0.1", "port": 0, "admin_port": 0},
-        "udp": {"host": "127.0.0.1", "port": 0},
-        "runtime": {
-            "catalog_path": str(REPO_ROOT / "catalog"),
-            "resource_dir": str(REPO_ROOT / "catalog" / "resources"),
-        },
-        "asr": {"engine": "none"},
-        "ops": {"metrics_interval_s": 60.0, "log_level": "WARNING", "shutdown_timeout_s": 5.0},
-    }
-    for name, values in sections.items():
-        settings[name] = {**settings.get(name, {}), **values}
-    return settings
 
 
 @contextlib.asynccontextmanager

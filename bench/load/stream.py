@@ -28,10 +28,11 @@ import webrtcvad
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from bench.load.procs import Meter
-from bench.load.stack import base_settings, gateway_process
+from bench.load.stack import gateway_process
 from bench.scale_sender import speech_loop
 from codec.udp import UplinkSender
-from gateway.demo_env import local_broker
+from devstack.broker import local_broker
+from devstack.gateway import Use, gateway_sections
 
 FRAME_MS = 60
 WARMUP_S = 3.0
@@ -110,7 +111,7 @@ async def gateway_run(
     k: int, root: Path, measure_s: float, *, profile: Path | None = None
 ) -> dict[str, Any]:
     async with local_broker(root / "data") as broker:
-        settings = base_settings(broker)
+        settings = gateway_sections(broker, gateway_id="load-gw", use=Use.LOAD)
         devs = device_ids(k)
         async with gateway_process(root, settings, listen=devs) as gw:
             spec = {"host": broker.host, "port": broker.port,
@@ -126,7 +127,7 @@ async def gateway_run(
                 async with asyncio.timeout(240):
                     ready = json.loads(await proc.stdout.readline())
                 await asyncio.sleep(WARMUP_S)
-                meter = Meter({"gateway": gw.pid, "broker": broker.proc.pid, "sender": proc.pid})
+                meter = Meter({"gateway": gw.pid, "broker": broker.local_pid, "sender": proc.pid})
                 before = await asyncio.to_thread(gw.metrics)
                 meter.start()
                 spy = await start_profiler(gw.pid, measure_s, profile)

@@ -11,7 +11,7 @@ import asyncio
 
 import opuslib
 
-from gateway.demo_audio import synthesize
+from gateway.chat.espeak import synthesize
 
 RATE = 16_000
 FRAME_MS = 60

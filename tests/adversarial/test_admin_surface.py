@@ -10,10 +10,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from devstack.gateway import gateway_settings, serving
 from gateway.app import build_gateway
 from gateway.service import Service
 from tests.support.broker import Broker
-from tests.support.gateway import gateway_settings, running
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ async def gateway(broker: Broker, tmp_path: Path) -> AsyncIterator[Service]:
         http={"admin_token": TOKEN},
     )
     gw = build_gateway(settings)
-    async with running(settings, service=gw.service) as svc:
+    async with serving(gw.service) as svc:
         yield svc
 
 

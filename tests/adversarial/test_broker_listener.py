@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from gateway.broker.credentials import Credentials, revoke
+from gateway.probe import connack
 from tests.adversarial.peers import Peer, wait_for
-from tests.support.broker import Broker, connect_reason_code, new_device_id, start_broker
+from tests.support.broker import Broker, new_device_id, start_broker
 
 pytestmark = pytest.mark.integration
 
@@ -106,19 +107,19 @@ def test_each_listener_admits_only_its_users_and_follows_provisioning(
     host, gw_port, dev_port = broker.host, broker.port, broker.device_port
     assert dev_port is not None
     device = broker.provision(new_device_id())
-    assert connect_reason_code(host, dev_port, device.username, device.password) == 0
-    assert connect_reason_code(host, gw_port, device.username, device.password) == NOT_AUTHORIZED
+    assert connack(host, dev_port, device.username, device.password) == 0
+    assert connack(host, gw_port, device.username, device.password) == NOT_AUTHORIZED
     others = [
         broker.gateway_credentials(),
         broker.provision("ops-listener", "ops"),
         broker.provision("backend-listener", "backend"),
     ]
     for creds in others:
-        assert connect_reason_code(host, gw_port, creds.username, creds.password) == 0
-        code = connect_reason_code(host, dev_port, creds.username, creds.password)
+        assert connack(host, gw_port, creds.username, creds.password) == 0
+        code = connack(host, dev_port, creds.username, creds.password)
         assert code == NOT_AUTHORIZED
-    assert connect_reason_code(host, gw_port, None, None) == NOT_AUTHORIZED
-    assert connect_reason_code(host, dev_port, None, None) == NOT_AUTHORIZED
+    assert connack(host, gw_port, None, None) == NOT_AUTHORIZED
+    assert connack(host, dev_port, None, None) == NOT_AUTHORIZED
     assert revoke(broker.data_dir, device.username, reload=broker.reload)
-    code = connect_reason_code(host, dev_port, device.username, device.password)
+    code = connack(host, dev_port, device.username, device.password)
     assert code == NOT_AUTHORIZED

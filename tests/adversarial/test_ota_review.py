@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.probe import connack
 from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
 from tests.adversarial.test_ota_trust import NOT_AUTHORIZED, TOKEN, accepts, admin, broker_users
 from tests.integration.xiaozhi_support import new_mac, running_gateway
-from tests.support.broker import Broker, connect_reason_code
+from tests.support.broker import Broker
 
 pytestmark = pytest.mark.integration
 
@@ -57,9 +58,9 @@ async def test_a_forgotten_squatters_password_does_not_come_back(broker: Broker)
         board = await XiaozhiDeviceSim(mac=mac).provision(gw.ota_url)  # first contact again
         assert board.password != squatter.password
         assert accepts(broker, board.username, board.password)
-        assert connect_reason_code(
-            broker.host, broker.port, squatter.username, squatter.password
-        ) == (NOT_AUTHORIZED)
+        assert connack(broker.host, broker.port, squatter.username, squatter.password) == (
+            NOT_AUTHORIZED
+        )
 
 
 async def test_one_hmac_key_cannot_mint_users_past_the_caps(broker: Broker, tmp_path: Path) -> None:

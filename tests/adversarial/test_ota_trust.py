@@ -12,9 +12,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gateway.probe import connack
 from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
-from tests.support.broker import Broker, connect_reason_code
+from tests.support.broker import Broker
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,7 @@ def broker_users(broker: Broker) -> set[str]:
 
 
 def accepts(broker: Broker, username: str, password: str) -> bool:
-    return connect_reason_code(broker.host, broker.port, username, password) == 0
+    return connack(broker.host, broker.port, username, password) == 0
 
 
 async def admin(gw: Gateway, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -96,9 +97,7 @@ async def test_an_approved_new_client_id_locks_out_the_previous_one(broker: Brok
         new = await reset.provision(gw.ota_url)
         assert new.password != old.password
         assert accepts(broker, new.username, new.password)
-        assert connect_reason_code(broker.host, broker.port, old.username, old.password) == (
-            NOT_AUTHORIZED
-        )
+        assert connack(broker.host, broker.port, old.username, old.password) == (NOT_AUTHORIZED)
 
 
 async def test_a_flood_of_new_macs_is_capped_per_hour(broker: Broker) -> None:

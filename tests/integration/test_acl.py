@@ -14,7 +14,8 @@ import aiomqtt
 import pytest
 
 from gateway.broker.credentials import Credentials
-from tests.support.broker import Broker, connect_reason_code, new_device_id
+from gateway.probe import connack
+from tests.support.broker import Broker, new_device_id
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
 
 pytestmark = pytest.mark.integration
@@ -28,10 +29,10 @@ def _role_user(broker: Broker, role: str) -> Credentials:
 
 
 def test_anonymous_and_wrong_password_are_refused(broker: Broker, device_id: str) -> None:
-    assert connect_reason_code(broker.host, broker.port, None, None) == NOT_AUTHORIZED
+    assert connack(broker.host, broker.port, None, None) == NOT_AUTHORIZED
     creds = broker.provision(device_id)
-    assert connect_reason_code(broker.host, broker.port, device_id, "wrong") == NOT_AUTHORIZED
-    assert connect_reason_code(broker.host, broker.port, device_id, creds.password) == 0
+    assert connack(broker.host, broker.port, device_id, "wrong") == NOT_AUTHORIZED
+    assert connack(broker.host, broker.port, device_id, creds.password) == 0
 
 
 async def test_anonymous_mqtt_client_gets_an_error(broker: Broker) -> None:

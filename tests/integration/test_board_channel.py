@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from devstack.gateway import gateway_settings, serving
 from gateway.board.channel import BoardChannel
 from gateway.board.model import (
     AudioEventKind,
@@ -24,7 +25,6 @@ from gateway.board.model import (
 from gateway.service import Service
 from gateway.simulators.board import BoardSimulator, SimOptions
 from tests.support.broker import Broker, new_device_id
-from tests.support.gateway import gateway_settings, running
 from tests.support.mqtt_client import ClientSession, mqtt_client
 from topics.snlp_commands import PlayMedia, StopMedia
 
@@ -104,7 +104,7 @@ async def gateway(broker: Broker, tmp: Path, **board: object) -> AsyncIterator[R
     settings = gateway_settings(broker, tmp, board=board)
     sink = RecordingSink()
     channel = BoardChannel(settings=settings.board, sink=sink)
-    async with running(settings, [channel]) as service, asyncio.TaskGroup() as tg:
+    async with serving(Service(settings, [channel])) as service, asyncio.TaskGroup() as tg:
         rig = Rig(broker, channel, sink, service, tg, tmp)
         try:
             yield rig

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.demo_env import free_port
+from devstack.broker import free_port
 from tests.support.broker import Broker
 
 ROOT = Path(__file__).parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.demo import STEPS, run_demo
+from devstack.demo import STEPS, run_demo
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -57,8 +57,9 @@ async def test_demo_lesson_runs_to_completion(tmp_path: Path) -> None:
 def test_demo_module_fails_clearly_without_espeak(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path)}  # no espeak-ng, sox or mosquitto on PATH
     done = subprocess.run(
-        [sys.executable, "-m", "gateway.demo"],
+        [sys.executable, "-m", "devstack.demo"],
         env=env,
+        cwd=Path(__file__).parents[2],  # the dev stack runs from a checkout
         capture_output=True,
         text=True,
         timeout=60,

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway.probe import connack
 from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
-from tests.support.broker import Broker, connect_reason_code
+from tests.support.broker import Broker
 
 # Hang guards, not timings: each `snlpgw device` run starts a Python process that imports the
 # gateway; on two cores shared with a CPU hog one took ~20 s, and this test runs several.
@@ -46,7 +47,7 @@ async def test_first_contact_provisions_and_the_cli_approves_a_new_client_id(
     ) as gw:
         mac = new_mac()
         first = await XiaozhiDeviceSim(mac=mac).provision(gw.ota_url)  # `make run` default
-        assert connect_reason_code(broker.host, broker.port, first.username, first.password) == 0
+        assert connack(broker.host, broker.port, first.username, first.password) == 0
         replaced = XiaozhiDeviceSim(mac=mac)
         with pytest.raises(ActivationRequired) as asked:
             await replaced.provision(gw.ota_url)
@@ -61,7 +62,7 @@ async def test_first_contact_provisions_and_the_cli_approves_a_new_client_id(
         assert (status, json.loads(out)["client_id"]) == (0, replaced.uuid)
         assert await replaced.activate(gw.ota_url) == 200
         info = await replaced.provision(gw.ota_url)
-        assert connect_reason_code(broker.host, broker.port, info.username, info.password) == 0
+        assert connack(broker.host, broker.port, info.username, info.password) == 0
         status, out, _ = await cli(gw, "list")
         assert json.loads(out)["devices"][info.username]["generation"] == 2
         status, out, _ = await cli(gw, "rotate", info.username)
@@ -69,7 +70,7 @@ async def test_first_contact_provisions_and_the_cli_approves_a_new_client_id(
         assert (await cli(gw, "approve", "12345"))[0] == 1  # malformed: 400
         status, out, _ = await cli(gw, "forget", info.username)
         assert (status, json.loads(out)["forgotten"]) == (0, True)
-        assert connect_reason_code(broker.host, broker.port, info.username, info.password) == 135
+        assert connack(broker.host, broker.port, info.username, info.password) == 135
     status, _, err = await cli(gw, "list")
     assert status == 2
     assert "cannot reach" in err

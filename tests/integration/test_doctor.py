@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.demo_env import free_port
+from devstack.broker import free_port
 from tests.support.asr_server import AsrServer
 from tests.support.broker import Broker
 

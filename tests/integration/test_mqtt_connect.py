@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from devstack.gateway import gateway_settings
 from gateway.mqtt import MqttConnection
 from gateway.mqtt_client import Client
 from gateway.service import Service
 from tests.support.broker import Broker
-from tests.support.gateway import gateway_settings
 
 pytestmark = pytest.mark.integration
 

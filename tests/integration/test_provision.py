@@ -15,17 +15,11 @@ from typing import Any
 import aiomqtt
 import pytest
 
+from devstack.broker import Broker, LocalMosquitto, free_port, wait_ready
 from gateway.broker.credentials import Credentials, gateway_password, init_broker_files, provision
 from gateway.broker.rules import GATEWAY_USERNAME, Role
-from tests.support.broker import (
-    Broker,
-    LocalMosquitto,
-    connect_reason_code,
-    free_port,
-    mosquitto_binary,
-    new_device_id,
-    wait_ready,
-)
+from gateway.probe import connack
+from tests.support.broker import new_device_id
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
 from tests.support.tls import make_server_certs
 
@@ -82,8 +76,8 @@ def test_rotation_invalidates_the_old_password(broker: Broker, device_id: str) -
     assert first is not None
     assert second is not None
     assert first["password"] != second["password"]
-    assert connect_reason_code(broker.host, broker.port, device_id, first["password"]) == 135
-    assert connect_reason_code(broker.host, broker.port, device_id, second["password"]) == 0
+    assert connack(broker.host, broker.port, device_id, first["password"]) == 135
+    assert connack(broker.host, broker.port, device_id, second["password"]) == 0
 
 
 def test_cli_role_users_and_refusals(broker: Broker) -> None:
@@ -107,7 +101,7 @@ async def test_concurrent_provisioning_all_connect(broker: Broker) -> None:
     results = await asyncio.gather(*(asyncio.to_thread(broker.provision, d) for d in ids))
     codes = await asyncio.gather(
         *(
-            asyncio.to_thread(connect_reason_code, broker.host, broker.port, c.username, c.password)
+            asyncio.to_thread(connack, broker.host, broker.port, c.username, c.password)
             for c in results
         )
     )
@@ -121,7 +115,7 @@ async def test_restart_keeps_port_users_and_retained(fresh_broker: Broker, devic
     async with mqtt_client(fresh_broker, device) as board:
         await board.publish(status, b'{"online": false}', retain=True)
     fresh_broker.stop()
-    assert connect_reason_code(fresh_broker.host, port, device_id, device.password) is None
+    assert connack(fresh_broker.host, port, device_id, device.password) is None
     fresh_broker.start()
     assert fresh_broker.port == port
     async with mqtt_client(fresh_broker, fresh_broker.gateway_credentials()) as gateway:
@@ -129,7 +123,7 @@ async def test_restart_keeps_port_users_and_retained(fresh_broker: Broker, devic
         retained = await gateway.expect(status)
         assert retained.retain
         assert retained.payload == b'{"online": false}'
-    assert connect_reason_code(fresh_broker.host, port, device_id, device.password) == 0
+    assert connack(fresh_broker.host, port, device_id, device.password) == 0
 
 
 def test_production_config_serves_devices_over_tls(tmp_path: Path, device_id: str) -> None:
@@ -154,28 +148,21 @@ def test_production_config_serves_devices_over_tls(tmp_path: Path, device_id: st
         text = text.replace(old, new)
     config = data_dir / "mosquitto" / "prod.conf"
     config.write_text(text)
-    broker = LocalMosquitto(config, mosquitto_binary())
+    broker = LocalMosquitto(config)
     broker.start()
     try:
         password = gateway_password(data_dir)
         wait_ready("127.0.0.1", local_port, GATEWAY_USERNAME, password, alive=broker.check_alive)
-        tls = connect_reason_code(
-            "127.0.0.1", tls_port, device_id, device.password, ca_file=certs.ca
-        )
+        tls = connack("127.0.0.1", tls_port, device_id, device.password, ca_file=certs.ca)
         assert tls == 0
         # Plain MQTT on the TLS port gets no CONNACK; wrong passwords are refused over TLS.
-        assert (
-            connect_reason_code("127.0.0.1", tls_port, device_id, device.password, timeout=2)
-            is None
-        )
-        wrong = connect_reason_code("127.0.0.1", tls_port, device_id, "x", ca_file=certs.ca)
+        assert connack("127.0.0.1", tls_port, device_id, device.password, timeout_s=2) is None
+        wrong = connack("127.0.0.1", tls_port, device_id, "x", ca_file=certs.ca)
         assert wrong == NOT_AUTHORIZED
         # Each listener admits only its users: no device on the gateway's, no gateway on the boards'.
-        local = connect_reason_code("127.0.0.1", local_port, device_id, device.password)
+        local = connack("127.0.0.1", local_port, device_id, device.password)
         assert local == NOT_AUTHORIZED
-        gw_on_tls = connect_reason_code(
-            "127.0.0.1", tls_port, GATEWAY_USERNAME, password, ca_file=certs.ca
-        )
+        gw_on_tls = connack("127.0.0.1", tls_port, GATEWAY_USERNAME, password, ca_file=certs.ca)
         assert gw_on_tls == NOT_AUTHORIZED
     finally:
         broker.stop()

@@ -9,17 +9,12 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from devstack.gateway import gateway_settings, start_service
 from gateway.cluster import Cluster, owner_of
 from gateway.service import Context, Service
 from gateway.xiaozhi.channel import XiaozhiChannel
 from gateway.xiaozhi.provisioning import broker_provisioner
-from tests.integration.xiaozhi_support import (
-    FAST_STREAM_PPS,
-    Gateway,
-    Recorder,
-    gateway_settings,
-    provisioned_device,
-)
+from tests.integration.xiaozhi_support import FAST_STREAM_PPS, Gateway, Recorder, provisioned_device
 from tests.support.broker import Broker
 
 pytestmark = pytest.mark.integration
@@ -91,8 +86,8 @@ async def clustered(
         members.append((Gateway(service, channel, recorder, settings), cluster, asked))
     ids = {gw.settings.gateway_id for gw, _, _ in members}
     async with asyncio.TaskGroup() as tg:
-        tasks = [
-            tg.create_task(gw.service.run(), name=f"test.{gw.settings.gateway_id}")
+        runs = [
+            await start_service(gw.service, tg, ready=(gw.channel.wait_ready,))
             for gw, _, _ in members
         ]
         try:
@@ -100,13 +95,10 @@ async def clustered(
                 while not all(c.membership.live == ids for _, c, _ in members):
                     changed.clear()
                     await changed.wait()
-                for gw, _, _ in members:
-                    await gw.service.http.wait_started()
-                    await gw.channel.wait_ready()
             yield members
         finally:
-            for task in tasks:
-                task.cancel()
+            for run in runs:
+                await run.stop()
 
 
 async def test_the_owner_alone_answers_the_hello_with_its_own_udp_endpoint(

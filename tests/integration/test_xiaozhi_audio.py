@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from gateway.probe import connack
 from gateway.simulators.xiaozhi import (
     XiaozhiDeviceSim,
     add_xiaozhi_simulator_command,
@@ -21,7 +22,7 @@ from gateway.simulators.xiaozhi import (
 from gateway.xiaozhi.mcp import McpError
 from tests.integration.xiaozhi_support import Gateway, new_mac, provisioned_device, running_gateway
 from tests.support import speech
-from tests.support.broker import Broker, connect_reason_code
+from tests.support.broker import Broker
 from topics.xiaozhi import firmware_accepts_hello
 
 pytestmark = pytest.mark.integration
@@ -182,7 +183,7 @@ async def test_ota_refuses_bad_requests(broker: Broker) -> None:
         assert "activation" not in body
         # The production provisioner reloaded the broker itself: the password works at once.
         mqtt = body["mqtt"]
-        code = connect_reason_code(broker.host, broker.port, mqtt["username"], mqtt["password"])
+        code = connack(broker.host, broker.port, mqtt["username"], mqtt["password"])
         assert code == 0
         assert gw.metric("xiaozhi_ota_requests_total", status="400") == len(cases)
 

@@ -16,11 +16,12 @@ import pytest
 
 from gateway.broker.credentials import Credentials
 from gateway.broker.rules import Role
+from gateway.probe import connack
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim, encode_pcm
 from tests.integration.test_xiaozhi_audio import assert_boundaries
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
 from tests.support import speech
-from tests.support.broker import Broker, connect_reason_code
+from tests.support.broker import Broker
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
 from tests.support.udp_watch import DatagramWatch
 
@@ -126,10 +127,7 @@ async def test_another_device_cannot_hello_or_listen_as_the_first(broker: Broker
                 qos=0,
             )
             # Nor log in as the victim with its own password.
-            assert (
-                connect_reason_code(broker.host, broker.port, victim_dev, creds.password)
-                == NOT_AUTHORIZED
-            )
+            assert connack(broker.host, broker.port, victim_dev, creds.password) == NOT_AUTHORIZED
             # Sentinel: the intruder's own hello is answered, so its earlier publishes were seen
             # by the broker first (one publisher's messages stay in order).
             await intruder.open_audio_channel()

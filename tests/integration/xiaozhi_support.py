@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from devstack.gateway import Use, gateway_settings, serving
 from gateway.service import Context, Service
 from gateway.settings import Settings
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim
@@ -108,20 +109,6 @@ class Gateway:
         return 0.0 if value is None else value
 
 
-def gateway_settings(
-    broker: Broker, *, http: dict[str, Any] | None = None, **xiaozhi: Any
-) -> Settings:
-    creds = broker.gateway_credentials()
-    return Settings(
-        gateway_id=f"gw-{secrets.token_hex(3)}",
-        data_dir=broker.data_dir,
-        mqtt={"url": broker.url, "username": creds.username, "password": creds.password},
-        http={"host": "127.0.0.1", "port": 0, "admin_port": 0, **(http or {})},
-        udp={"host": "127.0.0.1", "port": 0},
-        xiaozhi=xiaozhi,
-    )
-
-
 # Tests stream up to 10x real time (the pipeline takes stream time from sequence numbers, not
 # arrival); the production per-session datagram budget (40/s) is for real-time devices.
 FAST_STREAM_PPS = 1000.0
@@ -134,12 +121,14 @@ async def running_gateway(
     udp_rate_pps: float = FAST_STREAM_PPS,
     production_provisioner: bool = False,
     http: dict[str, Any] | None = None,
+    use: Use = Use.TEST,
     **xiaozhi: Any,
 ) -> AsyncIterator[Gateway]:
     """``production_provisioner``: the channel's own default (broker files under data_dir,
     reload through the broker's pid file) instead of the harness's reload hook; ``http``:
-    settings of the HTTP listeners (e.g. ``admin_token``); ``xiaozhi``: that section."""
-    settings = gateway_settings(broker, http=http, **xiaozhi)
+    settings of the HTTP listeners (e.g. ``admin_token``); ``use``: the dev stack's tuning
+    (benchmarks pass ``Use.LOAD``); ``xiaozhi``: that section."""
+    settings = gateway_settings(broker, use=use, http=http or {}, xiaozhi=xiaozhi)
     recorder = Recorder()
     ctx = Context.create(settings)
     channel = XiaozhiChannel(
@@ -156,17 +145,8 @@ async def running_gateway(
         udp_rate_pps=udp_rate_pps,
     )
     service = Service(settings, [channel], ctx=ctx)
-    async with asyncio.TaskGroup() as tg:
-        task = tg.create_task(service.run(), name="test.gateway")
-        async with asyncio.timeout(15):
-            await service.mqtt.wait_connected()
-            await service.http.wait_started()
-            await service.admin.wait_started()
-            await channel.wait_ready()
-        try:
-            yield Gateway(service, channel, recorder, settings)
-        finally:
-            task.cancel()
+    async with serving(service, ready=(channel.wait_ready,)):
+        yield Gateway(service, channel, recorder, settings)
 
 
 def new_mac() -> str:

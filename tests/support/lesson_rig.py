@@ -25,13 +25,13 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from devstack.gateway import ServiceRun, gateway_ready, gateway_settings, start_service
 from gateway.app import Gateway, build_gateway
 from gateway.settings import Settings
 from gateway.simulators.board import BoardSimulator, SimOptions
 from gateway.store import Store
 from gateway.tasks.core import DeviceRuntime
 from tests.support.broker import Broker, new_device_id
-from tests.support.gateway import gateway_settings
 from tests.support.mqtt_client import ClientSession, Received, mqtt_client
 
 T = TypeVar("T")
@@ -136,7 +136,7 @@ class LessonRig:
     assessments: list[Seen] = field(default_factory=list)
     alarms: list[Seen] = field(default_factory=list)
     gateway: Gateway | None = None
-    _run: tuple[asyncio.Task[None], asyncio.Event] | None = None
+    _run: ServiceRun | None = None
 
     # -- the gateway ----------------------------------------------------------------------------
 
@@ -146,31 +146,17 @@ class LessonRig:
         return self.gateway
 
     async def start_gateway(self) -> Gateway:
-        """Build and serve a gateway (``running``'s steps, but stoppable mid-test)."""
+        """Build and serve a gateway (``running_gateway``'s steps, but stoppable mid-test)."""
         gw = build_gateway(self.settings)
-        stop = asyncio.Event()
-        task = self.tg.create_task(gw.service.serve(until=stop), name="test.gateway")
-        self.gateway, self._run = gw, (task, stop)
-        async with asyncio.timeout(10):
-            await gw.service.mqtt.wait_connected()
-            await gw.service.http.wait_started()
-            await gw.service.admin.wait_started()
-            await gw.tasks.wait_ready()
+        self.gateway = gw
+        self._run = await start_service(gw.service, self.tg, ready=gateway_ready(gw))
         return gw
 
     async def stop_gateway(self, *, kill: bool = False) -> None:
         """Graceful stop, or ``kill``: cancel the service at once (no shutdown path)."""
-        if self._run is None:
-            return
-        task, stop = self._run
-        self._run = None
-        if kill:
-            task.cancel()
-        else:
-            stop.set()
-        await asyncio.wait({task}, timeout=self.settings.ops.shutdown_timeout_s + 5)
-        if not task.done():
-            raise AssertionError("gateway did not stop")
+        run, self._run = self._run, None
+        if run is not None:
+            await run.stop(kill=kill)
 
     def runtime(self) -> DeviceRuntime | None:
         return self.gw.tasks.runtime_of(self.dev)

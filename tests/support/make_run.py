@@ -25,7 +25,7 @@ from pathlib import Path
 from paho.mqtt.client import Client, MQTTMessage
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from gateway.demo_env import free_port
+from devstack.broker import free_port
 from gateway.ports import port_free
 
 ROOT = Path(__file__).parents[2]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psycopg
 
-from gateway.demo_env import free_port
+from devstack.broker import free_port
 
 READY_TIMEOUT_S = 30.0
 SUPERUSER = "snlp"

@@ -1,4 +1,4 @@
-"""Real speech for tests: espeak-ng synthesis (the demo's, ``gateway.demo_audio``) at 16 kHz
+"""Real speech for tests: espeak-ng synthesis (the gateway's own, ``gateway.chat.espeak``) at 16 kHz
 mono 16-bit, with known boundaries.
 
 ``synthesize`` returns trimmed PCM (leading/trailing silence removed by an energy gate), so a
@@ -11,8 +11,8 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.demo_audio import RATE, SAMPLE_BYTES, require_tools, silence, trim
-from gateway.demo_audio import synthesize as _synthesize
+from gateway.chat.espeak import RATE, SAMPLE_BYTES, require_tools, silence, trim
+from gateway.chat.espeak import synthesize as _synthesize
 
 __all__ = ["RATE", "SAMPLE_BYTES", "Timeline", "Utterance", "compose", "frames", "silence",
            "synthesize", "trim"]  # fmt: skip

@@ -15,12 +15,12 @@ from typing import Any
 
 import aiohttp
 
+from devstack.gateway import gateway_settings, serving
 from gateway.app import Gateway, build_gateway
 from gateway.assessment.procslot import ProcessBackend
 from gateway.simulators.board import BoardSimulator, SimOptions
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim
 from tests.support.broker import Broker
-from tests.support.gateway import gateway_settings, running
 from tests.support.mqtt_client import ClientSession, mqtt_client
 from tests.support.speech import silence, synthesize
 from topics import mac_colon
@@ -102,7 +102,7 @@ async def lesson_rig(
     gw = build_gateway(settings, asr_backend=ProcessBackend(engine, name=engine.__name__.lower()))
     backend_user = broker.provision(f"be-{device_id[-5:].replace('_', '')}", role="backend")
     seen = Observed()
-    async with running(settings, service=gw.service) as svc:
+    async with serving(gw.service) as svc:
         # One physical board: it provisions over OTA, and both its channels use those credentials.
         device = XiaozhiDeviceSim(mac=mac_colon(device_id))
         info = await device.provision(f"http://127.0.0.1:{svc.http.port}/xiaozhi/ota/")

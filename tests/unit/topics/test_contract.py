@@ -13,11 +13,11 @@ import jsonschema
 import pytest
 import yaml
 
+from devstack.asyncapi import CHANNELS, HERE, drift, main, write
+from devstack.asyncapi import generate as _generate
 from gateway.metrics import Metrics
 from gateway.mqtt import presence_payload
 from topics import GatewayStatus, OpsMetrics, TopicKind, build_topic, parse_snlpgw
-from topics.asyncapi import CHANNELS, HERE, drift, main, write
-from topics.asyncapi import generate as _generate
 
 FORBIDDEN = {
     "passed", "pass", "failed_check", "grade", "level", "good", "bad", "score_verdict",
@@ -31,7 +31,7 @@ def generate() -> dict[str, str]:
 
 
 def test_checked_in_files_match_the_models() -> None:
-    assert drift() == [], "run: python -m topics.asyncapi --write"
+    assert drift() == [], "run: python -m devstack.asyncapi --write"
     assert main(["--check"]) == 0
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from devstack.asyncapi import MESSAGES, generate
 from topics import (
     Command,
     ServerHello,
@@ -22,7 +23,6 @@ from topics import (
     parse_ctl_request,
     parse_xiaozhi_downlink,
 )
-from topics.asyncapi import MESSAGES, generate
 from topics.snlp_commands import TaskControl, Wait
 
 from .samples import DEV, SAMPLES, Sample

@@ -1,16 +1,13 @@
-"""Speech for the demo, made at run time with espeak-ng + sox (no audio is shipped).
+"""Speech made with espeak-ng + sox at run time, 16 kHz mono s16le PCM (no audio is shipped).
 
-The teacher's clips are the lesson sentences read slowly, padded with a little silence and
-written as WAV files where the board simulator looks for its media (it measures each clip's
-duration from the WAV header). The child's readings are trimmed PCM streamed as uplink audio.
+The embedded CHAT engine speaks its replies with it (:mod:`gateway.chat.engine`); the dev stack
+(demo, tests, benchmarks) makes its teacher clips and children's readings with it too.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import wave
-from pathlib import Path
 
 RATE = 16_000
 SAMPLE_BYTES = 2
@@ -25,7 +22,7 @@ class SpeechToolsMissingError(RuntimeError):
 def require_tools() -> None:
     missing = [t for t in ("espeak-ng", "sox") if shutil.which(t) is None]
     if missing:
-        raise SpeechToolsMissingError(f"the demo needs {', '.join(missing)} (run `make setup`)")
+        raise SpeechToolsMissingError(f"speech needs {', '.join(missing)} (run `make setup`)")
 
 
 def synthesize(text: str, *, wpm: int = 150, voice: str = "en-us") -> bytes:
@@ -62,21 +59,3 @@ def trim(pcm: bytes) -> bytes:
 
 def silence(ms: int) -> bytes:
     return bytes(RATE * ms // 1000 * SAMPLE_BYTES)
-
-
-def duration_ms(pcm: bytes) -> int:
-    return round(len(pcm) / SAMPLE_BYTES / RATE * 1000)
-
-
-def write_wav(path: Path, pcm: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(SAMPLE_BYTES)
-        out.setframerate(RATE)
-        out.writeframes(pcm)
-
-
-def teacher_clip(text: str, *, pad_ms: int = 400) -> bytes:
-    """The teacher reading ``text`` slowly, with ``pad_ms`` of silence on both sides."""
-    return silence(pad_ms) + synthesize(text, wpm=130) + silence(pad_ms)

@@ -1,7 +1,8 @@
 """JSON Schemas and the AsyncAPI 3.0 document of the wire contract, generated from the models.
 
-`python -m topics.asyncapi --write` regenerates `topics/schemas/*.json` and `topics/asyncapi.yaml`;
-`--check` exits 1 when the checked-in files differ from the models. Output is deterministic
+`python -m devstack.asyncapi --write` (`make asyncapi`) regenerates `topics/schemas/*.json` and
+`topics/asyncapi.yaml`; `--check` exits 1 when the checked-in files differ from the models.
+Dev tooling (it needs pyyaml, a dev dependency): the shipped package holds the generated files. Output is deterministic
 (sorted keys). Operations are seen from the gateway: `send` = it publishes, `receive` = it
 subscribes.
 """
@@ -23,7 +24,7 @@ from topics.tree import DELIVERY, XIAOZHI_DELIVERY, Delivery, TopicKind
 
 __all__ = ["CHANNELS", "MESSAGES", "Channel", "Message", "generate", "main"]
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent.parent / "topics"
 SCHEMA_DIR = HERE / "schemas"
 ASYNCAPI_FILE = HERE / "asyncapi.yaml"
 _DEV = "Device id: the board MAC, lowercase with underscores, ^[0-9a-f]{2}(_[0-9a-f]{2}){5}$."
@@ -225,7 +226,7 @@ def write(root: Path = HERE) -> None:
 
 
 def main(argv: list[str] | None = None, *, root: Path = HERE) -> int:
-    parser = argparse.ArgumentParser(prog="python -m topics.asyncapi", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devstack.asyncapi", description=__doc__)
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="regenerate the files")
     mode.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None, *, root: Path = HERE) -> int:
     for path in stale:
         sys.stderr.write(f"out of date: topics/{path}\n")
     if stale:
-        sys.stderr.write("run: python -m topics.asyncapi --write\n")
+        sys.stderr.write("run: python -m devstack.asyncapi --write\n")
     return 1 if stale else 0
 
 

@@ -1,5 +1,5 @@
 """`make demo`: a shadowing lesson end to end on this machine, then a lesson exited mid-way
-and a spoken CHAT turn (:mod:`gateway.demo_chat`), printed as a timeline.
+and a spoken CHAT turn (:mod:`devstack.demo_chat`), printed as a timeline.
 
 A local Mosquitto (project config, free port), the composed gateway in-process (ephemeral ports),
 a board simulator and a Xiaozhi device simulator for the same device id. The teacher's clips and
@@ -25,18 +25,13 @@ from typing import Any
 import aiohttp
 import aiomqtt
 
-from gateway import demo_audio as audio
+from devstack import audio
+from devstack.broker import Broker, StackError, local_broker, wait_connectable
+from devstack.demo_chat import exit_then_chat
+from devstack.demo_report import Timeline, instance_table
+from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.app import Gateway
-from gateway.demo_chat import exit_then_chat
-from gateway.demo_env import (
-    LocalBroker,
-    StackError,
-    gateway_settings,
-    local_broker,
-    running_gateway,
-    wait_connectable,
-)
-from gateway.demo_report import Timeline, instance_table
+from gateway.chat import espeak
 from gateway.simulators.board import BoardSimulator, SimOptions
 from gateway.simulators.xiaozhi import FRAME_MS, XiaozhiDeviceSim, encode_pcm
 
@@ -81,12 +76,12 @@ class Uplink:
 
     def __init__(self, device: XiaozhiDeviceSim) -> None:
         self._device = device
-        self._silence = encode_pcm(audio.silence(FRAME_MS))[0]
+        self._silence = encode_pcm(espeak.silence(FRAME_MS))[0]
         # Bounded: a few readings at most; overflow drops the oldest frames (audio policy).
         self._frames: collections.deque[bytes] = collections.deque(maxlen=2_000)
 
     def say(self, pcm: bytes) -> None:
-        self._frames.extend(encode_pcm(audio.silence(REACTION_MS) + pcm))
+        self._frames.extend(encode_pcm(espeak.silence(REACTION_MS) + pcm))
 
     async def run(self) -> None:
         crypto = self._device.crypto
@@ -109,12 +104,12 @@ def _new_mac() -> str:
 
 def _prepare_audio(media_dir: Path) -> dict[int, bytes]:
     """Write the teacher's clips where the board reads durations; return the child's readings."""
-    audio.require_tools()
+    espeak.require_tools()
     child: dict[int, bytes] = {}
     for index, step in enumerate(STEPS):
         audio.write_wav(media_dir / CLIP_DIR / step.clip, audio.teacher_clip(step.teacher))
         if step.child is not None:
-            child[index] = audio.synthesize(step.child, wpm=160)
+            child[index] = espeak.synthesize(step.child, wpm=160)
     return child
 
 
@@ -128,7 +123,7 @@ async def _fetch_instance(gw: Gateway, instance_id: str) -> dict[str, Any]:
 
 
 async def _lesson(
-    broker: LocalBroker, gw: Gateway, media_dir: Path, child: dict[int, bytes], tl: Timeline
+    broker: Broker, gw: Gateway, media_dir: Path, child: dict[int, bytes], tl: Timeline
 ) -> DemoResult:
     result = DemoResult()
     ota_url = f"http://127.0.0.1:{gw.service.http.port}/xiaozhi/ota/"
@@ -258,7 +253,7 @@ async def run_demo(
         child = _prepare_audio(root / "media")
         async with local_broker(root / "data") as broker:
             tl.note(f"mosquitto ready on {broker.url}")
-            settings = gateway_settings(broker, data_dir=root / "data")
+            settings = gateway_settings(broker, gateway_id="demo-gw", use=Use.DEMO)
             async with running_gateway(settings) as gw:
                 tl.note(
                     f"gateway ready: HTTP :{gw.service.http.port}, admin :{gw.service.admin.port}, "
@@ -277,7 +272,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(run_demo())
-    except (DemoError, StackError, audio.SpeechToolsMissingError, OSError) as exc:
+    except (DemoError, StackError, espeak.SpeechToolsMissingError, OSError) as exc:
         sys.stderr.write(f"demo failed: {exc}\n")
         return 1
     _say(

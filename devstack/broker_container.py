@@ -11,9 +11,9 @@ import contextlib
 from pathlib import Path
 from typing import Any, Literal
 
+from devstack.broker import StackError
 from gateway.broker.credentials import BrokerFiles
 from gateway.broker.rules import ConfigPaths, render_config
-from tests.support.broker import BrokerUnavailableError
 
 IMAGE = "eclipse-mosquitto:2.0"
 _IN_CONTAINER = Path("/snlp/mosquitto")
@@ -39,11 +39,11 @@ class ContainerMosquitto:
         # `user root`: read the host-owned 0600 files without the image's chown dance.
         text = render_config(
             inside,
-            listener_host="0.0.0.0",
+            listener_host="0.0.0.0",  # noqa: S104 - inside the container
             listener_port=1883,
             run_as="root",
             flavour="test",
-            device_listener=("0.0.0.0", 1884),
+            device_listener=("0.0.0.0", 1884),  # noqa: S104 - inside the container
             devices_on_gateway_listener=not split,
         )
         config.write_text(text)
@@ -69,7 +69,7 @@ class ContainerMosquitto:
     def reload(self) -> None:
         result = self._container.exec(["kill", "-HUP", "1"])
         if result.exit_code != 0:
-            raise BrokerUnavailableError(f"reload failed: {result.output!r}")
+            raise StackError(f"reload failed: {result.output!r}")
 
     def pid(self) -> int | None:
         return None
@@ -79,7 +79,7 @@ class ContainerMosquitto:
         wrapped.reload()
         status = wrapped.status
         if status in ("exited", "dead"):
-            raise BrokerUnavailableError(f"container {status}: {self._container.get_logs()!r}")
+            raise StackError(f"container {status}: {self._container.get_logs()!r}")
 
     def reload_command(self) -> list[str] | None:
         container_id = self._container.get_wrapped_container().id

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import aiomqtt
 
-from gateway import demo_audio as audio
-from gateway.demo_report import Timeline
+from devstack.demo_report import Timeline
+from gateway.chat import espeak
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim
 
 CHAT_WAIT_S = 60.0
@@ -59,7 +59,7 @@ async def exit_then_chat(
 
     seen = len(device.inbox)
     await device.listen_start("auto")
-    uplink.say(audio.synthesize("hello", wpm=150) + audio.silence(900))
+    uplink.say(espeak.synthesize("hello", wpm=150) + espeak.silence(900))
     tl.note('child (CHAT): "hello"')
     try:
         stop = await device.expect("tts", state="stop", after=seen, timeout_s=CHAT_WAIT_S)

@@ -1,0 +1,321 @@
+"""The dev stack's Mosquitto: the project's generated config on free loopback ports.
+
+:func:`start_broker` writes the broker files (``gateway.broker``: password file, ACL,
+limits) under a data dir and starts a broker: the local ``mosquitto`` binary
+(:class:`LocalMosquitto`: the argv of ``snlpgw dev-run``'s, :func:`gateway.devrun.mosquitto_command`), or ``eclipse-mosquitto:2.0`` through testcontainers
+(:mod:`devstack.broker_container`) when asked or, for ``backend="auto"``, when a Docker engine
+answers. It returns once the gateway user completes an MQTT CONNECT (:func:`gateway.probe.connack`,
+the one probe) — never after a sleep. :func:`local_broker` is the same for async code (demo,
+benchmarks), stopped when the block exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Literal, Protocol
+
+from gateway.broker.credentials import (
+    BrokerFiles,
+    Credentials,
+    RoleName,
+    gateway_password,
+    init_broker_files,
+    provision,
+)
+from gateway.broker.rules import GATEWAY_USERNAME, GRANTS, Role
+from gateway.devrun import StartError, mosquitto_command
+from gateway.probe import connack
+
+READY_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 10.0
+BackendName = Literal["local", "container", "auto"]
+
+
+class StackError(RuntimeError):
+    """The dev stack could not be brought up; the message says what is missing."""
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Backend(Protocol):
+    kind: Literal["local", "container"]
+    host: str
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def reload(self) -> None: ...
+    def pid(self) -> int | None: ...
+    def check_alive(self) -> None: ...
+    def reload_command(self) -> list[str] | None: ...
+
+
+class LocalMosquitto:
+    """``mosquitto -c CONFIG`` as a child process; its output goes to ``broker.log`` beside."""
+
+    kind: Literal["local", "container"] = "local"
+    host = "127.0.0.1"
+
+    def __init__(self, config: Path) -> None:
+        try:
+            self._argv = mosquitto_command(config)
+        except StartError as exc:
+            raise StackError(str(exc)) from None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.log_path = config.with_name("broker.log")
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+                self._argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def reload(self) -> None:
+        if self._proc is None:
+            raise StackError("broker is stopped")
+        os.kill(self._proc.pid, signal.SIGHUP)
+
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def check_alive(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            raise StackError(f"mosquitto exited; log tail:\n{self.log_tail()}")
+
+    def reload_command(self) -> list[str] | None:
+        return None  # the CLI finds the local broker through its pid file
+
+    def log_tail(self) -> str:
+        path = self.log_path
+        return path.read_text(errors="replace")[-2000:] if path.exists() else ""
+
+
+class Broker:
+    """A running broker with the project's config; ``provision`` reloads it."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        backend: Backend,
+        files: BrokerFiles,
+        device_port: int | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        # The listener boards are sent to in production: client id forced to the user name.
+        self.device_port = device_port
+        self.files = files
+        self._backend = backend
+
+    @property
+    def kind(self) -> str:
+        return self._backend.kind
+
+    @property
+    def host(self) -> str:
+        return self._backend.host
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://{self.host}:{self.port}"
+
+    @property
+    def device_url(self) -> str:
+        if self.device_port is None:
+            raise StackError("this broker has no device listener")
+        return f"mqtt://{self.host}:{self.device_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._backend.pid()
+
+    @property
+    def local_pid(self) -> int:
+        """The pid of a local broker (benchmarks meter its CPU); a container's is not ours."""
+        pid = self._backend.pid()
+        if pid is None:
+            raise StackError(f"a {self.kind} broker has no local process")
+        return pid
+
+    @property
+    def reload_command(self) -> list[str] | None:
+        """For `snlpgw provision --reload-command` when the pid file cannot reach the broker."""
+        return self._backend.reload_command()
+
+    def provision(self, name: str, role: Role | RoleName = "device") -> Credentials:
+        return provision(self.data_dir, name, role=role, reload=self.reload)
+
+    def gateway_credentials(self) -> Credentials:
+        grants = GRANTS[Role.GATEWAY]
+        return Credentials(
+            username=GATEWAY_USERNAME,
+            password=gateway_password(self.data_dir),
+            role=Role.GATEWAY,
+            client_id=None,
+            publish=grants.readwrite,
+            subscribe=grants.readwrite + grants.subscribe,
+        )
+
+    def reload(self) -> None:
+        self._backend.reload()
+
+    def check_alive(self) -> None:
+        """Raises :class:`StackError` (with the broker's log tail) if the broker has exited."""
+        self._backend.check_alive()
+
+    def start(self) -> None:
+        """Start (again) on the same port with the same data dir; returns once CONNECT works."""
+        self._backend.start()
+        try:
+            creds = self.gateway_credentials()
+            wait_ready(
+                self.host,
+                self.port,
+                creds.username,
+                creds.password,
+                alive=self.check_alive,
+            )
+        except BaseException:
+            self._backend.stop()
+            raise
+
+    def stop(self) -> None:
+        self._backend.stop()
+
+
+def wait_ready(
+    host: str,
+    port: int,
+    username: str | None,
+    password: str | None,
+    *,
+    alive: Callable[[], None] = lambda: None,
+    ca_file: Path | None = None,
+    timeout_s: float = READY_TIMEOUT_S,
+) -> None:
+    """Return once ``username`` completes an MQTT CONNECT (after a start or a credentials
+    reload); ``alive`` raises if the broker died meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    last: int | None = None
+    while time.monotonic() < deadline:
+        alive()
+        last = connack(host, port, username, password, ca_file=ca_file, timeout_s=2.0)
+        if last == 0:
+            return
+        # A connect attempt is the wait; this short pause only spaces refused attempts.
+        time.sleep(0.05)
+    raise StackError(f"broker on port {port} not ready: last CONNACK {last}")
+
+
+async def wait_connectable(broker: Broker, username: str, password: str | None) -> None:
+    """:func:`wait_ready` for async code (a device just provisioned, before it connects)."""
+    await asyncio.to_thread(
+        wait_ready, broker.host, broker.port, username, password, alive=broker.check_alive
+    )
+
+
+def docker_answers() -> bool:
+    """True when a Docker engine answers a ping; fast (no engine → no client is built)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://"):
+        # Connect ourselves first: docker-py leaks its socket when the engine is absent.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            try:
+                sock.connect(host.removeprefix("unix://"))
+            except OSError:
+                return False
+    try:
+        import docker  # type: ignore[import-untyped]  # noqa: PLC0415
+
+        client = docker.from_env(timeout=2)
+    except Exception:
+        return False
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+    finally:
+        client.close()
+
+
+def start_broker(
+    data_dir: Path,
+    *,
+    split: bool = False,
+    device_listener: bool = True,
+    extra_config: str = "",
+    backend: BackendName = "local",
+) -> Broker:
+    """Write the broker files under ``data_dir`` and start a broker on a free port.
+
+    ``device_listener``: a second listener, the one boards are sent to (`snlpgw broker init
+    --device-port`); ``split``: that config as deployed, where the first listener admits no
+    device user (by default device users may also log in there, as most simulated boards in the
+    tests connect there). ``extra_config``: lines appended to the generated configuration
+    (benchmarks' variants; local broker only)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    device_port = free_port() if device_listener else None
+    files = init_broker_files(
+        data_dir,
+        listener_host="127.0.0.1",
+        listener_port=port,
+        device_port=device_port,
+        devices_on_gateway_listener=device_listener and not split,
+    )
+    if extra_config:
+        with files.config.open("a") as config:
+            config.write(extra_config)
+    chosen: Backend
+    if backend == "container" or (backend == "auto" and docker_answers()):
+        from devstack.broker_container import ContainerMosquitto  # noqa: PLC0415
+
+        if device_port is None:
+            raise StackError("the container broker always has a device listener")
+        chosen = ContainerMosquitto(files, port, device_port, split=split)
+    else:
+        chosen = LocalMosquitto(files.config)
+    broker = Broker(data_dir, port, chosen, files, device_port)
+    broker.start()
+    return broker
+
+
+@contextlib.asynccontextmanager
+async def local_broker(data_dir: Path, *, extra_config: str = "") -> AsyncIterator[Broker]:
+    """A local Mosquitto with the project's config on a free port (one listener), ready when
+    the gateway user connects; stopped when the block exits."""
+    broker = await asyncio.to_thread(
+        start_broker, data_dir, device_listener=False, extra_config=extra_config
+    )
+    try:
+        yield broker
+    finally:
+        await asyncio.to_thread(broker.stop)

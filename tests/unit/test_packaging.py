@@ -1,0 +1,48 @@
+"""What the wheel ships: gateway, codec and topics — not the dev stack, and nothing that needs a
+dev dependency (pyyaml is one: only `make asyncapi` and the tests use it)."""
+
+from __future__ import annotations
+
+import fnmatch
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ("gateway", "codec", "topics")
+
+# Imports every module of the shipped packages, then names what got imported that must not be.
+_PROBE = """
+import importlib, pkgutil, sys
+for top in {shipped!r}:
+    package = importlib.import_module(top)
+    for info in pkgutil.walk_packages(package.__path__, top + "."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+bad = sorted(m for m in sys.modules if m.split(".")[0] in ("yaml", "devstack", "tests", "bench"))
+print(" ".join(bad))
+"""
+
+
+def test_the_wheel_ships_the_service_packages_and_not_the_dev_stack() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    for name in SHIPPED:
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in include), name
+    for name in ("devstack", "devstack.demo", "tests", "bench"):
+        assert not any(fnmatch.fnmatch(name, pattern) for pattern in include), name
+    runtime = " ".join(config["project"]["dependencies"]).lower()
+    assert "pyyaml" not in runtime
+
+
+def test_no_shipped_module_imports_yaml_or_dev_code() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(shipped=SHIPPED)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.strip() == ""
