@@ -25,8 +25,9 @@ from typing import Any
 
 import aiomqtt
 
-from gateway.credentials import GATEWAY_USERNAME, gateway_password
-from gateway.demo_env import LocalBroker, local_broker
+from devstack.broker import Broker, local_broker
+from gateway.broker.credentials import gateway_password
+from gateway.broker.rules import GATEWAY_USERNAME
 from gateway.mqtt_client import Client, ClientOptions
 
 WINDOW = 20
@@ -41,10 +42,10 @@ _EVENT = {
 }
 PAYLOAD = json.dumps(_EVENT).encode()  # a typical board event
 
-Runner = Callable[[LocalBroker, str, int], Awaitable[None]]
+Runner = Callable[[Broker, str, int], Awaitable[None]]
 
 
-async def lean(broker: LocalBroker, password: str, n: int) -> None:
+async def lean(broker: Broker, password: str, n: int) -> None:
     received = 0
     done = asyncio.Event()
 
@@ -66,7 +67,7 @@ async def lean(broker: LocalBroker, password: str, n: int) -> None:
     await client.disconnect()
 
 
-async def aiomqtt_paho(broker: LocalBroker, password: str, n: int) -> None:
+async def aiomqtt_paho(broker: Broker, password: str, n: int) -> None:
     async with aiomqtt.Client(
         broker.host, broker.port, username=GATEWAY_USERNAME, password=password,
         identifier="bench-aiomqtt", protocol=aiomqtt.ProtocolVersion.V5,

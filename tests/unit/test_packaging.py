@@ -46,3 +46,16 @@ def test_no_shipped_module_imports_yaml_or_dev_code() -> None:
         check=True,
     )
     assert done.stdout.strip() == ""
+
+
+def test_every_dev_stack_and_benchmark_module_imports() -> None:
+    """Nothing type-checks bench/: a module left on a moved import fails here, not at `make bench`."""
+    probe = (
+        "import importlib, pkgutil\n"
+        "for top in ('devstack', 'bench'):\n"
+        "    package = importlib.import_module(top)\n"
+        "    for info in pkgutil.walk_packages(package.__path__, top + '.'):\n"
+        "        if not info.name.endswith('__main__'):\n"
+        "            importlib.import_module(info.name)\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], cwd=ROOT, timeout=120, check=True)
