@@ -23,6 +23,7 @@ from gateway.mqtt import Handler, Publisher
 from gateway.settings import Settings
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.control import ControlHandler
+from gateway.xiaozhi.counting import CounterBatch
 from gateway.xiaozhi.downlink import SpeakResult
 from gateway.xiaozhi.live import LiveFactory, LiveSession
 from gateway.xiaozhi.mcp import McpClient
@@ -90,13 +91,15 @@ class XiaozhiChannel:
             hello_burst=xz.hello_burst,
             listening_by_default=listening_by_default,
         )
-        self._pump = AudioPump()  # decode + VAD of every session, one task (pump.py)
+        # Per-frame counts are integer adds, on the metrics at the end of each pump turn.
+        counts = CounterBatch()
+        self._pump = AudioPump(after_turn=counts.flush)  # decode + VAD of every session, one task
         # Per-session datagram budget: 60 ms frames are ~17/s; 40/s with a burst of 80 leaves
         # room for buffered wake-word audio and jitter, and caps what a flood can cost.
         new_live = LiveFactory(
             voice=voice,
             new_segmenter=new_segmenter,
-            counters=stats.pipeline_counters(),
+            counters=counts.pipeline_counters(stats.pipeline_counters()),
             queue_frames=audio_queue_frames,
             rebind_after_s=xz.rebind_after_s,
             rate_pps=udp_rate_pps,
@@ -121,7 +124,11 @@ class XiaozhiChannel:
             count=lambda outcome: stats.mcp_requests.labels(outcome).inc(),
         )
         self.udp_endpoint = UdpEndpoint(
-            lookup=self._roster.route, on_activity=self._touch, stats=stats, clock=clock
+            lookup=self._roster.route,
+            on_activity=self._touch,
+            stats=stats,
+            clock=clock,
+            after_reads=self._pump.serve,  # decode in the callback that read (pump.py)
         )
         self._speaker = SessionSpeaker(
             publish=self.publish,

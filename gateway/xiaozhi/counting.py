@@ -1,9 +1,10 @@
-"""Batched pipeline counters: per-frame counts as integer adds, metrics once per loop turn.
+"""Batched counters: per-frame counts as integer adds, metrics once per loop iteration.
 
 Every 60 ms frame of every listening session counts (frames decoded, concealed, ...); a
 Prometheus counter's ``inc`` takes a lock each time. :class:`CounterBatch` hands the pipelines
-:class:`~gateway.xiaozhi.pipeline.PipelineCounters` whose calls only add into plain integers
-and passes the sums on once per event-loop iteration.
+:class:`~gateway.xiaozhi.pipeline.PipelineCounters` (and the UDP endpoint its traffic
+counters) whose calls only add into plain integers, and passes the sums on once per
+event-loop iteration.
 """
 
 from __future__ import annotations
@@ -38,17 +39,25 @@ class _Sum:
 
 
 class CounterBatch:
-    """:class:`PipelineCounters` whose calls are plain integer adds (every frame of every
-    session counts): the sums reach the real counters (a metric lock each) once per
-    event-loop iteration, in a callback scheduled by the first add of the iteration, so
-    anything that runs after the work that counted (a scrape, a test reading metrics after
-    an event) sees them. Without a running loop they go through at once."""
+    """Counters whose calls are plain integer adds (every frame of every session counts). The
+    sums reach the real counters (a metric lock each) when :meth:`flush` runs: the audio pump
+    calls it at the end of every turn, so what a turn (or the batch of reads before it)
+    counted is on the metrics when its callback returns. Counts made anywhere else go through
+    a flush the first of them schedules for the next loop iteration; without a running loop,
+    at once."""
 
-    def __init__(self, counters: PipelineCounters) -> None:
+    def __init__(self) -> None:
         self._due: list[_Sum] = []
         self._scheduled = False
-        sums = {f.name: _Sum(self, getattr(counters, f.name)) for f in fields(PipelineCounters)}
-        self.counters = PipelineCounters(**sums)
+
+    def sum(self, inc: Callable[[int], None]) -> Callable[[int], None]:
+        """A batched stand-in for ``inc`` (e.g. a Prometheus counter's)."""
+        return _Sum(self, inc)
+
+    def pipeline_counters(self, counters: PipelineCounters) -> PipelineCounters:
+        """Batched stand-ins for every callback of ``counters``."""
+        sums = {f.name: self.sum(getattr(counters, f.name)) for f in fields(PipelineCounters)}
+        return PipelineCounters(**sums)
 
     def due(self, item: _Sum) -> None:
         self._due.append(item)
@@ -60,10 +69,15 @@ class CounterBatch:
             self.flush()
             return
         self._scheduled = True
-        loop.call_soon(self.flush)
+        loop.call_soon(self._scheduled_flush)
 
     def flush(self) -> None:
+        """Pass every pending sum on."""
+        if self._due:
+            due, self._due = self._due, []
+            for item in due:
+                item.flush()
+
+    def _scheduled_flush(self) -> None:
         self._scheduled = False
-        due, self._due = self._due, []
-        for item in due:
-            item.flush()
+        self.flush()

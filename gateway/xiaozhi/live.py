@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from codec.opus import OpusStreamDecoder
 from codec.udp import DownlinkSender, UplinkReceiver
 from gateway.xiaozhi.binding import AddressBinding
-from gateway.xiaozhi.counting import CounterBatch
 from gateway.xiaozhi.pipeline import AudioPipeline, PipelineCounters, Segmenter, VoiceSink
 from gateway.xiaozhi.ratelimit import TokenBucket
 from gateway.xiaozhi.sessions import Session
@@ -57,12 +56,6 @@ class LiveFactory:
     rate_pps: float
     burst: int
     notify: Callable[[AudioPipeline], None] | None = None  # the channel's AudioPump
-    # Every session's pipeline counts through one batch: per-frame counts are integer adds,
-    # the metrics move once per loop iteration (counting.py).
-    _batch: CounterBatch = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_batch", CounterBatch(self.counters))
 
     def __call__(self, session: Session, *, listening: bool) -> LiveSession:
         pipeline = AudioPipeline(
@@ -71,7 +64,7 @@ class LiveFactory:
             sink=self.voice or _NullVoice(),
             decoder=OpusStreamDecoder(),
             new_segmenter=self.new_segmenter,
-            counters=self._batch.counters,
+            counters=self.counters,
             capacity=self.queue_frames,
             listening=listening,
             notify=self.notify,

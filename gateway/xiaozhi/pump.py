@@ -37,8 +37,10 @@ class AudioPump:
         batch: int = 4,
         turn_s: float = 0.005,
         clock: Callable[[], float] = time.perf_counter,
+        after_turn: Callable[[], None] | None = None,
     ) -> None:
         self._batch = batch
+        self._after_turn = after_turn  # e.g. the pipelines' CounterBatch.flush (counting.py)
         self._turn_s = turn_s
         self._clock = clock
         self._ready: dict[Drainable, None] = {}  # insertion order = round-robin order
@@ -72,7 +74,19 @@ class AudioPump:
                 ready[pipeline] = None  # back of the line
             if self._clock() >= deadline:
                 break
+        if self._after_turn is not None:
+            self._after_turn()
         return done
+
+    def serve(self) -> None:
+        """A turn now, if :meth:`run` runs (else nothing): the UDP endpoint calls this after
+        each batch of reads, so frames are decoded in the callback that read them instead of
+        one loop wake-up later. A turn already scheduled is folded into this one."""
+        if self._loop is None:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        self._serve()
 
     def _serve(self) -> None:
         self._handle = None

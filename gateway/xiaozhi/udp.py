@@ -53,6 +53,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         on_activity: Callable[[LiveSession, float], None],
         stats: ChannelStats,
         clock: Callable[[], float],
+        after_reads: Callable[[], None] | None = None,
     ) -> None:
         self._lookup = lookup
         self._on_activity = on_activity
@@ -61,6 +62,9 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         self._transport: asyncio.DatagramTransport | None = None
         self._sock: socket.socket | None = None
         self._drop_counters: dict[str, Counter] = {}  # udp_dropped's child per reason
+        # The channel's AudioPump.serve: decode what a batch of reads queued in the same
+        # callback, so a datagram costs one loop wake-up, not one to read and one to decode.
+        self._after_reads = after_reads
 
     # -- asyncio.DatagramProtocol ----------------------------------------------------------
 
@@ -110,6 +114,8 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         finally:  # counted once per batch, not per datagram
             self._stats.udp_packets_in.inc(packets)
             self._stats.udp_bytes_in.inc(size)
+            if self._after_reads is not None:
+                self._after_reads()
 
     def _one(self, data: bytes, addr: tuple[str | int, ...]) -> None:
         fields = unpack_header(data)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gateway.xiaozhi.pipeline import Frame
 from gateway.xiaozhi.pump import AudioPump
 from tests.unit.xiaozhi.test_pipeline import pipeline
@@ -76,3 +78,55 @@ async def test_run_serves_offers_and_yields_between_turns() -> None:
         assert seen == sorted(seen)
         assert seen[0] <= 2  # one batch per turn
         task.cancel()
+
+
+def test_serve_does_nothing_until_run_starts() -> None:
+    pump = AudioPump()
+    p, decoder, _, _ = pipeline(notify=pump.notify)
+    p.offer(Frame(b"x", 1, 0))
+    pump.serve()
+    assert decoder.calls == []
+    assert pump.turn() == 1
+
+
+async def test_serve_runs_a_turn_at_once_and_folds_the_scheduled_one() -> None:
+    pump = AudioPump(batch=2)
+    p, decoder, _, _ = pipeline(notify=pump.notify)
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(pump.run(), name="test.pump")
+        await asyncio.sleep(0)
+        for seq in range(1, 4):
+            p.offer(Frame(b"x", seq, 0))  # schedules a turn
+        pump.serve()  # ... which runs now instead: one batch, in this callback
+        assert len(decoder.calls) == 2
+        await asyncio.sleep(0)  # the rest in the next turn, scheduled once
+        assert len(decoder.calls) == 3
+        await asyncio.sleep(0)
+        assert len(decoder.calls) == 3
+        task.cancel()
+
+
+async def test_a_failing_turn_ends_run_with_its_error() -> None:
+    pump = AudioPump()
+
+    class Broken:
+        queued = 1
+
+        def drain(self, limit: int | None = None) -> int:
+            raise RuntimeError("bug")
+
+    run = asyncio.create_task(pump.run(), name="test.pump")
+    await asyncio.sleep(0)
+    pump.notify(Broken())
+    with pytest.raises(RuntimeError, match="bug"):
+        await run
+
+
+def test_each_turn_ends_with_after_turn() -> None:
+    ends: list[int] = []
+    pump = AudioPump(after_turn=lambda: ends.append(1))
+    p, _, _, _ = pipeline(notify=pump.notify)
+    p.offer(Frame(b"x", 1, 0))
+    assert pump.turn() == 1
+    assert pump.turn() == 0
+    assert ends == [1, 1]
