@@ -1,9 +1,12 @@
-"""The service: one TaskGroup owning the broker connection, the HTTP server, the metrics
+"""The service: one TaskGroup owning the broker connection, the HTTP servers, the metrics
 publisher and every component (channels, runtime, assessment, store).
 
-A component registers its MQTT routes, HTTP routes and health checks in ``attach`` (before
-anything runs) and does its long-running work in ``run``, which the service owns and cancels
-at shutdown. Components reach each other only through what they are given at construction.
+The shared :class:`Context` is built first (:meth:`Context.create`: the MQTT connection exists
+before it connects, so routes can be registered at once). Each component is then built ONCE with
+what it needs, registering its MQTT routes, HTTP routes and health checks in its constructor,
+and does its long-running work in ``run``, which the service owns and cancels at shutdown.
+Components reach each other only through what they are given at construction (see
+``gateway.app`` and docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ class Ops:
 
 @dataclass(frozen=True)
 class Context:
-    """What a component may use; built once by the service."""
+    """What a component may use; built once, before any component (:meth:`create`)."""
 
     settings: Settings
     mqtt: MqttConnection
@@ -109,6 +112,8 @@ class Context:
 
 
 class Component(Protocol):
+    """A long-running part of the service, already built with everything it uses."""
+
     name: str
 
     async def run(self) -> None: ...
@@ -126,22 +131,16 @@ def read_gateway_password(settings: Settings) -> str | None:
 
 
 class Service:
-    def __init__(
-        self,
-        settings: Settings,
-        components: Sequence[Component] = (),
-        *,
-        ctx: Context | None = None,
-    ) -> None:
-        # Transitional (helper wiring replaces this with Service(ctx, components)): components
-        # built with the context's pieces have no ``attach``.
-        self.ctx = ctx or Context.create(settings)
-        self.settings = settings
-        self.metrics = self.ctx.metrics
-        self.mqtt = self.ctx.mqtt
-        self.http = self.ctx.http
-        self.admin = self.ctx.admin
-        self.ops = self.ctx.ops
+    """Runs the context's servers and the components; builds nothing of theirs."""
+
+    def __init__(self, ctx: Context, components: Sequence[Component] = ()) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.metrics = ctx.metrics
+        self.mqtt = ctx.mqtt
+        self.http = ctx.http
+        self.admin = ctx.admin
+        self.ops = ctx.ops
         self.components = list(components)
         self._started_mono = time.monotonic()
         self._uptime = self.metrics.gauge("uptime_seconds", "Seconds since the service started")
@@ -150,10 +149,6 @@ class Service:
             "metrics_snapshot_series_dropped",
             "Series left out of retained snapshots to stay under ops.snapshot_max_bytes",
         )
-        for component in self.components:
-            attach = getattr(component, "attach", None)
-            if attach is not None:
-                attach(self.ctx)
 
     async def run(self) -> None:
         """Run everything until cancelled."""

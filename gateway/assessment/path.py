@@ -47,28 +47,32 @@ class AssessmentPath:
     name = "assessment"
 
     def __init__(
-        self, *, settings: AsrSettings, store: st.Store | None, backend: Backend | None = None
+        self,
+        *,
+        ctx: Context,
+        settings: AsrSettings,
+        store: st.Store | None,
+        on_text: OnText,
+        backend: Backend | None = None,
     ) -> None:
-        """``backend`` overrides the engine ``settings.asr.engine`` names (e.g. a test engine)."""
+        """``on_text`` hears each recognised text of a step (the task runtime's inbox);
+        ``backend`` overrides the engine ``settings.asr.engine`` names (e.g. a test engine)."""
         self._settings = settings
         self._store = store
-        self._backend = backend
-        self._pool: AsrPool | None = None
+        self._mqtt = ctx.mqtt
+        self._ops = ctx.ops
+        self._on_text = on_text
         self._pending: OrderedDict[AsrKey, _StepContext] = OrderedDict()
         self._latest: OrderedDict[tuple[str, int], str] = OrderedDict()
-        self._ctx: Context | None = None
-        self.on_text: OnText | None = None
         # Jobs submitted by transcribe() (not assessed); bounded like _pending.
         self._transcripts: OrderedDict[AsrKey, OnTranscript] = OrderedDict()
-
-    def attach(self, ctx: Context) -> None:
-        self._ctx = ctx
-        self._pool = build_pool(
-            self._settings,
+        # None: ASR is off (settings), every utterance is counted as skipped.
+        self._pool: AsrPool | None = build_pool(
+            settings,
             metrics=ctx.metrics,
             on_result=self._on_result,
             on_drop=self._on_drop,
-            backend=self._backend,
+            backend=backend,
         )
         self._m_published = ctx.metrics.counter("assessments_published", "Assessments published")
         self._m_stale = ctx.metrics.counter(
@@ -135,13 +139,12 @@ class AssessmentPath:
             transcript(None)
             return
         pending = self._pending.pop(job.key, None)
-        if self._ctx is not None:
-            self._ctx.ops.alarm(
-                "asr_dropped",
-                device=pending.device if pending else None,
-                instance_id=job.key.instance_id,
-                step_index=job.key.step_index,
-            )
+        self._ops.alarm(
+            "asr_dropped",
+            device=pending.device if pending else None,
+            instance_id=job.key.instance_id,
+            step_index=job.key.step_index,
+        )
 
     def _on_result(self, outcome: AsrOutcome) -> None:
         key = outcome.key
@@ -175,8 +178,8 @@ class AssessmentPath:
                 )
             )
         self._publish(pending, key, text, metrics, assessed_at)
-        if text and self.on_text is not None:
-            self.on_text(pending.device, key.instance_id, key.step_index, text)
+        if text:
+            self._on_text(pending.device, key.instance_id, key.step_index, text)
 
     def _publish(
         self,
@@ -186,8 +189,6 @@ class AssessmentPath:
         metrics: list[MetricValue],
         assessed_at: int,
     ) -> None:
-        if self._ctx is None:
-            return
         message = Assessment(
             instance_id=key.instance_id,
             step_index=key.step_index,
@@ -200,5 +201,5 @@ class AssessmentPath:
             clip=(pending.prompt_text or "").rsplit("/", 1)[-1] or None,
         )
         topic = build_topic(TopicKind.ASSESSMENT, dev=pending.device)
-        self._ctx.mqtt.publish(topic, encode(message), qos=1)
+        self._mqtt.publish(topic, encode(message), qos=1)
         self._m_published.inc()

@@ -1,13 +1,9 @@
-"""Adapter between the board channel and the task shell (``gateway.tasks``).
+"""Adapters between the board channel and the task shell (``gateway.tasks``), translating the
+channel's types into the runtime's. Wiring (in ``gateway.app``), each built once::
 
-It implements the task shell's ``CommandSender`` port on top of :meth:`BoardChannel.submit`
-and the channel's :class:`BoardEventSink` on top of the task shell's sinks, translating the
-channel's types into the runtime's. Wiring (in ``gateway.app``)::
-
-    bridge = BoardBridge(channel)
-    tasks = TaskService(commands=bridge, ...)
-    bridge.tasks = tasks
-    channel.sink = bridge
+    inbox = TaskInbox(...)                                    # before its producers
+    channel = BoardChannel(..., sink=BoardToTasks(inbox))     # boards → task inbox
+    tasks = TaskService(..., commands=BoardCommands(channel)) # task shell → boards
 """
 
 from __future__ import annotations
@@ -52,21 +48,20 @@ def _app_of(params: Mapping[str, object]) -> str | None:
 
 
 class TaskSinks(Protocol):
-    """The task shell's inbound side (``gateway.tasks.service.TaskService``)."""
+    """The task shell's inbound side (``gateway.tasks.inbox.TaskInbox``)."""
 
-    def on_board_event(self, device: str, event: PlaybackEvent) -> None: ...
+    def board_event(self, device: str, event: PlaybackEvent) -> None: ...
 
-    def on_button(self, device: str, kind: str) -> None: ...
+    def button(self, device: str, kind: str) -> None: ...
 
-    def on_presence(self, device: str, online: bool) -> None: ...
+    def presence(self, device: str, online: bool) -> None: ...
 
 
-class BoardBridge:
-    def __init__(self, channel: BoardChannel, tasks: TaskSinks | None = None) -> None:
+class BoardCommands:
+    """The task shell's ``CommandSender`` on top of :meth:`BoardChannel.submit`."""
+
+    def __init__(self, channel: BoardChannel) -> None:
         self.channel = channel
-        self.tasks = tasks
-
-    # -- CommandSender (task shell → boards) ----------------------------------------------
 
     def send_command(
         self,
@@ -97,15 +92,18 @@ class BoardBridge:
 
         future.add_done_callback(done)
 
-    # -- BoardEventSink (boards → task shell) -----------------------------------------------
+
+class BoardToTasks:
+    """The board channel's ``BoardEventSink`` feeding the task shell's inbox."""
+
+    def __init__(self, tasks: TaskSinks) -> None:
+        self.tasks = tasks
 
     def board_event(self, event: BoardEvent) -> None:
         tasks = self.tasks
-        if tasks is None:
-            return
         body = event.body
         if isinstance(body, BoardAudio):
-            tasks.on_board_event(
+            tasks.board_event(
                 event.dev,
                 PlaybackEvent(
                     AudioPhase(body.kind.value),
@@ -116,9 +114,8 @@ class BoardBridge:
                 ),
             )
         elif isinstance(body, BoardButton):
-            tasks.on_button(event.dev, body.press.value)
+            tasks.button(event.dev, body.press.value)
         # AppTaskEvent: the board's own app tasks; the gateway's runtime does not use them.
 
     def presence_changed(self, change: PresenceChange) -> None:
-        if self.tasks is not None:
-            self.tasks.on_presence(change.dev, change.online)
+        self.tasks.presence(change.dev, change.online)

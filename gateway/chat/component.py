@@ -40,39 +40,37 @@ class ChatComponent:
     def __init__(
         self,
         *,
+        ctx: Context,
         settings: ChatSettings,
-        channel: VoiceChannel | None = None,  # or set .channel before run()
-        inner: VoiceSink | None = None,
-        asr: Transcriber | None = None,
+        inner: VoiceSink,
+        asr: Transcriber | None,
+        start_task: Callable[[str], None] | None,
         clock: Callable[[], float] = time.monotonic,
-        start_task: Callable[[str], None] | None = None,
     ) -> None:
+        """``inner``: the task runtime's voice sink (speech while a task owns the device);
+        ``asr``: the shared ASR pool (None: no ASR); ``start_task``: the voice task by device
+        (None: ``chat.voice_task`` not configured). The Xiaozhi channel itself comes with each
+        session (:meth:`session_opened`)."""
         self._settings = settings
-        self.channel = channel
         self.inner = inner
         self._asr = asr
         self._clock = clock
-        self.start_task = start_task  # may be set after construction (the runtime is built later)
+        self._start_task = start_task
+        self._ops = ctx.ops
+        self._metrics = ChatMetrics(ctx.metrics)
         self._devices: dict[str, DeviceChat] = {}
         self._tasks: set[str] = set()  # devices a task owns (known before their DeviceChat)
         self._tg: asyncio.TaskGroup | None = None
         self._ready = asyncio.Event()
-        self._ports: ChatPorts | None = None
-        self._ctx: Context | None = None
+        self._ports: ChatPorts | None = None  # while running (its bridge needs the HTTP session)
         self._backoff = Backoff(settings.backoff_min_s, settings.backoff_max_s)
 
     @property
     def bridged(self) -> bool:
         return self._settings.upstream_url is not None
 
-    def attach(self, ctx: Context) -> None:
-        self._ctx = ctx
-        self._metrics = ChatMetrics(ctx.metrics)
-
     async def run(self) -> None:
         s = self._settings
-        if self.channel is None:
-            raise RuntimeError("chat component has no voice channel")
         # One WebSocket per bridged session: no connection-pool cap (aiohttp's default is 100).
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as http, asyncio.TaskGroup() as tg:
@@ -94,7 +92,6 @@ class ChatComponent:
                     count_drop=lambda reason: self._metrics.dropped.labels(reason).inc(),
                 )
             self._ports = ChatPorts(
-                channel=self.channel,
                 alarm=self._alarm,
                 metrics=self._metrics,
                 clock=self._clock,
@@ -107,13 +104,14 @@ class ChatComponent:
                 bridge=bridge,
                 engine=None if bridge is not None else EmbeddedEngine(asr=self._asr, voice=s.voice),
                 downlink_capacity=s.downlink_queue_frames,
-                start_task=self.start_task,
+                start_task=self._start_task,
             )
             self._ready.set()
             try:
                 await asyncio.Event().wait()
             finally:
                 self._tg = None
+                self._ports = None
                 self._ready.clear()
 
     async def wait_ready(self) -> None:
@@ -124,8 +122,8 @@ class ChatComponent:
 
     # -- SessionEvents (Xiaozhi channel) ------------------------------------------------------
 
-    def session_opened(self, dev: str, session_id: str, channel: object) -> None:
-        chat = self._chat(dev)
+    def session_opened(self, dev: str, session_id: str, channel: VoiceChannel) -> None:
+        chat = self._chat(dev, channel)
         if chat is not None:
             chat.opened(session_id)
 
@@ -162,7 +160,7 @@ class ChatComponent:
         chat = self._in_chat(dev)
         if chat is not None:
             chat.speech(started=True)
-        elif self.inner is not None:
+        else:
             self.inner.speech_started(dev, session_id, at_ms)
 
     def speech_stopped(
@@ -171,7 +169,7 @@ class ChatComponent:
         chat = self._in_chat(dev)
         if chat is not None:
             chat.speech(started=False, pcm=pcm)
-        elif self.inner is not None:
+        else:
             self.inner.speech_stopped(dev, session_id, pcm, start_ms, end_ms)
 
     # -- ModeListener (task runtime) ------------------------------------------------------------
@@ -196,14 +194,14 @@ class ChatComponent:
             return None
         return chat
 
-    def _chat(self, dev: str) -> DeviceChat | None:
+    def _chat(self, dev: str, channel: VoiceChannel) -> DeviceChat | None:
         chat = self._devices.get(dev)
         if chat is not None:
             return chat
         if self._ports is None or (len(self._devices) >= MAX_DEVICES and not self._evict_idle()):
             log.error("no CHAT for %s (component not running or %d devices)", dev, MAX_DEVICES)
             return None
-        chat = DeviceChat(dev, self._ports, suspended=dev in self._tasks)
+        chat = DeviceChat(dev, self._ports, channel, suspended=dev in self._tasks)
         self._devices[dev] = chat
         self._metrics.sessions.set(len(self._devices))
         return chat
@@ -224,8 +222,7 @@ class ChatComponent:
         return self._tg.create_task(_contained(coro, name), name=name)
 
     def _alarm(self, alarm: str, device: str, reason: str) -> None:
-        if self._ctx is not None:
-            self._ctx.ops.alarm(alarm, device=device, reason=reason)
+        self._ops.alarm(alarm, device=device, reason=reason)
 
 
 async def _contained(coro: Coroutine[Any, Any, None], name: str) -> None:

@@ -43,7 +43,8 @@ class VoiceChannel(Protocol):
 
 @dataclass(frozen=True)
 class ChatPorts:
-    channel: VoiceChannel
+    """What every device's CHAT shares (the channel comes with each device's session)."""
+
     alarm: Callable[[str, str, str], None]  # alarm, device, reason
     metrics: ChatMetrics
     clock: Callable[[], float]  # monotonic seconds
@@ -56,9 +57,12 @@ class ChatPorts:
 
 
 class DeviceChat:
-    def __init__(self, dev: str, ports: ChatPorts, *, suspended: bool = False) -> None:
+    def __init__(
+        self, dev: str, ports: ChatPorts, channel: VoiceChannel, *, suspended: bool = False
+    ) -> None:
         self.dev = dev
         self._p = ports
+        self._channel = channel  # the Xiaozhi channel the device's sessions live on
         self.core = v.VoiceSession(ports.config, suspended=suspended)
         self.session_id: str | None = None
         self._pending: deque[v.VoiceEvent] = deque()  # events caused while handling one
@@ -68,7 +72,7 @@ class DeviceChat:
         self._end_after_tts = False
         self._task_after_tts = False
         self.player = Player(
-            publish=lambda payload: ports.channel.publish(dev, payload),
+            publish=lambda payload: channel.publish(dev, payload),
             send_audio=self._send_audio,
             on_tts=self._on_tts,
             clock=ports.clock,
@@ -112,7 +116,7 @@ class DeviceChat:
         self._end_after_tts = self._task_after_tts = False
         self.handle(v.VoiceOpened())
         if self.core.state is not v.ChatState.SUSPENDED:
-            self._p.channel.set_listening(self.dev, True)  # our VAD drives the timeout
+            self._channel.set_listening(self.dev, True)  # our VAD drives the timeout
 
     def closed(self, session_id: str, reason: str) -> None:
         if session_id == self.session_id:
@@ -160,7 +164,7 @@ class DeviceChat:
     def back_to_chat(self) -> None:
         self.handle(v.BackToChat())
         if self.session_id is not None:
-            self._p.channel.set_listening(self.dev, True)
+            self._channel.set_listening(self.dev, True)
 
     # -- the core ----------------------------------------------------------------------------
 
@@ -184,7 +188,7 @@ class DeviceChat:
             case v.OpenUpstream():
                 if self.bridge is not None and not self.bridge.open():
                     p.metrics.upstream.labels("backoff").inc()
-                    p.channel.close_session(self.dev)  # no hammering: goodbye until it passes
+                    self._channel.close_session(self.dev)  # no hammering: goodbye until it passes
             case v.CloseUpstream():
                 if self.bridge is not None:
                     self.bridge.close()
@@ -199,14 +203,14 @@ class DeviceChat:
                 if self.player.speaking and self.session_id is not None:
                     self.player.json(messages.tts(self.session_id, "stop"), tts="stop")
                 if reason == "task":
-                    p.channel.set_listening(self.dev, False)
+                    self._channel.set_listening(self.dev, False)
             case v.StopPlayback():
                 self.player.reset()  # closed, or about to be (standby): nothing more to say
             case v.Standby(reason=reason):
                 p.metrics.standby.labels(reason).inc()
                 if self.bridge is not None:
                     self.bridge.close()
-                p.channel.close_session(self.dev)
+                self._channel.close_session(self.dev)
             case v.VoiceAlarm(alarm=alarm, reason=reason):
                 p.alarm(alarm, self.dev, reason)
 
@@ -263,7 +267,7 @@ class DeviceChat:
 
     def _send_audio(self, opus: bytes) -> bool:
         sid = self.session_id
-        sent = sid is not None and self._p.channel.send_audio(self.dev, sid, opus)
+        sent = sid is not None and self._channel.send_audio(self.dev, sid, opus)
         if sent:
             self._p.metrics.frames_down.inc()
         return sent
@@ -279,7 +283,7 @@ class DeviceChat:
 
     def _finish(self) -> None:
         self._end_after_tts = False
-        self._p.channel.close_session(self.dev)
+        self._channel.close_session(self.dev)
 
     async def _answer(self, turn: int, pcm: bytes) -> None:
         engine, sid = self._p.engine, self.session_id

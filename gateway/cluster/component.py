@@ -3,9 +3,10 @@ the task runtime, and this gateway's UDP endpoint announced in its retained stat
 
 * Routes ``snlpgw/v1/gw/+/status`` (QoS 1); every gateway sees every status (not a shared
   subscription: membership must be the same everywhere).
-* :meth:`owns` is what the board channel, the Xiaozhi control handler and the task runtime ask
-  before acting for a device. With ``cluster.enabled`` false it is always true (one gateway).
-* Listeners registered with :meth:`on_change` are called on the loop whenever ownership may
+* :class:`Ownership` is built before the components that ask it: :meth:`Ownership.owns` is what
+  the board channel, the Xiaozhi control handler and the task runtime ask before acting for a
+  device. With ``cluster.enabled`` false it is always true (one gateway).
+* The ``listeners`` given to :class:`Cluster` are called on the loop whenever ownership may
   have changed: settled, a gateway joined or left, or our broker connection dropped.
 * Ownership log: each change of the live set is logged once (``cluster members …``); the task
   runtime logs each device it starts or stops acting for (``ownership gained|released``).
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from pydantic import ValidationError
@@ -25,7 +26,6 @@ from gateway.mqtt import Inbound
 from topics import GatewayStatus, TopicKind, build_topic, encode
 
 if TYPE_CHECKING:
-    from gateway.mqtt import MqttConnection
     from gateway.service import Context
 
 log = logging.getLogger(__name__)
@@ -49,32 +49,39 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class Ownership:
+    """Which devices this gateway acts for: all of them alone, else the rendezvous owner's
+    over the live members (the cluster component keeps the membership current)."""
+
+    def __init__(
+        self, gateway_id: str, *, enabled: bool, wall_ms: Callable[[], int] = _wall_ms
+    ) -> None:
+        self.enabled = enabled
+        self.membership = Membership(gateway_id)
+        self.membership.reset(wall_ms())
+
+    def owns(self, dev: str) -> bool:
+        return not self.enabled or self.membership.owns(dev)
+
+
 class Cluster:
     name = "cluster"
 
     def __init__(
         self,
-        gateway_id: str,
         *,
-        enabled: bool,
-        udp: UdpAnnouncer | None = None,
+        ctx: Context,
+        ownership: Ownership,
+        udp: UdpAnnouncer,
+        listeners: Iterable[OwnershipListener] = (),
         wall_ms: Callable[[], int] = _wall_ms,
     ) -> None:
-        self.enabled = enabled
-        self.membership = Membership(gateway_id)
+        self.enabled = ownership.enabled
+        self.ownership = ownership
+        self.membership = ownership.membership
         self._udp = udp
         self._wall_ms = wall_ms
-        self._listeners: list[OwnershipListener] = []
-        self._mqtt: MqttConnection | None = None
-        self.membership.reset(wall_ms())
-
-    def on_change(self, listener: OwnershipListener) -> None:
-        self._listeners.append(listener)
-
-    def owns(self, dev: str) -> bool:
-        return not self.enabled or self.membership.owns(dev)
-
-    def attach(self, ctx: Context) -> None:
+        self._listeners = tuple(listeners)
         self._mqtt = ctx.mqtt
         members = ctx.metrics.gauge("cluster_members", "Live gateways this gateway sees")
         members.set_function(lambda: float(len(self.membership.live)))
@@ -86,12 +93,14 @@ class Cluster:
         if self.enabled:
             ctx.mqtt.route("snlpgw/v1/gw/+/status", self._on_status, qos=1)
 
+    def owns(self, dev: str) -> bool:
+        return self.ownership.owns(dev)
+
     async def run(self) -> None:
-        if not self.enabled or self._mqtt is None:
+        if not self.enabled:
             return
         mqtt = self._mqtt
-        if self._udp is not None:
-            await self._udp.wait_ready()
+        await self._udp.wait_ready()
         while True:
             await mqtt.wait_connected()
             self._announce()
@@ -103,8 +112,6 @@ class Cluster:
     def _announce(self) -> None:
         """Our status again, now with the UDP endpoint (the connection's own presence message
         is written before the channels are up)."""
-        if self._udp is None or self._mqtt is None:
-            return
         gw = self.membership.self_id
         udp = f"{self._udp.udp_host}:{self._udp.udp_port}"
         body = GatewayStatus(online=True, gateway_id=gw, ts=self._wall_ms(), udp=udp)

@@ -3,9 +3,9 @@ reporter.
 
 Wiring (composition root)::
 
-    parts = build_store_components(settings)
-    runtime = Runtime(..., store=parts.store)   # submit_instance / submit_step
-    components += parts.components               # store, task API, reporter if configured
+    parts = build_store_components(ctx)          # routes and health registered on ctx
+    recorder = StoreRecorder(parts.store)        # submit_instance / submit_step
+    components += parts.components               # store, reporter if configured
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from gateway.store.store import Store
 from gateway.tasks.core.effects import InstanceState
 
 if TYPE_CHECKING:
-    from gateway.service import Component
-    from gateway.settings import Settings
+    from gateway.service import Component, Context
 
 __all__ = [
     "InstanceRecord",
@@ -47,16 +46,23 @@ class StoreComponents:
 
     @property
     def components(self) -> list[Component]:
-        parts: list[Component] = [self.store, self.api]
+        """What runs: the store's writer and the reporter (the API is routes only)."""
+        parts: list[Component] = [self.store]
         if self.reporter is not None:
             parts.append(self.reporter)
         return parts
 
 
-def build_store_components(settings: Settings) -> StoreComponents:
-    """The store on ``store.url`` (default: SQLite at ``settings.sqlite_path``), its HTTP API,
-    and the reporter if configured."""
-    store = Store(connect=connector_for(settings.store.url, settings.sqlite_path))
+def build_store_components(ctx: Context) -> StoreComponents:
+    """The store on ``store.url`` (default: SQLite at ``settings.sqlite_path``) with its health
+    check, its HTTP API on the admin listener, and the reporter if configured."""
+    settings = ctx.settings
+    store = Store(
+        connect=connector_for(settings.store.url, settings.sqlite_path),
+        metrics=ctx.metrics,
+        alarm=ctx.ops.alarm,
+    )
+    ctx.http.add_health("store", store.health)
     reporter = None
     if settings.store.manager_url:
         reporter = ManagerReporter(
@@ -64,5 +70,8 @@ def build_store_components(settings: Settings) -> StoreComponents:
             url=settings.store.manager_url,
             secret=settings.store.manager_secret,
             retries=settings.store.manager_retries,
+            metrics=ctx.metrics,
+            alarm=ctx.ops.alarm,
         )
-    return StoreComponents(store=store, api=TaskApi(store=store), reporter=reporter)
+    api = TaskApi(store=store, admin=ctx.admin)
+    return StoreComponents(store=store, api=api, reporter=reporter)

@@ -15,7 +15,7 @@ class AlarmFn(Protocol):
 
 
 def no_alarm(alarm: str, *, device: str | None = None, **detail: object) -> None:
-    """Used until a component is attached to a service."""
+    """For a store used outside a service (tests, tools): alarms go nowhere."""
 
 
 class RateLimitedAlarm:

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from gateway.http import HttpServer
 from gateway.store.errors import StoreError
 from gateway.store.store import Store
 from gateway.tasks.core.effects import InstanceState
-
-if TYPE_CHECKING:
-    from gateway.service import Context
 
 log = logging.getLogger(__name__)
 
@@ -58,19 +55,12 @@ def parse_list_query(query: dict[str, str]) -> tuple[str | None, InstanceState |
 
 
 class TaskApi:
-    """Routes only; ``run`` returns at once (aiohttp runs the handlers)."""
+    """Routes only, on the admin listener given at construction (aiohttp runs the handlers)."""
 
-    name = "task_api"
-
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Store, admin: HttpServer) -> None:
         self._store = store
-
-    def attach(self, ctx: Context) -> None:
-        ctx.admin.add_route("GET", "/task/instance/{instance_id}", self.get_instance)
-        ctx.admin.add_route("GET", "/task/instance", self.list_instances)
-
-    async def run(self) -> None:
-        return
+        admin.add_route("GET", "/task/instance/{instance_id}", self.get_instance)
+        admin.add_route("GET", "/task/instance", self.list_instances)
 
     async def get_instance(self, request: web.Request) -> web.Response:
         instance_id = request.match_info["instance_id"]

@@ -22,7 +22,6 @@ import asyncio
 import json
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import aiohttp
@@ -32,9 +31,6 @@ from gateway.metrics import Metrics
 from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
 from gateway.store.errors import StoreError
 from gateway.store.store import Store
-
-if TYPE_CHECKING:
-    from gateway.service import Context
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +56,8 @@ class ManagerReporter:
         backoff_s: float = 0.5,
         backoff_max_s: float = 10.0,
         alarm_interval_s: float = 60.0,
+        metrics: Metrics | None = None,  # default: a registry of its own (tests, tools)
+        alarm: AlarmFn = no_alarm,
     ) -> None:
         self._store = store
         self._base = url.rstrip("/")
@@ -74,18 +72,13 @@ class ManagerReporter:
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        store.add_listener(self.notify)
-        self.bind(metrics=Metrics(), alarm=no_alarm)
-
-    def bind(self, *, metrics: Metrics, alarm: AlarmFn) -> None:
+        metrics = metrics or Metrics()
         self._puts = metrics.counter("manager_puts", "Manager API snapshot PUTs", ["result"])
         self._attempts = metrics.counter("manager_put_attempts", "Manager API HTTP attempts")
         self._dropped = metrics.counter("manager_dropped", "Pending manager snapshots dropped")
         self._depth = metrics.gauge("manager_pending", "Instances waiting for a manager PUT")
         self._alarm = RateLimitedAlarm("manager_failed", alarm, interval_s=self._alarm_interval_s)
-
-    def attach(self, ctx: Context) -> None:
-        self.bind(metrics=ctx.metrics, alarm=ctx.ops.alarm)
+        store.add_listener(self.notify)
 
     @property
     def pending(self) -> list[str]:

@@ -29,7 +29,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gateway.metrics import Metrics
 from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
@@ -39,9 +38,6 @@ from gateway.store.pending import CoalescingQueue, Entry
 from gateway.store.records import InstanceRecord, Record, StepRecord
 from gateway.store.worker import Worker, WriteResults
 from gateway.tasks.core.effects import InstanceState
-
-if TYPE_CHECKING:
-    from gateway.service import Context
 
 log = logging.getLogger(__name__)
 CommitListener = Callable[[str], None]
@@ -66,7 +62,10 @@ class Store:
         close_timeout_s: float = 2.0,
         alarm_interval_s: float = 60.0,
         clock_ms: Callable[[], int] = wall_ms,
+        metrics: Metrics | None = None,  # default: a registry of its own (tests, tools)
+        alarm: AlarmFn = no_alarm,
     ) -> None:
+        """``metrics`` gets the store's figures and ``alarm`` its rate-limited ops alarms."""
         if connect is None:
             if path is None:
                 raise ValueError("Store needs a path or a connect factory")
@@ -94,12 +93,7 @@ class Store:
         # callers (one per board command in flight), never by the store.
         self._after: deque[tuple[int, Callable[[], None]]] = deque()
         self._failing = False
-        self.bind(metrics=Metrics(), alarm=no_alarm)
-
-    # ---- wiring -------------------------------------------------------------------------------
-
-    def bind(self, *, metrics: Metrics, alarm: AlarmFn) -> None:
-        """Declare figures on ``metrics`` and raise alarms through ``alarm`` (before ``run``)."""
+        metrics = metrics or Metrics()
         self._writes = metrics.counter("store_writes", "Rows written to the store", ["table"])
         self._failures = metrics.counter("store_write_failures", "Rows whose write failed")
         self._depth = metrics.gauge("store_queue_depth", "Rows waiting to be written")
@@ -111,10 +105,6 @@ class Store:
         self._alarm_overflow = RateLimitedAlarm(
             "store_overflow", alarm, interval_s=self._alarm_interval_s
         )
-
-    def attach(self, ctx: Context) -> None:
-        self.bind(metrics=ctx.metrics, alarm=ctx.ops.alarm)
-        ctx.http.add_health("store", self.health)
 
     def add_listener(self, listener: CommitListener) -> None:
         """``listener(instance_id)`` is called on the loop after a row of it commits."""

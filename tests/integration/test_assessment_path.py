@@ -22,19 +22,24 @@ LESSON = ("Good morning.", "How are you?", "I am fine, thank you.")
 
 
 def _side_path(
-    tmp_path: Path, engine: type = PocketsphinxEngine, queue_limit: int = 32
+    tmp_path: Path,
+    engine: type = PocketsphinxEngine,
+    queue_limit: int = 32,
+    heard: list[tuple[str, str, int, str]] | None = None,
 ) -> tuple[AssessmentPath, Store, FakeMqtt, Metrics]:
+    """``heard`` collects what the path tells the task runtime (``on_text``)."""
     metrics, mqtt = Metrics(), FakeMqtt()
-    store = Store(path=tmp_path / "gw.sqlite3")
-    path = AssessmentPath(
-        settings=AsrSettings(workers=1, queue_limit=queue_limit),
-        store=store,
-        backend=ProcessBackend(engine, name=engine.__name__.lower()),
-    )
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
     ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
-    store.attach(ctx)
-    path.attach(ctx)
+    store = Store(path=tmp_path / "gw.sqlite3", metrics=metrics, alarm=ctx.ops.alarm)
+    sink = heard if heard is not None else []
+    path = AssessmentPath(
+        ctx=ctx,
+        settings=AsrSettings(workers=1, queue_limit=queue_limit),
+        store=store,
+        on_text=lambda *args: sink.append(args),
+        backend=ProcessBackend(engine, name=engine.__name__.lower()),
+    )
     return path, store, mqtt, metrics
 
 
@@ -53,9 +58,8 @@ def _submit(path: AssessmentPath, step: int, utterance: str, text: str) -> None:
 
 
 async def test_no_expected_text_gives_null_and_no_metrics(tmp_path: Path) -> None:
-    path, store, mqtt, _ = _side_path(tmp_path)
     heard: list[tuple[str, str, int, str]] = []
-    path.on_text = lambda *args: heard.append(args)
+    path, store, mqtt, _ = _side_path(tmp_path, heard=heard)
     async with asyncio.TaskGroup() as tg:
         tasks = [
             tg.create_task(store.run(), name="t.store"),

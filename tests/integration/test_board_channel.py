@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from devstack.gateway import gateway_settings, serving
-from gateway.board.channel import BoardChannel
+from gateway.board.channel import BoardChannel, BoardEventSink
 from gateway.board.model import (
     AudioEventKind,
     BoardAudio,
@@ -22,7 +22,7 @@ from gateway.board.model import (
     OutcomeKind,
     PresenceChange,
 )
-from gateway.service import Service
+from gateway.service import Context, Service
 from gateway.simulators.board import BoardSimulator, SimOptions
 from tests.support.broker import Broker, new_device_id
 from tests.support.mqtt_client import ClientSession, mqtt_client
@@ -36,16 +36,21 @@ WAIT_S = 15.0
 class RecordingSink:
     """The runtime's side of the channel, recording; waits are bounded and event-driven."""
 
+    also: BoardEventSink | None = None  # told everything too (e.g. the task shell's adapter)
     events: list[BoardEvent] = field(default_factory=list)
     changes: list[PresenceChange] = field(default_factory=list)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     def board_event(self, event: BoardEvent) -> None:
         self.events.append(event)
+        if self.also is not None:
+            self.also.board_event(event)
         asyncio.get_running_loop().create_task(self._notify(), name="sink.notify")
 
     def presence_changed(self, change: PresenceChange) -> None:
         self.changes.append(change)
+        if self.also is not None:
+            self.also.presence_changed(change)
         asyncio.get_running_loop().create_task(self._notify(), name="sink.notify")
 
     async def _notify(self) -> None:
@@ -99,12 +104,23 @@ class Rig:
 
 
 @contextlib.asynccontextmanager
-async def gateway(broker: Broker, tmp: Path, **board: object) -> AsyncIterator[Rig]:
-    """A real gateway service with the board channel; simulators run in ``rig.tg``."""
+async def gateway(
+    broker: Broker, tmp: Path, *, also: BoardEventSink | None = None, **board: object
+) -> AsyncIterator[Rig]:
+    """A real gateway service with the board channel; simulators run in ``rig.tg``; ``also``
+    hears what the channel reports, after the recording sink."""
     settings = gateway_settings(broker, tmp, board=board)
-    sink = RecordingSink()
-    channel = BoardChannel(settings=settings.board, sink=sink)
-    async with serving(Service(settings, [channel])) as service, asyncio.TaskGroup() as tg:
+    sink = RecordingSink(also)
+    ctx = Context.create(settings)
+    channel = BoardChannel(
+        settings=settings.board,
+        router=ctx.mqtt,
+        publisher=ctx.mqtt,
+        metrics=ctx.metrics,
+        alarms=ctx.ops,
+        sink=sink,
+    )
+    async with serving(Service(ctx, [channel])) as service, asyncio.TaskGroup() as tg:
         rig = Rig(broker, channel, sink, service, tg, tmp)
         try:
             yield rig

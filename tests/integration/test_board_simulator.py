@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from gateway.board.bridge import BoardBridge
+from gateway.board.bridge import BoardCommands, BoardToTasks
 from gateway.board.model import AudioEventKind, BoardAppTask, BoardAudio, BoardReport, OutcomeKind
 from gateway.tasks.core.events import AudioPhase, DeliveryResult, PlaybackEvent
 from tests.integration.test_board_channel import WAIT_S, connected, gateway
@@ -143,10 +143,9 @@ async def test_ensure_app_dirs_once_per_board_session(broker: Broker, tmp_path: 
 
 async def test_task_shell_port_end_to_end(broker: Broker, tmp_path: Path) -> None:
     """The runtime's CommandSender port over the real channel and a simulated board."""
-    async with gateway(broker, tmp_path) as rig:
-        tasks = RecordingTasks()
-        bridge = BoardBridge(rig.channel, tasks)
-        rig.channel.sink = bridge
+    tasks = RecordingTasks()
+    async with gateway(broker, tmp_path, also=BoardToTasks(tasks)) as rig:
+        bridge = BoardCommands(rig.channel)
         dev = new_device_id()
         sim = rig.simulator(dev, durations={"lessons/u1/01.mp3": 300}, heartbeat_s=5.0)
         async with asyncio.timeout(WAIT_S):
@@ -168,22 +167,22 @@ async def test_task_shell_port_end_to_end(broker: Broker, tmp_path: Path) -> Non
         assert outcomes == [DeliveryResult.ACKED]
         done = next(e for _, e in tasks.events if e.kind is AudioPhase.COMPLETED)
         assert (done.ref, done.duration_ms, done.reason) == ("rt-step-0", 300, "eof")
-        assert [online for d, online in tasks.presence if d == dev] == [True]
+        assert [online for d, online in tasks.presences if d == dev] == [True]
 
 
 @dataclass
 class RecordingTasks:
     events: list[tuple[str, PlaybackEvent]] = field(default_factory=list)
-    presence: list[tuple[str, bool]] = field(default_factory=list)
+    presences: list[tuple[str, bool]] = field(default_factory=list)
     seen: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def on_board_event(self, device: str, event: PlaybackEvent) -> None:
+    def board_event(self, device: str, event: PlaybackEvent) -> None:
         self.events.append((device, event))
         self.seen.set()
 
-    def on_button(self, device: str, kind: str) -> None:
+    def button(self, device: str, kind: str) -> None:
         self.seen.set()
 
-    def on_presence(self, device: str, online: bool) -> None:
-        self.presence.append((device, online))
+    def presence(self, device: str, online: bool) -> None:
+        self.presences.append((device, online))
         self.seen.set()

@@ -14,7 +14,7 @@ import pytest
 from devstack.gateway import gateway_settings
 from gateway.mqtt import MqttConnection
 from gateway.mqtt_client import Client
-from gateway.service import Service
+from gateway.service import Context
 from tests.support.broker import Broker
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,7 @@ async def test_a_connect_cancelled_at_any_point_leaves_nothing_open(
     caplog.set_level(logging.WARNING, logger="asyncio")
     clients: list[Client] = []
     for turns in [*range(1, 40), None]:  # after 1..39 loop turns (mid-connect), once connected
-        mqtt = Service(gateway_settings(broker, tmp_path / str(turns))).mqtt
+        mqtt = Context.create(gateway_settings(broker, tmp_path / str(turns))).mqtt
         recording(mqtt, clients)
         task = asyncio.create_task(mqtt.run(), name="test.mqtt")
         if turns is None:

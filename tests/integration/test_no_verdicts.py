@@ -33,13 +33,10 @@ def test_topic_payloads_carry_no_verdicts(sample: object) -> None:
 
 async def test_table_columns_and_http_responses_carry_no_verdicts(tmp_path: Path) -> None:
     path = tmp_path / "gw.sqlite3"
-    store = Store(path=path)
     metrics = Metrics()
-    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    store = Store(path=path, metrics=metrics)
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
-    api = TaskApi(store=store)
-    http.add_route("GET", "/task/instance/{instance_id}", api.get_instance)
-    http.add_route("GET", "/task/instance", api.list_instances)
+    TaskApi(store=store, admin=http)
     async with asyncio.TaskGroup() as tg:
         runner = tg.create_task(store.run(), name="test.store")
         server = tg.create_task(http.run(), name="test.http")

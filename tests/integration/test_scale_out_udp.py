@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from devstack.gateway import gateway_settings, start_service
-from gateway.cluster import Cluster, owner_of
+from gateway.cluster import Cluster, Ownership, owner_of
 from gateway.service import Context, Service
 from gateway.xiaozhi.channel import XiaozhiChannel
 from gateway.xiaozhi.provisioning import broker_provisioner
@@ -41,16 +41,6 @@ class Asked:
                 await self.changed.wait()
 
 
-class _Owner:
-    """Transitional (helper wiring builds the ownership before the channel): the cluster's
-    answer once it exists."""
-
-    cluster: Cluster | None = None
-
-    def __call__(self, dev: str) -> bool:
-        return self.cluster is None or self.cluster.owns(dev)
-
-
 @contextlib.asynccontextmanager
 async def clustered(
     broker: Broker, count: int
@@ -63,8 +53,8 @@ async def clustered(
         settings = gateway_settings(broker)
         recorder = Recorder()
         ctx = Context.create(settings)
-        owner = _Owner()
-        asked = Asked(owner)
+        ownership = Ownership(settings.gateway_id, enabled=True)
+        asked = Asked(ownership.owns)
         channel = XiaozhiChannel(
             settings=settings,
             mqtt=ctx.mqtt,
@@ -79,10 +69,8 @@ async def clustered(
             udp_rate_pps=FAST_STREAM_PPS,
             owns=asked,
         )
-        cluster = Cluster(settings.gateway_id, enabled=True, udp=channel)
-        owner.cluster = cluster
-        cluster.on_change(changed.set)
-        service = Service(settings, [cluster, channel], ctx=ctx)
+        cluster = Cluster(ctx=ctx, ownership=ownership, udp=channel, listeners=(changed.set,))
+        service = Service(ctx, [cluster, channel])
         members.append((Gateway(service, channel, recorder, settings), cluster, asked))
     ids = {gw.settings.gateway_id for gw, _, _ in members}
     async with asyncio.TaskGroup() as tg:

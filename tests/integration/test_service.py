@@ -19,11 +19,9 @@ class Probe:
 
     name = "probe"
 
-    def __init__(self, topic_filter: str) -> None:
+    def __init__(self, ctx: Context, topic_filter: str) -> None:
         self.filter = topic_filter
         self.seen: asyncio.Queue[Inbound] = asyncio.Queue(100)
-
-    def attach(self, ctx: Context) -> None:
         ctx.mqtt.route(self.filter, self.seen.put_nowait, qos=1)
 
     async def run(self) -> None:
@@ -36,7 +34,7 @@ async def test_ops_user_receives_retained_metrics_and_presence(
     settings = gateway_settings(broker, tmp_path)
     gw = settings.gateway_id
     ops = broker.provision(f"ops-{gw}", role="ops")
-    async with serving(Service(settings)), mqtt_client(broker, ops) as client:
+    async with serving(Service(Context.create(settings))), mqtt_client(broker, ops) as client:
         await client.subscribe(build_topic(TopicKind.OPS_METRICS, gw=gw))
         await client.subscribe(build_topic(TopicKind.GW_STATUS, gw=gw))
         status = await client.expect(build_topic(TopicKind.GW_STATUS, gw=gw))
@@ -57,10 +55,11 @@ async def test_broker_restart_reconnects_resubscribes_and_republishes(
 ) -> None:
     settings = gateway_settings(fresh_broker, tmp_path)
     gw = settings.gateway_id
-    probe = Probe(f"snlp/v1/{device_id}/evt")
+    ctx = Context.create(settings)
+    probe = Probe(ctx, f"snlp/v1/{device_id}/evt")
     device = fresh_broker.provision(device_id)
     ops = fresh_broker.provision(f"ops-{gw}", role="ops")
-    async with serving(Service(settings, [probe])) as svc:
+    async with serving(Service(ctx, [probe])) as svc:
         async with mqtt_client(fresh_broker, device) as board:
             await board.publish(f"snlp/v1/{device_id}/evt", b"before")
             assert (await asyncio.wait_for(probe.seen.get(), 5)).payload == b"before"
@@ -92,7 +91,10 @@ async def test_crash_leaves_the_lwt_offline(fresh_broker: Broker, tmp_path: Path
     settings = gateway_settings(fresh_broker, tmp_path, mqtt={"keepalive_s": 5})
     gw = settings.gateway_id
     ops = fresh_broker.provision(f"ops-{gw}", role="ops")
-    async with serving(Service(settings)) as svc, mqtt_client(fresh_broker, ops) as watcher:
+    async with (
+        serving(Service(Context.create(settings))) as svc,
+        mqtt_client(fresh_broker, ops) as watcher,
+    ):
         topic = build_topic(TopicKind.GW_STATUS, gw=gw)
         await watcher.subscribe(topic)
         assert json.loads((await watcher.expect(topic)).payload)["online"] is True
@@ -112,7 +114,10 @@ async def test_a_burst_of_publishes_reaches_a_board_complete_and_in_order(
     settings = gateway_settings(broker, tmp_path, mqtt={"max_inflight": 20})
     board = broker.provision(device_id)
     topic = f"snlp/v1/{device_id}/cmd"
-    async with serving(Service(settings)) as svc, mqtt_client(broker, board) as client:
+    async with (
+        serving(Service(Context.create(settings))) as svc,
+        mqtt_client(broker, board) as client,
+    ):
         await client.subscribe(topic)
         for i in range(500):
             svc.mqtt.publish(topic, str(i), qos=1)

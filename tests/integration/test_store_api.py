@@ -19,7 +19,7 @@ from gateway.store import (
     TaskApi,
     build_store_components,
 )
-from tests.unit.store.helpers import make_service
+from tests.unit.store.helpers import make_context
 
 pytestmark = pytest.mark.integration
 
@@ -36,11 +36,10 @@ def all_keys(doc: object) -> set[str]:
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Service, str]]:
-    service = make_service(tmp_path)
-    parts = build_store_components(service.settings)
+    ctx = make_context(tmp_path)
+    parts = build_store_components(ctx)
     assert parts.reporter is None  # off by default
-    for component in parts.components:
-        component.attach(service.ctx)
+    service = Service(ctx, parts.components)
     store = parts.store
     async with asyncio.TaskGroup() as tg:
         tasks = [
@@ -165,8 +164,10 @@ async def test_health_reports_the_store(gateway: tuple[Service, str]) -> None:
 
 
 async def test_unreadable_store_answers_503(tmp_path: Path) -> None:
-    store = Store(path=tmp_path)  # a directory: SQLite cannot open it
-    service = make_service(tmp_path, [store, TaskApi(store=store)])
+    ctx = make_context(tmp_path)
+    store = Store(path=tmp_path, metrics=ctx.metrics)  # a directory: SQLite cannot open it
+    TaskApi(store=store, admin=ctx.admin)
+    service = Service(ctx, [store])
     async with asyncio.TaskGroup() as tg:
         http = tg.create_task(service.admin.run(), name="test.http")
         await service.admin.wait_started()

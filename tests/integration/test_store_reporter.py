@@ -21,7 +21,7 @@ from gateway.store import (
     Store,
     StoredMetric,
 )
-from tests.unit.store.helpers import make_service, sample
+from tests.unit.store.helpers import make_context, sample
 
 pytestmark = pytest.mark.integration
 
@@ -88,9 +88,17 @@ class Rig:
 @pytest.fixture
 def make_rig(tmp_path: Path) -> Callable[..., Rig]:
     def build(url: str, **kwargs: object) -> Rig:
-        store = Store(path=tmp_path / "g.sqlite3")
-        reporter = ManagerReporter(store=store, url=url, secret=SECRET, **kwargs)  # type: ignore[arg-type]
-        return Rig(make_service(tmp_path, [store, reporter]), store, reporter)
+        ctx = make_context(tmp_path)
+        store = Store(path=tmp_path / "g.sqlite3", metrics=ctx.metrics, alarm=ctx.ops.alarm)
+        reporter = ManagerReporter(
+            store=store,
+            url=url,
+            secret=SECRET,
+            metrics=ctx.metrics,
+            alarm=ctx.ops.alarm,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        return Rig(Service(ctx, [store, reporter]), store, reporter)
 
     return build
 
@@ -226,9 +234,17 @@ async def test_unreachable_manager_never_holds_up_the_store(
 
 
 async def test_pending_instances_are_bounded_oldest_dropped(tmp_path: Path) -> None:
-    store = Store(path=tmp_path / "g.sqlite3")
-    reporter = ManagerReporter(store=store, url="http://127.0.0.1:9", secret=None, pending_limit=2)
-    service = make_service(tmp_path, [store, reporter])
+    ctx = make_context(tmp_path)
+    store = Store(path=tmp_path / "g.sqlite3", metrics=ctx.metrics, alarm=ctx.ops.alarm)
+    reporter = ManagerReporter(
+        store=store,
+        url="http://127.0.0.1:9",
+        secret=None,
+        pending_limit=2,
+        metrics=ctx.metrics,
+        alarm=ctx.ops.alarm,
+    )
+    service = Service(ctx, [store, reporter])
     for n in range(5):
         reporter.notify(f"i{n}")
         reporter.notify(f"i{n}")  # coalesced

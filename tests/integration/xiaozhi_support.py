@@ -144,7 +144,7 @@ async def running_gateway(
         else broker_provisioner(data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload),
         udp_rate_pps=udp_rate_pps,
     )
-    service = Service(settings, [channel], ctx=ctx)
+    service = Service(ctx, [channel])
     async with serving(service, ready=(channel.wait_ready,)):
         yield Gateway(service, channel, recorder, settings)
 

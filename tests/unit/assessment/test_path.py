@@ -25,11 +25,19 @@ class IdleBackend:
         return None
 
 
-def _path() -> tuple[AssessmentPath, FakeMqtt, Metrics]:
+def _path(heard: list[object] | None = None) -> tuple[AssessmentPath, FakeMqtt, Metrics]:
+    """``heard`` collects what the path tells the task runtime (``on_text``)."""
     metrics, mqtt = Metrics(), FakeMqtt()
-    path = AssessmentPath(settings=AsrSettings(), store=None, backend=IdleBackend())  # type: ignore[arg-type]
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
-    path.attach(Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http))  # type: ignore[arg-type]
+    ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
+    sink = heard if heard is not None else []
+    path = AssessmentPath(
+        ctx=ctx,
+        settings=AsrSettings(),
+        store=None,
+        on_text=lambda *a: sink.append(a),
+        backend=IdleBackend(),  # type: ignore[arg-type]
+    )
     return path, mqtt, metrics
 
 
@@ -60,9 +68,8 @@ async def test_an_older_utterance_finishing_later_is_discarded() -> None:
 
 
 async def test_failure_publishes_null_text_and_no_metrics_and_results_are_not_repeated() -> None:
-    path, mqtt, _ = _path()
     heard: list[object] = []
-    path.on_text = lambda *a: heard.append(a)
+    path, mqtt, _ = _path(heard)
     _submit(path, "u1")
     failure = AsrFailure(FailureReason.ENGINE_ERROR, "boom")
     path._on_result(AsrOutcome(AsrKey("i1", 1, "u1"), failure, 10.0))

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.board.channel import BoardChannel
+from gateway.board.channel import BoardChannel, BoardEventSink
 from gateway.board.model import BoardEvent, PresenceChange
 from gateway.metrics import Metrics
 from gateway.mqtt import Handler, Inbound
@@ -95,14 +95,19 @@ class Clock:
 
 @dataclass
 class Sink:
+    also: BoardEventSink | None = None  # told everything too (e.g. BoardToTasks)
     events: list[BoardEvent] = field(default_factory=list)
     changes: list[PresenceChange] = field(default_factory=list)
 
     def board_event(self, event: BoardEvent) -> None:
         self.events.append(event)
+        if self.also is not None:
+            self.also.board_event(event)
 
     def presence_changed(self, change: PresenceChange) -> None:
         self.changes.append(change)
+        if self.also is not None:
+            self.also.presence_changed(change)
 
 
 @dataclass
@@ -142,13 +147,26 @@ class Rig:
         return self.metrics.snapshot().get(f"snlpgw_{key}", 0.0)
 
 
-def make_rig(**settings: Any) -> Rig:
+def make_rig(
+    *,
+    also: BoardEventSink | None = None,
+    owns: Callable[[str], bool] = lambda _dev: True,
+    **settings: Any,
+) -> Rig:
     base: dict[str, Any] = {"ack_timeout_s": 3.0, "max_resends": 2, "heartbeat_s": 30.0}
     s = BoardSettings(**{**base, **settings})
-    clock, sink, metrics = Clock(), Sink(), Metrics()
-    channel = BoardChannel(
-        settings=s, sink=sink, max_devices=2, clock=clock, wall_ms=lambda: 1_764_460_800_000
-    )
+    clock, sink, metrics = Clock(), Sink(also), Metrics()
     pub, router, alarms = FakePublisher(), FakeRouter(), FakeAlarms()
-    channel.bind(router=router, publisher=pub, metrics=metrics, alarms=alarms)
+    channel = BoardChannel(
+        settings=s,
+        router=router,
+        publisher=pub,
+        metrics=metrics,
+        alarms=alarms,
+        sink=sink,
+        owns=owns,
+        max_devices=2,
+        clock=clock,
+        wall_ms=lambda: 1_764_460_800_000,
+    )
     return Rig(channel, pub, router, alarms, clock, sink, metrics)

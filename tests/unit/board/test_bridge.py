@@ -1,11 +1,12 @@
-"""BoardBridge: the board channel seen through the task shell's ports (fake edges)."""
+"""BoardCommands / BoardToTasks: the board channel seen through the task shell's ports (fake
+edges)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
-from gateway.board.bridge import BoardBridge
+from gateway.board.bridge import BoardCommands, BoardToTasks
 from gateway.tasks.core.events import AudioPhase, DeliveryResult, PlaybackEvent
 from tests.unit.board.fakes import DEV, make_rig
 
@@ -14,24 +15,22 @@ from tests.unit.board.fakes import DEV, make_rig
 class FakeTasks:
     events: list[tuple[str, PlaybackEvent]] = field(default_factory=list)
     buttons: list[tuple[str, str]] = field(default_factory=list)
-    presence: list[tuple[str, bool]] = field(default_factory=list)
+    presences: list[tuple[str, bool]] = field(default_factory=list)
 
-    def on_board_event(self, device: str, event: PlaybackEvent) -> None:
+    def board_event(self, device: str, event: PlaybackEvent) -> None:
         self.events.append((device, event))
 
-    def on_button(self, device: str, kind: str) -> None:
+    def button(self, device: str, kind: str) -> None:
         self.buttons.append((device, kind))
 
-    def on_presence(self, device: str, online: bool) -> None:
-        self.presence.append((device, online))
+    def presence(self, device: str, online: bool) -> None:
+        self.presences.append((device, online))
 
 
 async def test_commands_and_outcomes_through_the_port() -> None:
     rig = make_rig(max_resends=0)
-    bridge = BoardBridge(rig.channel)
-    rig.channel.sink = bridge
-    rig.hb()  # no tasks bound yet: presence and events not forwarded, nothing breaks
-    rig.deliver(DEV, "evt", "[skill_event]completed|5")
+    bridge = BoardCommands(rig.channel)
+    rig.hb()
     outcomes: list[DeliveryResult] = []
     for i, cmd in enumerate(("PLAY_MEDIA", "STOP_MEDIA")):
         params = {"name": "a.mp3"} if cmd == "PLAY_MEDIA" else {}
@@ -56,10 +55,8 @@ async def test_commands_and_outcomes_through_the_port() -> None:
 
 
 async def test_events_buttons_and_presence_reach_the_task_shell() -> None:
-    rig = make_rig()
     tasks = FakeTasks()
-    bridge = BoardBridge(rig.channel, tasks)
-    rig.channel.sink = bridge
+    rig = make_rig(also=BoardToTasks(tasks))
     rig.hb()
     rig.deliver(
         DEV,
@@ -82,12 +79,12 @@ async def test_events_buttons_and_presence_reach_the_task_shell() -> None:
         )
     ]
     assert tasks.buttons == [(DEV, "long")]
-    assert tasks.presence == [(DEV, True), (DEV, False)]
+    assert tasks.presences == [(DEV, True), (DEV, False)]
 
 
 async def test_first_play_leaves_right_behind_its_app_dirs() -> None:
     rig = make_rig()
-    bridge = BoardBridge(rig.channel)
+    bridge = BoardCommands(rig.channel)
     rig.hb()
     outcomes: list[DeliveryResult] = []
     bridge.send_command(

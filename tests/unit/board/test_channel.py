@@ -12,7 +12,7 @@ from gateway.board.presence import Liveness
 from gateway.metrics import Metrics
 from gateway.mqtt import Inbound
 from gateway.settings import BoardSettings
-from tests.unit.board.fakes import DEV, DEV2, FakeAlarms, FakePublisher, FakeRouter, make_rig
+from tests.unit.board.fakes import DEV, DEV2, FakeAlarms, FakePublisher, FakeRouter, Sink, make_rig
 from topics.errors import PayloadError, TopicError
 from topics.snlp_commands import Download, PlayMedia, StopMedia
 
@@ -324,9 +324,15 @@ async def test_flapping_raises_alarm() -> None:
 
 async def test_timer_task_resends_and_cancels_on_shutdown() -> None:
     s = BoardSettings(ack_timeout_s=0.01, max_resends=50)
-    channel = BoardChannel(settings=s)
     pub = FakePublisher()
-    channel.bind(router=FakeRouter(), publisher=pub, metrics=Metrics(), alarms=FakeAlarms())
+    channel = BoardChannel(
+        settings=s,
+        router=FakeRouter(),
+        publisher=pub,
+        metrics=Metrics(),
+        alarms=FakeAlarms(),
+        sink=Sink(),
+    )
     async with asyncio.TaskGroup() as tg:
         timer = tg.create_task(channel.run(), name="board.timer")
         channel.handle(Inbound(f"snlp/v1/{DEV}/hb", b"{}", 0, False, 0.0, 0))
@@ -362,18 +368,12 @@ async def test_submit_from_runtime_effect_uses_its_command_id() -> None:
     assert future.result().id == "rt-1"
 
 
-async def test_unbound_channel_refuses_use() -> None:
-    channel = BoardChannel(settings=BoardSettings())
-    with pytest.raises(RuntimeError, match="before attach"):
-        channel.send(DEV, StopMedia())
-
-
-async def test_channel_without_sink_and_cancelled_callers() -> None:
+async def test_events_are_counted_and_cancelled_callers_still_resolve() -> None:
     rig = make_rig()
-    rig.channel.sink = None
     rig.hb()
-    rig.deliver(DEV, "evt", "[skill_event]completed|5")  # no sink: counted, not delivered
+    rig.deliver(DEV, "evt", "[skill_event]completed|5")
     assert rig.metric('board_events_total{evt="audio.completed",form="legacy"}') == 1
+    assert len(rig.sink.events) == 1
     future = rig.channel.send(DEV, StopMedia())
     future.cancel()  # the caller gave up; the ack still resolves the command
     rig.ack(rig.commands()[-1]["id"])

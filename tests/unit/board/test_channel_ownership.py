@@ -9,8 +9,7 @@ from topics.snlp_commands import PlayMedia
 
 
 async def test_a_board_owned_elsewhere_is_tracked_but_never_acted_for() -> None:
-    rig = make_rig()
-    rig.channel.owns = lambda dev: dev != DEV
+    rig = make_rig(owns=lambda dev: dev != DEV)
     rig.hb()
     assert rig.channel.is_online(DEV)  # presence known: a handover needs it at once
     assert [c.online for c in rig.sink.changes] == [True]  # the runtime hears it too
@@ -24,11 +23,12 @@ async def test_a_board_owned_elsewhere_is_tracked_but_never_acted_for() -> None:
 
 
 async def test_losing_ownership_ends_pending_commands_with_no_resend() -> None:
-    rig = make_rig()
+    owned = {DEV}
+    rig = make_rig(owns=lambda dev: dev in owned)
     rig.hb()
     future = rig.channel.send(DEV, PlayMedia(name="a.mp3"))
     assert len(rig.commands()) == 1
-    rig.channel.owns = lambda dev: False
+    owned.clear()  # ownership moved to another gateway
     rig.channel.release_unowned()
     assert future.result().kind is OutcomeKind.CANCELLED
     rig.advance(60.0)  # well past every resend deadline

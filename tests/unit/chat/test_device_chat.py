@@ -96,7 +96,6 @@ async def device_chat(
         backoff = Backoff(60.0, 60.0)
         backoff.failed(time.monotonic())  # the upstream failed a moment ago
         ports = ChatPorts(
-            channel=channel,
             alarm=lambda *a: alarms.append(a),
             metrics=ChatMetrics(Metrics()),
             clock=time.monotonic,
@@ -116,7 +115,7 @@ async def device_chat(
             if bridged
             else EmbeddedEngine(asr=FakeAsr(), speak=speak, now=lambda: datetime(2026, 1, 1)),
         )
-        chat = DeviceChat(DEV, ports)
+        chat = DeviceChat(DEV, ports, channel)
         channel.chat = chat
         try:
             yield chat, channel, alarms

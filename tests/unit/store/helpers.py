@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
 from pathlib import Path
 
 from gateway.metrics import Metrics
-from gateway.service import Component, Service
+from gateway.service import Context
 from gateway.settings import Settings
 
 
-def make_service(tmp_path: Path, components: Sequence[Component] = ()) -> Service:
-    """A real Service (real HttpServer on an ephemeral port, real Ops); its MQTT is not run,
-    so ops alarms are only queued and counted."""
+def make_context(tmp_path: Path) -> Context:
+    """A real service context (real HttpServers on ephemeral ports, real Ops); its MQTT is not
+    run, so ops alarms are only queued and counted."""
     settings = Settings(
         gateway_id="gw-test",
         data_dir=tmp_path,
         mqtt={"password": "unused"},
         http={"host": "127.0.0.1", "port": 0, "admin_port": 0},
     )
-    return Service(settings, components)
+    return Context.create(settings)
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:

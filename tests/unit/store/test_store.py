@@ -21,7 +21,7 @@ from gateway.store.dialect import postgres_connection, sqlite_connector
 from gateway.store.errors import StoreError
 from gateway.store.records import merge_instance, merge_step
 from tests.support.postgres import Postgres
-from tests.unit.store.helpers import make_service, read_only, sample
+from tests.unit.store.helpers import make_context, read_only, sample
 
 
 @contextlib.asynccontextmanager
@@ -40,8 +40,7 @@ def m(value: float) -> tuple[StoredMetric, ...]:
 
 async def test_burst_of_submits_coalesces_and_lands_in_final_state(connector: Connector) -> None:
     metrics = Metrics()
-    store = Store(connect=connector, clock_ms=lambda: 1000)
-    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    store = Store(connect=connector, clock_ms=lambda: 1000, metrics=metrics)
     sent_i: dict[str, list[InstanceRecord]] = {}
     sent_s: dict[tuple[str, int], list[StepRecord]] = {}
     async with running(store):
@@ -121,9 +120,11 @@ async def test_the_loop_is_never_the_database_thread(connector: Connector) -> No
 async def test_failing_writes_are_counted_never_raised_to_submitters(tmp_path: Path) -> None:
     path = tmp_path / "g.sqlite3"
     Database.open(file_connection(path)).close()  # a valid, current schema
-    store = Store(connect=sqlite_connector(lambda: read_only(path)))
-    service = make_service(tmp_path, [store])
-    metrics = service.metrics
+    ctx = make_context(tmp_path)
+    store = Store(
+        connect=sqlite_connector(lambda: read_only(path)), metrics=ctx.metrics, alarm=ctx.ops.alarm
+    )
+    metrics = ctx.metrics
     async with running(store):
         for n in range(10):
             store.submit_instance(InstanceRecord(f"i{n}", state=InstanceState.RUNNING))
@@ -140,8 +141,7 @@ async def test_failing_writes_are_counted_never_raised_to_submitters(tmp_path: P
 
 async def test_one_bad_row_does_not_sink_its_batch(connector: Connector) -> None:
     metrics = Metrics()
-    store = Store(connect=connector)
-    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    store = Store(connect=connector, metrics=metrics)
     async with running(store):
         store.submit_instance(InstanceRecord("good-1"))
         store.submit_instance(InstanceRecord("bad", state="bogus"))  # type: ignore[arg-type]
@@ -157,8 +157,7 @@ async def test_pending_rows_are_written_at_shutdown_and_closed_store_refuses(
     connector: Connector,
 ) -> None:
     metrics = Metrics()
-    store = Store(connect=connector)
-    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    store = Store(connect=connector, metrics=metrics)
     async with running(store):
         await store.upsert_instance(InstanceRecord("late", state=InstanceState.RUNNING))
         store.submit_instance(InstanceRecord("late", state=InstanceState.CANCELLED))
@@ -197,8 +196,12 @@ async def test_listeners_hear_committed_instances_once_per_batch(connector: Conn
 async def test_overflow_drops_oldest_row_counted(connector: Connector) -> None:
     metrics = Metrics()
     alarms: list[str] = []
-    store = Store(connect=connector, queue_limit=3)
-    store.bind(metrics=metrics, alarm=lambda name, **_: alarms.append(name))
+    store = Store(
+        connect=connector,
+        queue_limit=3,
+        metrics=metrics,
+        alarm=lambda name, **_: alarms.append(name),
+    )
     async with running(store):
         for n in range(5):
             store.submit_instance(InstanceRecord(f"i{n}"))
@@ -222,8 +225,7 @@ async def test_a_locked_database_fails_writes_then_recovers(tmp_path: Path) -> N
         return sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0.05)
 
     metrics = Metrics()
-    store = Store(connect=sqlite_connector(impatient))
-    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    store = Store(connect=sqlite_connector(impatient), metrics=metrics)
     other = sqlite3.connect(path, isolation_level=None)  # another process holding the write lock
     other.execute("BEGIN IMMEDIATE")
     async with running(store):
@@ -255,8 +257,7 @@ async def test_a_dropped_postgres_connection_is_reopened(postgres: Postgres) -> 
 
     metrics = Metrics()
     url = postgres.new_database()
-    store = Store(connect=postgres_connection(url))
-    store.bind(metrics=metrics, alarm=lambda *a, **k: None)
+    store = Store(connect=postgres_connection(url), metrics=metrics)
     async with running(store):
         await store.upsert_instance(InstanceRecord("before", state=InstanceState.RUNNING))
         with psycopg.connect(postgres.admin_url, autocommit=True) as admin:

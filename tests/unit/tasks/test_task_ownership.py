@@ -21,6 +21,7 @@ from gateway.tasks.core import (
     load_catalog,
     resource_reader,
 )
+from gateway.tasks.inbox import TaskInbox
 from gateway.tasks.service import TaskService
 from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeMqtt, FakeRecorder
 from tests.unit.tasks.test_task_service import (  # the catalog fixture and request helpers
@@ -67,7 +68,12 @@ async def owned_rig(fast_catalog: Path) -> AsyncIterator[Rig]:
     async def load_running() -> list[tuple[InstanceColumns, Sequence[StepColumns]]]:
         return _running(recorder)
 
+    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
+    ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
+    inbox = TaskInbox(metrics=metrics)
     svc = TaskService(
+        ctx=ctx,
+        inbox=inbox,
         catalog=load_catalog(fast_catalog).catalog,
         config=RuntimeConfig(min_window_ms=300),
         read_text=resource_reader(CATALOG / "resources"),
@@ -79,10 +85,7 @@ async def owned_rig(fast_catalog: Path) -> AsyncIterator[Rig]:
         owns=owns,
         handover_delay_s=0.0,
     )
-    board.sink = svc.on_board_event
-    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
-    ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
-    svc.attach(ctx)
+    board.sink = inbox.board_event
     svc.on_presence(DEV, True)
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(svc.run(), name="test.tasks")

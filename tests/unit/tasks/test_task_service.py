@@ -15,6 +15,7 @@ from gateway.metrics import Metrics
 from gateway.service import Context, Ops
 from gateway.settings import load_settings
 from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
+from gateway.tasks.inbox import TaskInbox
 from gateway.tasks.service import TaskService
 from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeMqtt, FakeRecorder
 
@@ -51,7 +52,12 @@ async def rig(fast_catalog: Path) -> AsyncIterator[Rig]:
     metrics = Metrics()
     mqtt = FakeMqtt()
     board, mic, recorder, assessment = FakeBoard(), FakeMic(), FakeRecorder(), FakeAssessment()
+    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
+    ctx = Context(settings, mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
+    inbox = TaskInbox(metrics=metrics)
     svc = TaskService(
+        ctx=ctx,
+        inbox=inbox,
         catalog=load_catalog(fast_catalog).catalog,
         config=RuntimeConfig(min_window_ms=100),
         read_text=resource_reader(CATALOG / "resources"),
@@ -60,10 +66,7 @@ async def rig(fast_catalog: Path) -> AsyncIterator[Rig]:
         recorder=recorder,
         assessment=assessment,
     )
-    board.sink = svc.on_board_event
-    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
-    ctx = Context(settings, mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
-    svc.attach(ctx)
+    board.sink = inbox.board_event
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(svc.run(), name="test.tasks")
         await svc.wait_ready()
@@ -191,7 +194,7 @@ async def _drain_inboxes(svc: TaskService) -> None:
 
 
 async def test_full_actor_table_evicts_idle_then_refuses(rig: Rig) -> None:
-    rig.svc._max_devices = 3
+    rig.svc._table._max_devices = 3
     _start(rig)  # DEV runs a lesson: never evicted
     await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.started")))
     fakes = [f"aa_bb_cc_dd_ff_{i:02x}" for i in range(4)]
@@ -211,7 +214,7 @@ async def test_full_actor_table_evicts_idle_then_refuses(rig: Rig) -> None:
 
 
 async def test_presence_memory_is_bounded(rig: Rig) -> None:
-    rig.svc._max_devices = 3
+    rig.svc._table._max_devices = 3
     for i in range(10):
         rig.svc.on_presence(f"aa_bb_cc_dd_ff_{i:02x}", online=False)
-    assert list(rig.svc._online) == [f"aa_bb_cc_dd_ff_{i:02x}" for i in (7, 8, 9)]
+    assert list(rig.svc._table.online) == [f"aa_bb_cc_dd_ff_{i:02x}" for i in (7, 8, 9)]
