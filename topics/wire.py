@@ -53,11 +53,27 @@ class WireModel(BaseModel):
     @model_serializer(mode="wrap")
     def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for name, field in type(self).model_fields.items():
-            key = field.alias or name
-            if data.get(key, 0) is None and not field.is_required() and key not in self._keep_null:
+        for key in _omittable(type(self)):
+            if data.get(key, 0) is None:
                 del data[key]
         return data
+
+
+# Per model class: the wire keys of its optional fields not in ``_keep_null`` (worked out once;
+# every encode of a command or task event used to walk ``model_fields`` again). Bounded by the
+# number of model classes.
+_OMITTABLE: dict[type[WireModel], tuple[str, ...]] = {}
+
+
+def _omittable(cls: type[WireModel]) -> tuple[str, ...]:
+    keys = _OMITTABLE.get(cls)
+    if keys is None:
+        keys = _OMITTABLE[cls] = tuple(
+            key
+            for name, field in cls.model_fields.items()
+            if not field.is_required() and (key := field.alias or name) not in cls._keep_null
+        )
+    return keys
 
 
 class DeviceModel(WireModel):

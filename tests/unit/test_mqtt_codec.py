@@ -198,3 +198,21 @@ def test_incomplete_length_waits_for_more() -> None:
 def test_arbitrary_bytes_never_raise_anything_but_protocol_error(data: bytes) -> None:
     with contextlib.suppress(ProtocolError):
         PacketDecoder().feed(data)
+
+
+def test_v311_publish_whose_topic_runs_past_the_packet() -> None:
+    with pytest.raises(ProtocolError, match="truncated"):
+        PacketDecoder(codec.V311).feed(b"\x30\x03\x00\x05a")
+
+
+def test_connect_v311_with_a_will_has_no_will_properties() -> None:
+    packet = codec.connect(
+        client_id="b", keepalive_s=60, will=codec.Will("s", b"x"), version=codec.V311
+    )
+    assert packet == b"\x10\x13\x00\x04MQTT\x04\x06\x00\x3c\x00\x01b\x00\x01s\x00\x01x"
+
+
+def test_publish_properties_each_alone() -> None:
+    assert codec.publish_properties(b"c", None) == b"\x09\x00\x01c"
+    assert codec.publish_properties(None, 5) == b"\x02\x00\x00\x00\x05"
+    assert codec.publish_properties(None, None) == b""
