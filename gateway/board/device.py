@@ -61,9 +61,10 @@ class Device:
         )
 
     def next_deadline(self) -> float | None:
-        pair = (self.outbox.next_deadline(), self.presence.next_deadline())
-        found = [d for d in pair if d is not None]
-        return min(found, default=None)
+        outbox, presence = self.outbox.next_deadline(), self.presence.next_deadline()
+        if outbox is None or presence is None:
+            return presence if outbox is None else outbox
+        return min(outbox, presence)
 
     def idle(self) -> bool:
         """Offline (or never online) with nothing queued or awaited: safe to forget."""

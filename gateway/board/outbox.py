@@ -176,9 +176,13 @@ class Outbox:
         return False
 
     def next_deadline(self) -> float | None:
-        deadlines = [e.expires_at for e in self._entries]
-        deadlines += [e.ack_due for e in self._flying()]
-        return min(deadlines, default=None)
+        """The earliest ttl or ack deadline (called after every board message: no lists)."""
+        if not self._entries:
+            return None
+        earliest = min(e.expires_at for e in self._entries)
+        for i in range(self._in_flight):
+            earliest = min(earliest, self._entries[i].ack_due)
+        return earliest
 
     def cancel_all(self) -> list[OutboxEffect]:
         effects: list[OutboxEffect] = [

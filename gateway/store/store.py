@@ -97,6 +97,7 @@ class Store:
         self._writes = metrics.counter("store_writes", "Rows written to the store", ["table"])
         self._failures = metrics.counter("store_write_failures", "Rows whose write failed")
         self._depth = metrics.gauge("store_queue_depth", "Rows waiting to be written")
+        self._depth.set_function(lambda: len(self._queue))  # read when scraped, not per row
         self._coalesced = metrics.counter("store_coalesced", "Updates merged into a pending row")
         self._dropped = metrics.counter("store_dropped", "Pending rows dropped (queue overflow)")
         self._alarm_failed = RateLimitedAlarm(
@@ -203,7 +204,6 @@ class Store:
                 self._wakeup.clear()
                 while len(self._queue):
                     entries = self._queue.take(self._batch_size)
-                    self._depth.set(len(self._queue))
                     fut = self._worker.start_write([e.record for e in entries])
                     self._inflight = (entries, fut)
                     results = await asyncio.shield(fut)  # a cancelled writer still sees it end
@@ -258,7 +258,6 @@ class Store:
         if left:
             log.warning("store closed with %d rows unwritten", len(left))
             self._finish(left, _closed_errors(left))
-        self._depth.set(0)
         self._after.clear()  # closing: nothing more leaves for the boards
         self._idle.set()
 
@@ -290,7 +289,6 @@ class Store:
             self._dropped.inc()
             self._alarm_overflow(limit=self._queue.limit)
             _settle(result.dropped, StoreError("dropped: write queue full"))
-        self._depth.set(len(self._queue))
         self._idle.clear()
         self._wakeup.set()
 
