@@ -28,9 +28,9 @@ from gateway.xiaozhi.downlink import SpeakResult
 from gateway.xiaozhi.live import LiveFactory, LiveSession
 from gateway.xiaozhi.mcp import McpClient
 from gateway.xiaozhi.ota import OtaEndpoint
-from gateway.xiaozhi.ota_admin import OtaAdmin
+from gateway.xiaozhi.ota_admin import serve_ota
 from gateway.xiaozhi.pipeline import Segmenter, VoiceSink
-from gateway.xiaozhi.provisioning import Provisioner, broker_provisioner, broker_revoker
+from gateway.xiaozhi.provisioning import Provisioner
 from gateway.xiaozhi.pump import AudioPump
 from gateway.xiaozhi.roster import SessionEvents, SessionRoster, UplinkTap
 from gateway.xiaozhi.sessions import SessionCore
@@ -151,17 +151,8 @@ class XiaozhiChannel:
         mqtt.route(self.control.topic_filter, self.control.handle, qos=0)
         self.ota: OtaEndpoint | None = None  # None: this process serves no OTA
         if http is not None:
-            self.ota = OtaEndpoint(
-                settings=settings,
-                provision=provision
-                or broker_provisioner(data_dir=settings.data_dir, mqtt=settings.mqtt),
-                revoke=broker_revoker(data_dir=settings.data_dir),
-                stats=stats,
-                http=http,
-            )
+            self.ota = serve_ota(settings, provision, stats=stats, http=http, admin=admin)
             http.add_health("xiaozhi", self._health)
-            if admin is not None:
-                OtaAdmin(self.ota, admin=admin)
 
     # -- component contract ---------------------------------------------------------------
 

@@ -23,7 +23,10 @@ from typing import Any
 from aiohttp import web
 
 from gateway.http import RouteTable
+from gateway.settings import Settings
 from gateway.xiaozhi.ota import OtaEndpoint
+from gateway.xiaozhi.provisioning import Provisioner, broker_provisioner, broker_revoker
+from gateway.xiaozhi.stats import ChannelStats
 from gateway.xiaozhi.trust import Approval
 
 log = logging.getLogger(__name__)
@@ -31,6 +34,28 @@ log = logging.getLogger(__name__)
 _CODE_RE = re.compile(r"[0-9]{6}")
 _DEV_RE = re.compile(r"[0-9a-f]{2}(_[0-9a-f]{2}){5}")
 _APPROVE_STATUS = {Approval.APPROVED: 200, Approval.UNKNOWN: 404, Approval.LOCKED: 429}
+
+
+def serve_ota(
+    settings: Settings,
+    provision: Provisioner | None,
+    *,
+    stats: ChannelStats,
+    http: RouteTable,
+    admin: RouteTable | None,
+) -> OtaEndpoint:
+    """The OTA endpoint on ``http`` and its approvals on ``admin`` (if any), provisioning
+    through the broker files under ``data_dir`` unless ``provision`` is given."""
+    ota = OtaEndpoint(
+        settings=settings,
+        provision=provision or broker_provisioner(data_dir=settings.data_dir, mqtt=settings.mqtt),
+        revoke=broker_revoker(data_dir=settings.data_dir),
+        stats=stats,
+        http=http,
+    )
+    if admin is not None:
+        OtaAdmin(ota, admin=admin)
+    return ota
 
 
 class OtaAdmin:
