@@ -18,9 +18,9 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
+from gateway.broker.credentials import gateway_mqtt_password
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
 from gateway.mqtt import MqttConnection, gateway_client_id, presence_payload
@@ -81,7 +81,10 @@ class Context:
         the metrics registry and the ops alarm publisher for ``settings``."""
         metrics = Metrics()
         gw = settings.gateway_id
-        password = read_gateway_password(settings)
+        password = gateway_mqtt_password(settings)
+        if password is None:
+            where = settings.data_dir
+            log.warning("no gateway password in settings or %s; connecting without one", where)
         mqtt = MqttConnection(
             settings=settings.mqtt,
             password=password,
@@ -117,17 +120,6 @@ class Component(Protocol):
     name: str
 
     async def run(self) -> None: ...
-
-
-def read_gateway_password(settings: Settings) -> str | None:
-    if settings.mqtt.password is not None:
-        return settings.mqtt.password
-    path = Path(settings.data_dir) / "secrets" / "gateway.password"
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        log.warning("no gateway password in settings or %s; connecting without one", path)
-        return None
 
 
 class Service:

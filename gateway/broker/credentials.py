@@ -18,7 +18,7 @@ import secrets
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gateway.broker import registry as reg
 from gateway.broker.io import (
@@ -40,6 +40,9 @@ from gateway.broker.rules import (
     verify_password,
 )
 
+if TYPE_CHECKING:
+    from gateway.settings import Settings
+
 log = logging.getLogger(__name__)
 
 RoleName = Literal["device", "ops", "backend", "gateway"]
@@ -53,6 +56,7 @@ __all__ = [
     "command_reloader",
     "device_listener_port",
     "ensure_password",
+    "gateway_mqtt_password",
     "gateway_password",
     "init_broker_files",
     "local_broker_url",
@@ -201,7 +205,20 @@ def revoke(data_dir: Path, name: str, *, reload: Reloader | None) -> bool:
 
 
 def gateway_password(data_dir: Path) -> str:
+    """The password ``snlpgw broker init`` wrote for the gateway user under ``data_dir``."""
     return reg.read_gateway_password(BrokerFiles.at(data_dir))
+
+
+def gateway_mqtt_password(settings: Settings) -> str | None:
+    """The password the gateway connects with: ``mqtt.password`` if set, else the one in its
+    data dir (:func:`gateway_password`); None if there is neither (the service and the doctor
+    say so)."""
+    if settings.mqtt.password is not None:
+        return settings.mqtt.password
+    try:
+        return gateway_password(Path(settings.data_dir))
+    except FileNotFoundError:
+        return None
 
 
 # -- internals ---------------------------------------------------------------------------------

@@ -11,9 +11,15 @@ import contextlib
 import secrets
 import time
 
-from gateway.broker.credentials import BrokerFiles, device_listener_port, provision, revoke
+from gateway.broker.credentials import (
+    BrokerFiles,
+    device_listener_port,
+    gateway_mqtt_password,
+    provision,
+    revoke,
+)
 from gateway.broker.io import Reloader
-from gateway.doctor.network import Findings, gateway_password
+from gateway.doctor.network import Findings
 from gateway.doctor.report import Row, fail, ok, skip
 from gateway.probe import Probe
 from gateway.settings import Settings
@@ -80,7 +86,7 @@ def _probe(settings: Settings, me: str, other: str, password: str | None) -> Row
     device = _login(settings, me, password, device=True)
     if device is None:
         return fail(NAME, f"test device {me} could not log in after provisioning (broker reload?)")
-    gateway = _login(settings, settings.mqtt.username, gateway_password(settings))
+    gateway = _login(settings, settings.mqtt.username, gateway_mqtt_password(settings))
     try:
         if gateway is None:
             return fail(NAME, "the gateway user could not log in to publish test messages")

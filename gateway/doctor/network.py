@@ -11,8 +11,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 
+from gateway.broker.credentials import gateway_mqtt_password
 from gateway.doctor.report import Row, fail, ok, skip
 from gateway.probe import connack
 from gateway.settings import Settings
@@ -40,16 +40,6 @@ class Findings:
     notes: list[str] = field(default_factory=list)
 
 
-def gateway_password(settings: Settings) -> str | None:
-    if settings.mqtt.password is not None:
-        return settings.mqtt.password
-    path = Path(settings.data_dir) / "secrets" / "gateway.password"
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-
-
 def local(host: str) -> str:
     """Where to reach a listener bound to ``host`` (a wildcard bind answers on loopback)."""
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)  # noqa: S104
@@ -70,7 +60,7 @@ def check_broker(settings: Settings, found: Findings) -> list[Row]:
         ]
     found.broker_up = True
     rows = [ok("broker reachable", f"{where} accepts {'TLS' if mqtt.tls else 'TCP'}")]
-    password = gateway_password(settings)
+    password = gateway_mqtt_password(settings)
     code = connack(mqtt.host, mqtt.port, mqtt.username, password, tls=mqtt.tls, timeout_s=5)
     if code == 0:
         found.gateway_login = True

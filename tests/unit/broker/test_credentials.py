@@ -13,6 +13,7 @@ import pytest
 from gateway.broker.credentials import (
     BrokerFiles,
     device_listener_port,
+    gateway_mqtt_password,
     gateway_password,
     init_broker_files,
     local_broker_url,
@@ -33,6 +34,7 @@ from gateway.broker.rules import (
     verify_password,
 )
 from gateway.cli.main import main
+from gateway.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[3]
 DEV = "aa_bb_cc_dd_ee_ff"
@@ -124,6 +126,17 @@ def test_mosquitto_passwd_hash_verifies_with_our_code(tmp_path: Path) -> None:
 
     salt = base64.b64decode(encoded.split("$")[3])
     assert hash_password("pw-1", salt=salt) == encoded
+
+
+def test_the_gateway_connects_with_the_configured_password_else_the_one_in_its_data_dir(
+    tmp_path: Path,
+) -> None:
+    assert gateway_mqtt_password(load_settings(data_dir=str(tmp_path))) is None
+    init_broker_files(tmp_path, listener_port=18999)
+    written = gateway_password(tmp_path)
+    assert gateway_mqtt_password(load_settings(data_dir=str(tmp_path))) == written
+    configured = load_settings(data_dir=str(tmp_path), mqtt={"password": "set-in-settings"})
+    assert gateway_mqtt_password(configured) == "set-in-settings"
 
 
 def test_init_is_idempotent_and_private(tmp_path: Path) -> None:
