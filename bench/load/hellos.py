@@ -15,10 +15,11 @@ from typing import Any
 
 from bench.load.lessons import provision_all
 from bench.load.procs import Meter
-from bench.load.stack import gateway_process, split, workers
+from bench.load.stack import split, workers
 from bench.load.stats import summary
 from devstack.broker import local_broker, wait_connectable
 from devstack.gateway import Use, gateway_sections
+from devstack.process import gateway_process
 
 START_LEAD_S = 1.0
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.load.procs import Meter, rss_bytes
-from bench.load.stack import gateway_process, split, workers
+from bench.load.stack import split, workers
 from bench.load.stats import summary
 from bench.load.stream import start_profiler
 from devstack.broker import Broker, local_broker, wait_connectable
 from devstack.gateway import Use, gateway_sections
+from devstack.process import gateway_process
 from gateway.broker.credentials import provision
 from gateway.tasks.core.rules import listen_window_ms
 

@@ -6,13 +6,12 @@ No psutil: ``/proc/<pid>/stat`` fields 14-15 (utime, stime, clock ticks) and ``/
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from devstack.process import die_with_parent as die_with_parent  # noqa: PLC0414 - the workers' import
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -86,10 +85,3 @@ def load_conditions() -> dict[str, object]:
         "loadavg_1_5_15": [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]],
         "busy_share_before_run": round(share, 3),
     }
-
-
-def die_with_parent() -> None:
-    """Linux: SIGTERM this process when the harness that started it dies (even if killed), so
-    no gateway or worker outlives it."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

@@ -1,10 +1,9 @@
-"""Broker + gateway process for one harness phase, and reading the gateway's metrics.
+"""The harness's worker processes (boards or devices), driven over stdin/stdout JSON lines.
 
-The broker is the dev stack's (:func:`devstack.broker.local_broker`: generated config, password
-file and ACL, a free loopback port); the gateway's settings are the dev stack's too
-(:func:`devstack.gateway.gateway_sections`, ``Use.LOAD``). The gateway runs in a process of its own
-(:mod:`bench.load.gateway_proc`), stopped with SIGTERM (then killed if it overstays) when the
-phase ends, so nothing outlives the harness.
+The broker, the gateway's settings and the gateway process are the dev stack's
+(:func:`devstack.broker.local_broker`, :func:`devstack.gateway.gateway_sections` with
+``Use.LOAD``, :func:`devstack.process.gateway_process`): stopped when the phase ends, so nothing
+outlives the harness.
 """
 
 from __future__ import annotations
@@ -12,71 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import sys
-import urllib.request
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from devstack.gateway import REPO_ROOT
-
-READY_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 20.0
-
-
-@dataclass
-class GatewayProcess:
-    pid: int
-    admin_port: int
-    udp_port: int
-
-    def metrics(self) -> dict[str, float]:
-        """Every sample of GET /metrics as ``name{label=value,...}`` → value."""
-        url = f"http://127.0.0.1:{self.admin_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            text = resp.read().decode()
-        out: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-        return out
-
-
-@contextlib.asynccontextmanager
-async def gateway_process(
-    root: Path, settings: dict[str, Any], *, listen: list[str] | None = None
-) -> AsyncIterator[GatewayProcess]:
-    spec = root / "gateway.json"
-    spec.write_text(json.dumps({"settings": settings, "listen": listen or []}))
-    log = (root / "gateway.log").open("ab")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SNLPGW_")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.load.gateway_proc", str(spec),
-        stdout=asyncio.subprocess.PIPE, stderr=log, env=env, cwd=REPO_ROOT,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None  # PIPE was requested
-        async with asyncio.timeout(READY_TIMEOUT_S):
-            line = await proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"gateway exited before ready; see {root / 'gateway.log'}")
-        ready = json.loads(line)
-        yield GatewayProcess(proc.pid, ready["admin_port"], ready["udp_port"])
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                async with asyncio.timeout(STOP_TIMEOUT_S):
-                    await proc.wait()
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        log.close()
 
 
 class Worker:

@@ -28,11 +28,11 @@ import webrtcvad
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from bench.load.procs import Meter
-from bench.load.stack import gateway_process
 from bench.scale_sender import speech_loop
 from codec.udp import UplinkSender
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_sections
+from devstack.process import gateway_process
 
 FRAME_MS = 60
 WARMUP_S = 3.0

@@ -35,10 +35,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from devstack.process import GatewayProcess
 from gateway.cluster import owner_of
 from gateway.simulators.board import SimOptions
 from tests.support.broker import Broker, new_device_id
-from tests.support.cluster import GatewayProcess, cluster_sections, intervals
+from tests.support.cluster import cluster_gateway, cluster_sections, intervals
 from tests.support.lesson_rig import (
     APP,
     CLIPS,
@@ -96,8 +97,7 @@ async def _pump(session: ClientSession, seen: Seen, watch: Watch) -> None:
 
 async def _exited(gateway: GatewayProcess, watch: Watch) -> None:
     """Wake the waits when a gateway process ends (they check it is not an unexpected exit)."""
-    assert gateway.proc is not None
-    await asyncio.to_thread(gateway.proc.wait)
+    await gateway.wait()
     watch.poke()
 
 
@@ -143,7 +143,7 @@ async def test_three_gateways_sixty_lessons_one_killed_mid_lesson(
         heartbeat_s=HEARTBEAT_S,
     )
     tag = uuid.uuid4().hex[:6]
-    gws = [GatewayProcess(f"gw{n}-{tag}", tmp_path / f"gw{n}", sections) for n in range(GATEWAYS)]
+    gws = [cluster_gateway(tmp_path / f"gw{n}", f"gw{n}-{tag}", sections) for n in range(GATEWAYS)]
     ids = [g.gateway_id for g in gws]
     seen, watch = Seen(), Watch()
     ops_creds = broker.provision(f"ops-{tag}", role="ops")
@@ -183,8 +183,10 @@ async def test_three_gateways_sixty_lessons_one_killed_mid_lesson(
             tg.create_task(_pump(backend, seen, watch), name="test.backend"),
         ]
         try:
+            async with asyncio.TaskGroup() as starting:  # at once: each waits to be serving
+                for g in gws:
+                    starting.create_task(g.start(timeout_s=START_S), name=f"test.{g.gateway_id}")
             for g in gws:
-                g.start()
                 helpers.append(tg.create_task(_exited(g, watch), name=f"test.{g.gateway_id}"))
 
             def settled() -> bool | None:
@@ -250,7 +252,7 @@ async def test_three_gateways_sixty_lessons_one_killed_mid_lesson(
                 "every board in its second step",
                 LESSON_S,
             )
-            victim.kill()
+            await victim.kill()
             played_at_kill = {b.dev: len(_clips(b)) for b in boards}
             assert any(played_at_kill[d] < len(CLIPS) for d in moved), "kill was not mid-lesson"
 
@@ -279,10 +281,7 @@ async def test_three_gateways_sixty_lessons_one_killed_mid_lesson(
                 ) from None
             end_ms = int(now_ms())
         finally:
-            for g in gws:
-                g.terminate()
-            for g in gws:
-                g.wait()
+            await asyncio.gather(*(g.stop() for g in gws))
             for task in helpers:
                 task.cancel()
 
