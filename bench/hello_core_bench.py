@@ -1,7 +1,8 @@
 """Gateway-internal cost of one Xiaozhi hello at 1,000 open sessions (issue 12: hello → reply).
 
 Run from the repo root: ``python -m bench.hello_core_bench``. No broker and no sockets: the
-channel is built as in production but with a publisher that only counts and a UDP endpoint on
+channel is built as in production but with a publisher that only records (the tests' fake,
+``tests/support/fake_mqtt.py``) and a UDP endpoint on
 a transport that sends nothing, so what is measured is exactly what the gateway does per hello
 on its loop — topic check, JSON parse, the session core (rate limit, cap, replace, fresh key,
 ssrc and session id), the live session state (crypto contexts, pipeline, buckets), the reply
@@ -24,35 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from gateway.metrics import Metrics
-from gateway.mqtt import Handler, Inbound
+from gateway.mqtt import Inbound
 from gateway.settings import Settings
 from gateway.simulators.xiaozhi import hello_json
 from gateway.xiaozhi.channel import XiaozhiChannel
+from tests.support.fake_mqtt import FakePublisher
 
 RESULTS = Path(__file__).parent / "results"
 SESSIONS = 1000
 ROUNDS = 5
-
-
-class CountingMqtt:
-    def __init__(self) -> None:
-        self.published = 0
-        self.handlers: list[Handler] = []
-
-    def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None:
-        self.handlers.append(handler)
-
-    def publish(
-        self,
-        topic: str,
-        payload: bytes | str,
-        *,
-        qos: int = 0,
-        retain: bool = False,
-        correlation_data: bytes | None = None,
-        expiry_s: int | None = None,
-    ) -> None:
-        self.published += 1
 
 
 class SilentTransport(asyncio.DatagramTransport):
@@ -69,7 +50,7 @@ def quantile(samples: list[float], q: float) -> float:
 
 
 def run() -> dict[str, Any]:
-    mqtt = CountingMqtt()
+    mqtt = FakePublisher()
     settings = Settings(
         udp={"port": 0, "public_host": "gw.example", "public_port": 8884},
         xiaozhi={"max_sessions": SESSIONS, "hello_burst": 1000, "hellos_per_minute": 60_000},
@@ -77,7 +58,7 @@ def run() -> dict[str, Any]:
     channel = XiaozhiChannel(settings=settings, mqtt=mqtt, metrics=Metrics(), http=None, admin=None)
     channel.udp_endpoint.connection_made(SilentTransport())
     channel.bound()
-    (handle,) = mqtt.handlers
+    ((_, handle, _),) = mqtt.routes
     devs = [f"a6_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(SESSIONS)]
     body = hello_json()
     messages = [
@@ -105,7 +86,7 @@ def run() -> dict[str, Any]:
     cpu = time.process_time() - cpu0
     assert len(channel.core) == SESSIONS
     hellos = ROUNDS * SESSIONS
-    assert mqtt.published == SESSIONS + hellos
+    assert len(mqtt.sent) == SESSIONS + hellos
     return {
         "benchmark": "xiaozhi hello handled in-process at 1,000 open sessions (no broker)",
         "sessions_open": SESSIONS,

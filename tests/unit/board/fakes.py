@@ -1,8 +1,8 @@
-"""Hand-written fakes at the board channel's edges (publisher, router, alarms, clock)."""
+"""Hand-written fakes at the board channel's edges (router, alarms, clock; the publisher is the
+one in tests/support/fake_mqtt.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,57 +13,10 @@ from gateway.board.model import BoardEvent, PresenceChange
 from gateway.metrics import Metrics
 from gateway.mqtt import Handler, Inbound
 from gateway.settings import BoardSettings
+from tests.support.fake_mqtt import FakePublisher
 
 DEV = "aa_bb_cc_dd_ee_01"
 DEV2 = "aa_bb_cc_dd_ee_02"
-
-
-@dataclass
-class Published:
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-
-    def json(self) -> Any:
-        return json.loads(self.payload)
-
-
-@dataclass
-class FakePublisher:
-    sent: list[Published] = field(default_factory=list)
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    hold: bool = False  # True: publishes wait in the outbox until release()
-    held: list[Callable[[], None]] = field(default_factory=list)
-
-    def publish(
-        self,
-        topic: str,
-        payload: bytes | str,
-        *,
-        qos: int = 0,
-        retain: bool = False,
-        correlation_data: bytes | None = None,
-        expiry_s: int | None = None,
-        on_sent: Callable[[], None] | None = None,
-    ) -> None:
-        data = payload.encode() if isinstance(payload, str) else payload
-        self.sent.append(Published(topic, data, qos, retain))
-        self.event.set()
-        if on_sent is not None and self.hold:
-            self.held.append(on_sent)
-        elif on_sent is not None:
-            on_sent()  # written at once, as by a connected client with room in its window
-
-    def release(self) -> None:
-        """The held publishes leave (their on_sent callbacks run, in order)."""
-        self.hold = False
-        held, self.held = self.held, []
-        for on_sent in held:
-            on_sent()
-
-    def on(self, suffix: str) -> list[Published]:
-        return [p for p in self.sent if p.topic.endswith(suffix)]
 
 
 @dataclass

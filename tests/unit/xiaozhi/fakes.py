@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.metrics import Metrics
-from gateway.mqtt import Handler, Inbound
+from gateway.mqtt import Inbound
 from gateway.settings import Settings
 from gateway.xiaozhi.channel import XiaozhiChannel
+from tests.support import fake_mqtt
 
 DEV = "24_0a_c4_00_00_01"
 OTHER = "24_0a_c4_00_00_02"
@@ -26,32 +26,11 @@ HELLO = {
 }
 
 
-@dataclass
-class FakePublisher:
-    """The MQTT edge: records what is published and which routes were registered."""
-
-    sent: list[tuple[str, bytes, int]] = field(default_factory=list)
-    routes: list[tuple[str, Handler, int]] = field(default_factory=list)
-
-    def publish(
-        self,
-        topic: str,
-        payload: bytes | str,
-        *,
-        qos: int = 0,
-        retain: bool = False,
-        correlation_data: bytes | None = None,
-        expiry_s: int | None = None,
-        on_sent: Callable[[], None] | None = None,
-    ) -> None:
-        data = payload.encode() if isinstance(payload, str) else payload
-        self.sent.append((topic, data, qos))
-
-    def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None:
-        self.routes.append((topic_filter, handler, qos))
+class FakePublisher(fake_mqtt.FakePublisher):
+    """The MQTT edge (tests/support/fake_mqtt.py), read per device."""
 
     def to(self, dev: str) -> list[dict[str, Any]]:
-        return [json.loads(p) for t, p, _ in self.sent if t == f"devices/p2p/{dev}"]
+        return [p.json() for p in self.sent if p.topic == f"devices/p2p/{dev}"]
 
     def last(self, dev: str) -> dict[str, Any]:
         return self.to(dev)[-1]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -99,7 +98,7 @@ def test_hello_reply_is_what_firmware_accepts() -> None:
     assert reply["audio_params"]["sample_rate"] == 16000
     assert sample(metrics, "xiaozhi_hellos_total") == 1
     assert sample(metrics, "xiaozhi_sessions") == 1
-    assert pub.sent[-1][2] == 0  # QoS 0 like the ecosystem
+    assert pub.sent[-1].qos == 0  # QoS 0 like the ecosystem
 
 
 def test_second_hello_replaces_session_with_fresh_secrets() -> None:
@@ -263,7 +262,7 @@ async def test_mcp_error_and_timeout() -> None:
         await channel.mcp_request(DEV, "tools/list", timeout_s=0.01)
     assert sample(metrics, "xiaozhi_mcp_requests_total", outcome="timeout") == 1
     assert channel.mcp.pending == 0
-    assert json.loads(pub.sent[-1][1])["payload"]["method"] == "tools/list"
+    assert pub.sent[-1].json()["payload"]["method"] == "tools/list"
 
 
 def test_udp_timeout_ends_the_named_session_like_goodbye() -> None:
