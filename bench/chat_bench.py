@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.scale_sender import running_sender
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.chat.component import ChatComponent
@@ -62,7 +63,7 @@ async def run_size(k: int, root: Path) -> dict[str, Any]:
     try:
         return await _run_size(k, root, children)
     finally:
-        for child in children:  # never leave a peer or a sender behind
+        for child in children:  # never leave the peer behind
             if child.returncode is None:
                 child.kill()
                 await child.wait()
@@ -101,24 +102,18 @@ async def _run_size(  # noqa: PLR0915 - one linear scenario
         # The channel takes CHAT's uplink tap when it is built: time it from there on.
         ChatComponent.uplink = tap  # type: ignore[method-assign]
         try:
-            async with running_gateway(settings) as gw:
+            devs = device_ids(k)
+            async with (
+                running_gateway(settings) as gw,
+                running_sender(
+                    root / "spec.json", host=broker.host, port=broker.port,
+                    password=settings.mqtt.password, devices=devs,
+                    seconds=WARMUP_S + MEASURE_S + 1.5,
+                ) as sender,
+            ):  # fmt: skip
                 chat = gw.chat
                 assert chat is not None
-                devs = device_ids(k)
-                spec = {
-                    "host": broker.host,
-                    "port": broker.port,
-                    "password": settings.mqtt.password,
-                    "devices": devs,
-                    "seconds": WARMUP_S + MEASURE_S + 1.5,
-                }
-                (root / "spec.json").write_text(json.dumps(spec))
-                sender = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "bench.scale_sender", str(root / "spec.json"),
-                    stdout=asyncio.subprocess.PIPE,
-                )  # fmt: skip
-                children.append(sender)
-                ready = await _line(sender)
+                ready = sender.ready
                 async with asyncio.timeout(30):  # every session bridged (its upstream hello done)
                     while not all(  # noqa: ASYNC110 - no event for "all K bridged"; a bench poll
                         (d := chat.device(x)) and d.bridge and d.bridge.connected for x in devs
@@ -134,9 +129,7 @@ async def _run_size(  # noqa: PLR0915 - one linear scenario
                 await asyncio.sleep(MEASURE_S)
                 cpu1, t1 = time.process_time(), time.monotonic()
                 phase = "tail"
-                async with asyncio.timeout(60):
-                    out, _ = await sender.communicate()
-                sent = json.loads(out.decode().strip().splitlines()[-1])
+                sent = await sender.totals(60)
                 snapshot = gw.service.metrics.snapshot()
                 frames_up = snapshot.get("snlpgw_chat_frames_up_total", 0.0)
                 received = snapshot.get("snlpgw_xiaozhi_udp_packets_in_total", 0.0)

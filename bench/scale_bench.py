@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.scale_sender import running_sender
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.metrics import Metrics
@@ -52,40 +53,29 @@ def xiaozhi_counters(metrics: Metrics) -> dict[str, float]:
 async def run_size(k: int, root: Path) -> dict[str, Any]:
     async with local_broker(root / "data") as broker:
         settings = gateway_settings(broker, use=Use.LOAD)
+        devs = device_ids(k)
         async with running_gateway(settings) as gw:
-            devs = device_ids(k)
             for dev in devs:
                 gw.xiaozhi.set_listening(dev, True)
-            spec = {
-                "host": broker.host,
-                "port": broker.port,
-                "password": settings.mqtt.password,
-                "devices": devs,
-                "seconds": WARMUP_S + MEASURE_S + 1.0,
-            }
-            (root / "spec.json").write_text(json.dumps(spec))
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.scale_sender", str(root / "spec.json"),
-                stdout=asyncio.subprocess.PIPE,
-            )  # fmt: skip
-            assert proc.stdout is not None  # PIPE was requested
-            async with asyncio.timeout(60):
-                ready = json.loads(await proc.stdout.readline())  # sessions open, sending
-            await asyncio.sleep(WARMUP_S)
-            before, cpu0, t0 = (
-                xiaozhi_counters(gw.service.metrics),
-                time.process_time(),
-                time.monotonic(),
-            )
-            await asyncio.sleep(MEASURE_S)
-            after, cpu1, t1 = (
-                xiaozhi_counters(gw.service.metrics),
-                time.process_time(),
-                time.monotonic(),
-            )
-            async with asyncio.timeout(60):
-                out, _ = await proc.communicate()
-            sender = json.loads(out)
+            async with running_sender(
+                root / "spec.json", host=broker.host, port=broker.port,
+                password=settings.mqtt.password, devices=devs,
+                seconds=WARMUP_S + MEASURE_S + 1.0,
+            ) as proc:  # fmt: skip
+                ready = proc.ready
+                await asyncio.sleep(WARMUP_S)
+                before, cpu0, t0 = (
+                    xiaozhi_counters(gw.service.metrics),
+                    time.process_time(),
+                    time.monotonic(),
+                )
+                await asyncio.sleep(MEASURE_S)
+                after, cpu1, t1 = (
+                    xiaozhi_counters(gw.service.metrics),
+                    time.process_time(),
+                    time.monotonic(),
+                )
+                sender = await proc.totals(60)
             total = xiaozhi_counters(gw.service.metrics)
     delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
     wall = t1 - t0

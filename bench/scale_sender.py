@@ -5,16 +5,20 @@ reply (session key, nonce, UDP endpoint). Each session's uplink is then sealed a
 (real espeak speech with pauses as 60 ms Opus frames, each session starting at a different
 point of the loop), and one thread sends all sessions' datagrams in real time from one UDP
 socket, the sessions spread over twelve 5 ms slots of each 60 ms tick. Prints one JSON line
-when sending starts and one with the totals when done.
+when sending starts and one with the totals when done. :func:`running_sender` is the parent's
+side (the scale, chat and load-harness streaming benchmarks).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import sys
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +109,51 @@ def send(sealed: list[list[bytes]], target: tuple[str, int], frames: int) -> dic
                     errors += 1
     sock.close()
     return {"sent": sent, "late_ticks": late, "send_errors": errors}
+
+
+@dataclass
+class Sender:
+    """The sender process, once every session is open and it sends (``ready``)."""
+
+    proc: asyncio.subprocess.Process
+    ready: dict[str, Any]
+
+    async def totals(self, timeout_s: float) -> dict[str, Any]:
+        """Wait for the sender to finish; its totals line."""
+        async with asyncio.timeout(timeout_s):
+            out, _ = await self.proc.communicate()
+        totals: dict[str, Any] = json.loads(out.splitlines()[-1])
+        return totals
+
+
+@contextlib.asynccontextmanager
+async def running_sender(
+    spec_path: Path,
+    *,
+    host: str,
+    port: int,
+    password: str | None,
+    devices: list[str],
+    seconds: float,
+    ready_s: float = 60.0,
+) -> AsyncIterator[Sender]:
+    """This module in a process of its own, sending for ``seconds`` once every device's hello
+    was answered; killed if still running when the block exits."""
+    spec = {"host": host, "port": port, "password": password, "devices": devices}
+    await asyncio.to_thread(spec_path.write_text, json.dumps({**spec, "seconds": seconds}))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.scale_sender", str(spec_path), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        if proc.stdout is None:  # PIPE was requested
+            raise RuntimeError("no pipe from the sender")
+        async with asyncio.timeout(ready_s):
+            ready = json.loads(await proc.stdout.readline())  # sessions open, sending
+        yield Sender(proc, ready)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 def main() -> int:

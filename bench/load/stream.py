@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
-import json
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ import webrtcvad
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from bench.load.procs import Meter
-from bench.scale_sender import speech_loop
+from bench.scale_sender import running_sender, speech_loop
 from codec.udp import UplinkSender
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_sections
@@ -114,20 +113,16 @@ async def gateway_run(
         settings = gateway_sections(broker, gateway_id="load-gw", use=Use.LOAD)
         devs = device_ids(k)
         async with gateway_process(root, settings, listen=devs) as gw:
-            spec = {"host": broker.host, "port": broker.port,
-                    "password": settings["mqtt"]["password"], "devices": devs,
-                    "seconds": WARMUP_S + measure_s + 1.0}  # fmt: skip
-            (root / "sender.json").write_text(json.dumps(spec))
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.scale_sender", str(root / "sender.json"),
-                stdout=asyncio.subprocess.PIPE,
-            )  # fmt: skip
-            assert proc.stdout is not None  # PIPE was requested
-            try:
-                async with asyncio.timeout(240):
-                    ready = json.loads(await proc.stdout.readline())
+            async with running_sender(
+                root / "sender.json", host=broker.host, port=broker.port,
+                password=settings["mqtt"]["password"], devices=devs,
+                seconds=WARMUP_S + measure_s + 1.0, ready_s=240,
+            ) as proc:  # fmt: skip
+                ready = proc.ready
                 await asyncio.sleep(WARMUP_S)
-                meter = Meter({"gateway": gw.pid, "broker": broker.local_pid, "sender": proc.pid})
+                meter = Meter(
+                    {"gateway": gw.pid, "broker": broker.local_pid, "sender": proc.proc.pid}
+                )
                 before = await asyncio.to_thread(gw.metrics)
                 meter.start()
                 spy = await start_profiler(gw.pid, measure_s, profile)
@@ -136,13 +131,7 @@ async def gateway_run(
                 if spy is not None:
                     await spy.wait()
                 after = await asyncio.to_thread(gw.metrics)
-                async with asyncio.timeout(120):
-                    out, _ = await proc.communicate()
-            finally:
-                if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
-            sent = json.loads(out.splitlines()[-1])
+                sent = await proc.totals(120)
             total = await asyncio.to_thread(gw.metrics)
     frames = _counter(after, "opus_frames_decoded") - _counter(before, "opus_frames_decoded")
     drops = _drops(total)
