@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import platform
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.scale_sender import running_sender
+from bench.stats import quantile
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.chat.component import ChatComponent
@@ -40,11 +40,6 @@ WARMUP_S = 3.0
 MEASURE_S = 8.0
 FRAME_S = 0.060
 SUSTAINED_CPU_SHARE = 0.85
-
-
-def quantile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def device_ids(k: int) -> list[str]:

@@ -13,27 +13,20 @@ Writes bench/results/hello.json and bench/results/hello.md.
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import platform
 import tempfile
 import time
 from pathlib import Path
 
+from bench.stats import quantile, record
 from devstack.gateway import Use
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim, hello_json
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
 from tests.support.broker import start_broker
 
-RESULTS = Path(__file__).parent / "results"
 TOTAL = 1000
 CONCURRENT_DEVICES = 20
 WARMUP = 20
-
-
-def quantile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def summary(samples_ms: list[float]) -> dict[str, float]:
@@ -143,10 +136,7 @@ def markdown(result: dict[str, object]) -> str:
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hello-bench-") as tmp:
         result = asyncio.run(run(Path(tmp)))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "hello.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    (RESULTS / "hello.md").write_text(markdown(result), encoding="utf-8")
-    print(markdown(result))
+    record("hello", result, markdown(result))
 
 
 if __name__ == "__main__":

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
-import math
 import platform
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from bench.stats import quantile, record
 from gateway.metrics import Metrics
 from gateway.mqtt import Inbound
 from gateway.settings import Settings
@@ -31,7 +29,6 @@ from gateway.simulators.xiaozhi import hello_json
 from gateway.xiaozhi.channel import XiaozhiChannel
 from tests.support.fake_mqtt import FakePublisher
 
-RESULTS = Path(__file__).parent / "results"
 SESSIONS = 1000
 ROUNDS = 5
 
@@ -42,11 +39,6 @@ class SilentTransport(asyncio.DatagramTransport):
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 48884) if name == "sockname" else default
-
-
-def quantile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def run() -> dict[str, Any]:
@@ -123,10 +115,7 @@ def markdown(result: dict[str, Any], note: str) -> str:
 def main() -> None:
     result = run()
     note = " ".join(sys.argv[1:]) or "Machine shared with other work while measured."
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "hello_core.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "hello_core.md").write_text(markdown(result, note))
-    print(json.dumps(result, indent=2))
+    record("hello_core", result, markdown(result, note))
 
 
 if __name__ == "__main__":

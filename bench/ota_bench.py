@@ -18,8 +18,6 @@ Writes bench/results/ota.json and bench/results/ota.md.
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import platform
 import tempfile
 import time
@@ -29,11 +27,11 @@ from typing import Any
 
 import aiohttp
 
+from bench.stats import quantile, record
 from devstack.gateway import Use
 from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
 from tests.support.broker import start_broker
 
-RESULTS = Path(__file__).parent / "results"
 FIRST_CONTACTS = 40
 REPEATS = 400
 FLOOD = 2000
@@ -41,12 +39,10 @@ ROOMY = {"ota_ip_burst": 100_000, "ota_mac_burst": 100_000, "ota_users_per_hour"
 
 
 def summary(samples_ms: list[float]) -> dict[str, float]:
-    ordered = sorted(samples_ms)
-
     def q(p: float) -> float:
-        return round(ordered[max(0, math.ceil(p * len(ordered)) - 1)], 3)
+        return round(quantile(samples_ms, p), 3)
 
-    return {"count": len(ordered), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": q(1.0)}
+    return {"count": len(samples_ms), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": q(1.0)}
 
 
 async def timed(
@@ -136,10 +132,7 @@ def markdown(result: dict[str, Any]) -> str:
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ota-bench-") as tmp:
         result = asyncio.run(run(Path(tmp)))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ota.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "ota.md").write_text(markdown(result))
-    print(markdown(result))
+    record("ota", result, markdown(result))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from typing import Any
 
 import aiomqtt
 
-from bench.load.stats import quantile
+from bench.stats import quantile
 from devstack.broker import local_broker, wait_connectable
 from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.broker.credentials import provision

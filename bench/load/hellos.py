@@ -16,7 +16,7 @@ from typing import Any
 from bench.load.lessons import provision_all
 from bench.load.procs import Meter
 from bench.load.stack import split, workers
-from bench.load.stats import summary
+from bench.stats import summary
 from devstack.broker import local_broker, wait_connectable
 from devstack.gateway import Use, gateway_sections
 from devstack.process import gateway_process

@@ -17,8 +17,8 @@ from typing import Any
 
 from bench.load.procs import Meter, rss_bytes
 from bench.load.stack import split, workers
-from bench.load.stats import summary
 from bench.load.stream import start_profiler
+from bench.stats import summary
 from devstack.broker import Broker, local_broker, wait_connectable
 from devstack.gateway import Use, gateway_sections
 from devstack.process import gateway_process
