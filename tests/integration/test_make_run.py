@@ -69,19 +69,24 @@ def test_closing_the_terminal_stops_everything(make_run: MakeRun) -> None:
     _assert_all_stopped(make_run, watcher)
 
 
-def test_second_instance_names_pid_and_ports(make_run: MakeRun, tmp_path: Path) -> None:
-    watcher = _started(make_run)
-    first_pid = make_run.supervisor_pid
-
-    same = subprocess.run(
+def _make_run_once(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A second ``make run`` in the foreground: it is expected to refuse at once."""
+    return subprocess.run(
         ["make", "--no-print-directory", "run"],
         cwd=ROOT,
-        env=make_run.env,
+        env=env,
         capture_output=True,
         text=True,
         timeout=STOP_S,
         check=False,
     )
+
+
+def test_second_instance_names_pid_and_ports(make_run: MakeRun, tmp_path: Path) -> None:
+    watcher = _started(make_run)
+    first_pid = make_run.supervisor_pid
+
+    same = _make_run_once(make_run.env)
     assert same.returncode != 0
     assert f"already running as pid {first_pid}" in same.stderr
     assert f"127.0.0.1:{make_run.mqtt_port}" in same.stderr
@@ -89,15 +94,7 @@ def test_second_instance_names_pid_and_ports(make_run: MakeRun, tmp_path: Path) 
     assert "Traceback" not in same.stderr
 
     other = MakeRun(tmp_path / "other", ports_from=make_run)  # another data dir, same ports
-    taken = subprocess.run(
-        ["make", "--no-print-directory", "run"],
-        cwd=ROOT,
-        env=other.env,
-        capture_output=True,
-        text=True,
-        timeout=STOP_S,
-        check=False,
-    )
+    taken = _make_run_once(other.env)
     assert taken.returncode != 0
     assert f"broker 127.0.0.1:{make_run.mqtt_port}/tcp is in use by pid" in taken.stderr
     assert "(mosquitto)" in taken.stderr
