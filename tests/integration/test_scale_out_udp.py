@@ -12,9 +12,7 @@ import pytest
 from devstack.gateway import gateway_settings, start_service
 from gateway.cluster import Cluster, Ownership, owner_of
 from gateway.service import Context, Service
-from gateway.xiaozhi.channel import XiaozhiChannel
-from gateway.xiaozhi.provisioning import broker_provisioner
-from tests.integration.xiaozhi_support import FAST_STREAM_PPS, Gateway, Recorder, provisioned_device
+from tests.integration.xiaozhi_support import Gateway, provisioned_device, recorded_channel
 from tests.support.broker import Broker
 
 pytestmark = pytest.mark.integration
@@ -51,24 +49,10 @@ async def clustered(
     members: list[tuple[Gateway, Cluster, Asked]] = []
     for _ in range(count):
         settings = gateway_settings(broker)
-        recorder = Recorder()
         ctx = Context.create(settings)
         ownership = Ownership(settings.gateway_id, enabled=True)
         asked = Asked(ownership.owns)
-        channel = XiaozhiChannel(
-            settings=settings,
-            mqtt=ctx.mqtt,
-            metrics=ctx.metrics,
-            http=ctx.http,
-            admin=ctx.admin,
-            voice=recorder,
-            events=recorder,
-            provision=broker_provisioner(
-                data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload
-            ),
-            udp_rate_pps=FAST_STREAM_PPS,
-            owns=asked,
-        )
+        channel, recorder = recorded_channel(broker, ctx, owns=asked)
         cluster = Cluster(ctx=ctx, ownership=ownership, udp=channel, listeners=(changed.set,))
         service = Service(ctx, [cluster, channel])
         members.append((Gateway(service, channel, recorder, settings), cluster, asked))

@@ -114,6 +114,31 @@ class Gateway:
 FAST_STREAM_PPS = 1000.0
 
 
+def recorded_channel(
+    broker: Broker, ctx: Context, *, production_provisioner: bool = False, **options: Any
+) -> tuple[XiaozhiChannel, Recorder]:
+    """The Xiaozhi channel on ``ctx`` with a :class:`Recorder` for its voice and task events,
+    provisioning through the harness's hook (reloads ``broker``) unless
+    ``production_provisioner``; ``options``: more of the channel's keyword arguments
+    (``udp_rate_pps`` defaults to :data:`FAST_STREAM_PPS`)."""
+    settings = ctx.settings
+    recorder = Recorder()
+    channel = XiaozhiChannel(
+        settings=settings,
+        mqtt=ctx.mqtt,
+        metrics=ctx.metrics,
+        http=ctx.http,
+        admin=ctx.admin,
+        voice=recorder,
+        events=recorder,
+        provision=None
+        if production_provisioner
+        else broker_provisioner(data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload),
+        **{"udp_rate_pps": FAST_STREAM_PPS, **options},
+    )
+    return channel, recorder
+
+
 @asynccontextmanager
 async def running_gateway(
     broker: Broker,
@@ -129,20 +154,9 @@ async def running_gateway(
     settings of the HTTP listeners (e.g. ``admin_token``); ``use``: the dev stack's tuning
     (benchmarks pass ``Use.LOAD``); ``xiaozhi``: that section."""
     settings = gateway_settings(broker, use=use, http=http or {}, xiaozhi=xiaozhi)
-    recorder = Recorder()
     ctx = Context.create(settings)
-    channel = XiaozhiChannel(
-        settings=settings,
-        mqtt=ctx.mqtt,
-        metrics=ctx.metrics,
-        http=ctx.http,
-        admin=ctx.admin,
-        voice=recorder,
-        events=recorder,
-        provision=None
-        if production_provisioner
-        else broker_provisioner(data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload),
-        udp_rate_pps=udp_rate_pps,
+    channel, recorder = recorded_channel(
+        broker, ctx, production_provisioner=production_provisioner, udp_rate_pps=udp_rate_pps
     )
     service = Service(ctx, [channel])
     async with serving(service, ready=(channel.wait_ready,)):
