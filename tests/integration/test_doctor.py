@@ -1,75 +1,52 @@
-"""`snlpgw doctor` against a real Mosquitto and a running gateway process: all green, then one
-thing broken at a time (wrong password, store directory read-only, broker down) makes the right
-row fail and the exit code non-zero.
+"""`snlpgw doctor` against a real Mosquitto and a running gateway process (the dev stack's
+:func:`devstack.process.gateway_process`): all green, then one thing broken at a time (wrong
+password, store directory read-only, broker down) makes the right row fail and the exit code
+non-zero.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from devstack.broker import free_port
+from devstack.process import gateway_process
 from tests.support.asr_server import AsrServer
 from tests.support.broker import Broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).parents[2]
-READY = (b"connected to broker", b"(devices) listening", b"(admin) listening")
 
 
-def _env(broker: Broker, tmp_path: Path, asr_url: str) -> dict[str, str]:
+def _sections(broker: Broker, tmp_path: Path, asr_url: str) -> dict[str, Any]:
+    """Fixed free ports: the doctor is told the same settings and probes them."""
+    return {
+        "gateway_id": f"doc-{os.getpid()}",
+        "data_dir": str(broker.data_dir),  # the broker's files: the ACL check provisions
+        "mqtt": {"url": broker.url},
+        "http": {"port": free_port(), "admin_port": free_port()},
+        "udp": {"port": free_port(socket.SOCK_DGRAM)},
+        "store": {"sqlite_path": str(tmp_path / "store" / "gateway.sqlite3")},
+        "asr": {"engine": "http", "http_url": asr_url},
+    }
+
+
+def _env(sections: dict[str, Any]) -> dict[str, str]:
+    """The same settings as ``SNLPGW_*`` variables (how the doctor is configured here)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNLPGW_")}
-    env.update(
-        SNLPGW_GATEWAY_ID=f"doc-{os.getpid()}",
-        SNLPGW_DATA_DIR=str(broker.data_dir),  # the broker's files: the ACL check provisions
-        SNLPGW_MQTT__URL=broker.url,
-        SNLPGW_HTTP__PORT=str(free_port()),
-        SNLPGW_HTTP__ADMIN_PORT=str(free_port()),
-        SNLPGW_UDP__PORT=str(free_port(socket.SOCK_DGRAM)),
-        SNLPGW_STORE__SQLITE_PATH=str(tmp_path / "store" / "gateway.sqlite3"),
-        SNLPGW_ASR__ENGINE="http",
-        SNLPGW_ASR__HTTP_URL=asr_url,
-    )
+    for name, value in sections.items():
+        if isinstance(value, dict):
+            env.update({f"SNLPGW_{name}__{k}".upper(): str(v) for k, v in value.items()})
+        else:
+            env[f"SNLPGW_{name}".upper()] = str(value)
     return env
-
-
-@contextlib.asynccontextmanager
-async def gateway_process(env: dict[str, str]) -> AsyncIterator[None]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "run",
-        cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    seen = b""
-    try:
-        async with asyncio.timeout(60):
-            while not all(needle in seen for needle in READY):
-                line = await proc.stderr.readline()
-                assert line, seen.decode(errors="replace")
-                seen += line
-        async with asyncio.TaskGroup() as tg:
-            drain = tg.create_task(proc.stderr.read(), name="test.gateway-stderr")
-            try:
-                yield
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                async with asyncio.timeout(30):
-                    await proc.wait()
-                await drain
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
 
 async def doctor(env: dict[str, str], *wrap: str) -> tuple[int, dict[str, str], str]:
@@ -101,8 +78,9 @@ async def test_doctor_green_then_each_breakage_fails_its_row(
     fresh_broker: Broker, tmp_path: Path
 ) -> None:
     async with AsrServer(lambda pcm: "hello") as asr:
-        env = _env(fresh_broker, tmp_path, asr.url)
-        async with gateway_process(env):
+        sections = _sections(fresh_broker, tmp_path, asr.url)
+        env = _env(sections)
+        async with gateway_process(tmp_path / "gateway", sections):
             code, rows, text = await doctor(env)
             assert code == 0, text
             assert set(rows.values()) == {"ok"}, text
