@@ -23,7 +23,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from codec.opus import DecoderCounters
 from codec.vad import SpeechStarted, VadEvent
@@ -33,8 +33,10 @@ log = logging.getLogger(__name__)
 FRAME_MS = 60
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
+    """One uplink frame as the queue holds it (immutable; a tuple, so the hot path builds it
+    at a tuple's cost, not a frozen dataclass's per-field ``__setattr__``)."""
+
     opus: bytes
     seq: int
     lost_before: int
@@ -110,7 +112,7 @@ class AudioPipeline:
         self._counters = counters
         # Bounded (capacity frames = 3 s at the default 50); overflow drops the OLDEST frame,
         # counted, and its time is concealed through the next frame's lost_before.
-        self._queue: deque[tuple[bytes, int, int]] = deque()  # (opus, seq, lost_before)
+        self._queue: deque[Frame] = deque()
         self._capacity = capacity
         self._carry_lost = 0  # frames dropped on overflow, added to the next frame's gap
         self._batch = batch
@@ -125,18 +127,18 @@ class AudioPipeline:
     def offer(self, frame: Frame) -> None:
         """Called from ``datagram_received``: O(1), never blocks. A frame that arrives while
         nobody listens is only counted (its sequence was already accounted by the receiver)."""
-        self.receive(frame.opus, frame.seq, frame.lost_before)
+        self.receive(*frame)
 
     def receive(self, opus: bytes, seq: int, lost_before: int) -> None:
-        """:meth:`offer` of a frame's fields (the UDP endpoint's hot path: the queue holds
-        plain tuples; a :class:`Frame` is built only for the tap)."""
+        """:meth:`offer` of a frame's fields (the UDP endpoint's hot path)."""
         if not self.listening:
             self._counters.frames_skipped(1)
             return
+        frame = Frame(opus, seq, lost_before)
         if self.tap is not None:
-            self.tap(Frame(opus, seq, lost_before))
+            self.tap(frame)
         queue = self._queue
-        queue.append((opus, seq, lost_before))
+        queue.append(frame)
         if len(queue) > self._capacity:
             dropped = queue.popleft()
             self._carry_lost += dropped[2] + 1
