@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.scale_sender import running_sender
-from bench.stats import quantile
+from bench.stats import quantile, record
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.chat.component import ChatComponent
 from gateway.xiaozhi.pipeline import Frame
 
-RESULTS = Path(__file__).parent / "results"
 SIZES = (10, 50, 100, 200)
 WARMUP_S = 3.0
 MEASURE_S = 8.0
@@ -199,8 +198,6 @@ def write_results(runs: list[dict[str, Any]], load: tuple[float, float, float]) 
         "max_sustained_bridged_sessions": max(ok, default=0),
         "runs": runs,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "chat.json").write_text(json.dumps(doc, indent=2) + "\n")
     rows = [
         "# CHAT bridge: added latency per frame, bridged sessions per core\n",
         "K devices stream real 60 ms Opus speech over AES-CTR UDP in real time; every session "
@@ -227,7 +224,7 @@ def write_results(runs: list[dict[str, Any]], load: tuple[float, float, float]) 
         "builds and benchmarks ran at the same time)."
     )
     rows.append(NOTES)
-    (RESULTS / "chat.md").write_text("\n".join(rows) + "\n")
+    record("chat", doc, "\n".join(rows) + "\n")
 
 
 NOTES = """
@@ -267,7 +264,6 @@ async def main_async() -> list[dict[str, Any]]:
 def main() -> int:
     runs = asyncio.run(main_async())
     write_results(runs, os.getloadavg())
-    sys.stdout.write((RESULTS / "chat.md").read_text())
     return 0
 
 

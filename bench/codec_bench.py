@@ -12,22 +12,20 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import json
 import platform
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import opuslib
 
+from bench.stats import record
 from codec.opus import OpusStreamDecoder
 from codec.udp import Accepted, UplinkReceiver
 from codec.vad import VadSegmenter
 from tests.support.opus_stream import datagrams, encode
 from tests.support.speech import compose
 
-RESULTS = Path(__file__).parent / "results"
 REPEATS = 40
 KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
 SSRC = 0xC0DEC0DE
@@ -148,10 +146,10 @@ def main() -> None:
             "libopus": libopus_version(),
         },
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "codec.json").write_text(json.dumps(result, indent=2) + "\n")
     rows = "\n".join(f"| {name} | {us[name]:.2f} | {median[name]:.2f} |" for name in us)
-    (RESULTS / "codec.md").write_text(
+    record(
+        "codec",
+        result,
         "# Codec benchmark (python -m bench.codec_bench)\n\n"
         f"{n} real-speech frames of 60 ms ({result['audio_s']} s), 16 kHz mono Opus (VOIP), "
         f"{REPEATS} interleaved passes in one process.\n\n"
@@ -163,9 +161,8 @@ def main() -> None:
         f"On median passes one core sustains about "
         f"{result['realtime_streams_per_core_combined']} real-time uplink streams through the "
         "combined path.\n\n"
-        f"Machine: {result['machine']}\n"
+        f"Machine: {result['machine']}\n",
     )
-    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

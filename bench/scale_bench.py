@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.scale_sender import running_sender
+from bench.stats import record
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.metrics import Metrics
 
-RESULTS = Path(__file__).parent / "results"
 SIZES = (50, 100, 200, 400, 600)
 WARMUP_S = 3.0
 MEASURE_S = 10.0
@@ -135,8 +135,6 @@ def write_results(runs: list[dict[str, Any]]) -> None:
         "max_sustained_sessions": max(ok, default=0),
         "runs": runs,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "scale.json").write_text(json.dumps(doc, indent=2) + "\n")
     rows = [
         "# Concurrent streaming Xiaozhi sessions on one gateway core\n",
         "K sessions stream real 60 ms Opus speech, AES-CTR encrypted, in real time over UDP; "
@@ -158,7 +156,7 @@ def write_results(runs: list[dict[str, Any]]) -> None:
         f"{SUSTAINED_CPU_SHARE:.0%} of one core: **{max(ok, default=0)}**."
     )
     rows.append(NOTES)
-    (RESULTS / "scale.md").write_text("\n".join(rows) + "\n")
+    record("scale", doc, "\n".join(rows) + "\n")
 
 
 async def main_async() -> list[dict[str, Any]]:
@@ -173,7 +171,6 @@ async def main_async() -> list[dict[str, Any]]:
 
 def main() -> int:
     write_results(asyncio.run(main_async()))
-    sys.stdout.write((RESULTS / "scale.md").read_text())
     return 0
 
 

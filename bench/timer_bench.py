@@ -32,13 +32,12 @@ from typing import Any
 
 import aiomqtt
 
-from bench.stats import quantile
+from bench.stats import quantile, record
 from devstack.broker import local_broker, wait_connectable
 from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.broker.credentials import provision
 from gateway.simulators.board import BoardSimulator, SimOptions
 
-RESULTS = Path(__file__).parent / "results"
 SIZES = (1, 50, 200)
 # (sockets, in flight). Sockets "default": the boards' and the broker's sockets as they open
 # them (Nagle on; the gateway always sets TCP_NODELAY on its own); "nodelay": TCP_NODELAY on the
@@ -272,8 +271,6 @@ def write_results(runs: list[dict[str, Any]]) -> None:
         "lesson": {"clips": CLIPS, "clip_ms": CLIP_MS, "window_ms": WINDOW_MS},
         "runs": runs,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "timer.json").write_text(json.dumps(doc, indent=2) + "\n")
     rows = [
         "# Listen-window timer accuracy\n",
         f"N boards each run a shadowing lesson ({CLIPS} clips of {CLIP_MS} ms, {WINDOW_MS} ms "
@@ -295,7 +292,7 @@ def write_results(runs: list[dict[str, Any]]) -> None:
             f"{r['gateway_cpu_s']} / {r['boards_process_cpu_s']} / {r['wall_s']} | {load} |"
         )
     rows.append(NOTES)
-    (RESULTS / "timer.md").write_text("\n".join(rows) + "\n")
+    record("timer", doc, "\n".join(rows) + "\n")
 
 
 async def main_async() -> list[dict[str, Any]]:
@@ -315,7 +312,6 @@ def main() -> int:
         sys.stdout.write(json.dumps(result))
         return 0
     write_results(asyncio.run(main_async()))
-    sys.stdout.write((RESULTS / "timer.md").read_text())
     return 0
 
 

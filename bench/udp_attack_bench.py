@@ -17,20 +17,18 @@ Each case runs in fresh decoder/VAD state primed with real speech; the headline 
 
 from __future__ import annotations
 
-import json
 import platform
 import random
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+from bench.stats import record
 from codec.opus import OpusStreamDecoder
 from codec.vad import VadSegmenter
 from tests.support.opus_stream import encode
 from tests.support.speech import compose
 
-RESULTS = Path(__file__).parent / "results"
 PASSES = 15
 DATAGRAMS = 20  # forged datagrams per pass
 JUMP = 999
@@ -90,22 +88,21 @@ def main() -> None:
         "jump_frames": JUMP,
         "per_forged_datagram": results,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "udp_attack.json").write_text(json.dumps(report, indent=2) + "\n")
     rows = [
         f"| {name} | {r['best_ms']:.3f} | {r['median_ms']:.3f} |" for name, r in results.items()
     ]
     ratio = results["before"]["best_ms"] / max(results["now"]["best_ms"], 1e-9)
-    (RESULTS / "udp_attack.md").write_text(
+    record(
+        "udp_attack",
+        report,
         "# Forged sequence jump: CPU per datagram on the uplink path\n\n"
         f"A keyless datagram jumping {JUMP} frames ahead; decode + VAD per datagram "
         "(`python -m bench.udp_attack_bench`; shared 2-core machine).\n\n"
         "| case | best ms | median ms |\n|---|---|---|\n" + "\n".join(rows) + "\n\n"
         f"`before` / `now`: {ratio:.0f}x. `now` resets the decoder (gap over 5 frames) and "
         "decodes only the datagram's own payload; `before` concealed 5 frames, zero-filled 993 "
-        "and ran the VAD over 60 s of PCM.\n"
+        "and ran the VAD over 60 s of PCM.\n",
     )
-    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
