@@ -14,8 +14,8 @@ from gateway.service import Context, Ops
 from gateway.settings import AsrSettings, load_settings
 from gateway.store import InstanceRecord, InstanceState, Store
 from tests.support.asr_engines import SecondEngine
+from tests.support.fake_mqtt import FakePublisher
 from tests.support.speech import synthesize
-from tests.unit.tasks.fakes import FakeMqtt
 
 DEV = "aa_bb_cc_dd_ee_03"
 LESSON = ("Good morning.", "How are you?", "I am fine, thank you.")
@@ -26,9 +26,9 @@ def _side_path(
     engine: type = PocketsphinxEngine,
     queue_limit: int = 32,
     heard: list[tuple[str, str, int, str]] | None = None,
-) -> tuple[AssessmentPath, Store, FakeMqtt, Metrics]:
+) -> tuple[AssessmentPath, Store, FakePublisher, Metrics]:
     """``heard`` collects what the path tells the task runtime (``on_text``)."""
-    metrics, mqtt = Metrics(), FakeMqtt()
+    metrics, mqtt = Metrics(), FakePublisher()
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
     ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
     store = Store(path=tmp_path / "gw.sqlite3", metrics=metrics, alarm=ctx.ops.alarm)
@@ -78,13 +78,13 @@ async def test_no_expected_text_gives_null_and_no_metrics(tmp_path: Path) -> Non
                 methods=("text_similarity_v0",),
                 hints=LESSON,
             )
-        await mqtt.wait_for(lambda: len(mqtt.on(f"/assessment/{DEV}")) == 2, 60)
+        await mqtt.wait_for(lambda: len(mqtt.bodies(f"/assessment/{DEV}")) == 2, 60)
         await store.flush()
         found = await store.get_instance("i1")
         for task in tasks:
             task.cancel()
 
-    by_step = {a["step_index"]: a for a in mqtt.on(f"/assessment/{DEV}")}
+    by_step = {a["step_index"]: a for a in mqtt.bodies(f"/assessment/{DEV}")}
     assert by_step[0]["expected_text"] is None
     assert by_step[0]["metrics"] == []
     assert by_step[0]["asr_text"] == "good morning"  # heard, but nothing to compare with
@@ -109,11 +109,11 @@ async def test_asr_queue_overflow_drops_the_oldest_and_raises_an_alarm(tmp_path:
         await mqtt.wait_for(lambda: metrics.snapshot().get("snlpgw_asr_queue_depth") == 0.0, 30)
         _submit(path, 1, "u1", "How are you?")  # queued
         _submit(path, 2, "u2", "I am fine, thank you.")  # queue full: step 1's job is dropped
-        await mqtt.wait_for(lambda: len(mqtt.on(f"/assessment/{DEV}")) == 2, 60)
+        await mqtt.wait_for(lambda: len(mqtt.bodies(f"/assessment/{DEV}")) == 2, 60)
         for task in tasks:
             task.cancel()
-    assert sorted(a["step_index"] for a in mqtt.on(f"/assessment/{DEV}")) == [0, 2]
-    (alarm,) = mqtt.on("/events")
+    assert sorted(a["step_index"] for a in mqtt.bodies(f"/assessment/{DEV}")) == [0, 2]
+    (alarm,) = mqtt.bodies("/events")
     assert alarm["alarm"] == "asr_dropped"
     assert alarm["device"] == DEV
     assert alarm["detail"] == {"instance_id": "i1", "step_index": 1}

@@ -1,6 +1,7 @@
 """The one fake MQTT edge (:class:`gateway.mqtt.Publisher` plus ``route``) for shell unit tests
 and the in-process benchmarks: it records what is published and which routes were registered,
-and can hold publishes in its outbox (their ``on_sent`` callbacks run on :meth:`release`)."""
+delivers inbound messages to those routes, and can hold publishes in its outbox (their
+``on_sent`` callbacks run on :meth:`release`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.mqtt import Handler
+from gateway.mqtt import Handler, Inbound
 
 
 @dataclass
@@ -64,3 +65,19 @@ class FakePublisher:
     def on(self, suffix: str) -> list[Published]:
         """What was published to topics ending in ``suffix``."""
         return [p for p in self.sent if p.topic.endswith(suffix)]
+
+    def bodies(self, suffix: str) -> list[Any]:
+        """The JSON bodies published to topics ending in ``suffix``."""
+        return [p.json() for p in self.on(suffix)]
+
+    def deliver(self, topic: str, body: dict[str, Any]) -> None:
+        """An inbound JSON message on ``topic``, to every registered route (QoS 1)."""
+        for _filter, handler, _qos in self.routes:
+            handler(Inbound(topic, json.dumps(body).encode(), 1, False, 0.0, 0))
+
+    async def wait_for(self, predicate: Callable[[], bool], wait_s: float = 5.0) -> None:
+        """Wait (event-driven, bounded) until ``predicate`` holds after some publish."""
+        async with asyncio.timeout(wait_s):
+            while not predicate():
+                self.event.clear()
+                await self.event.wait()

@@ -8,7 +8,7 @@ from gateway.http import HttpServer
 from gateway.metrics import Metrics
 from gateway.service import Context, Ops
 from gateway.settings import AsrSettings, load_settings
-from tests.unit.tasks.fakes import FakeMqtt
+from tests.support.fake_mqtt import FakePublisher
 
 DEV = "aa_bb_cc_dd_ee_04"
 
@@ -25,9 +25,9 @@ class IdleBackend:
         return None
 
 
-def _path(heard: list[object] | None = None) -> tuple[AssessmentPath, FakeMqtt, Metrics]:
+def _path(heard: list[object] | None = None) -> tuple[AssessmentPath, FakePublisher, Metrics]:
     """``heard`` collects what the path tells the task runtime (``on_text``)."""
-    metrics, mqtt = Metrics(), FakeMqtt()
+    metrics, mqtt = Metrics(), FakePublisher()
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
     ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
     sink = heard if heard is not None else []
@@ -61,7 +61,7 @@ async def test_an_older_utterance_finishing_later_is_discarded() -> None:
     _submit(path, "u-new")
     path._on_result(_result("u-new", "how are you"))
     path._on_result(_result("u-old", "i like green apples"))  # was already running: too late
-    (published,) = mqtt.on(f"/assessment/{DEV}")
+    (published,) = mqtt.bodies(f"/assessment/{DEV}")
     assert published["asr_text"] == "how are you"
     assert published["metrics"] == [{"method": "text_similarity_v0", "value": 1.0}]
     assert metrics.snapshot()["snlpgw_assessments_superseded_total"] == 1.0
@@ -74,7 +74,7 @@ async def test_failure_publishes_null_text_and_no_metrics_and_results_are_not_re
     failure = AsrFailure(FailureReason.ENGINE_ERROR, "boom")
     path._on_result(AsrOutcome(AsrKey("i1", 1, "u1"), failure, 10.0))
     path._on_result(AsrOutcome(AsrKey("i1", 1, "u1"), failure, 10.0))  # unknown now: ignored
-    (published,) = mqtt.on(f"/assessment/{DEV}")
+    (published,) = mqtt.bodies(f"/assessment/{DEV}")
     assert published["asr_text"] is None
     assert published["metrics"] == []
     assert heard == []  # nothing to check for exit phrases
@@ -86,4 +86,4 @@ async def test_assessment_disabled_submits_nothing() -> None:
     assert (
         metrics.snapshot()['snlpgw_assessments_skipped_total{reason="assessment_disabled"}'] == 1.0
     )
-    assert mqtt.published == []
+    assert mqtt.sent == []

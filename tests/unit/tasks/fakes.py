@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.mqtt import Handler, Inbound
 from gateway.tasks.core import (
     AudioPhase,
     DeliveryResult,
@@ -16,34 +14,6 @@ from gateway.tasks.core import (
     PlaybackEvent,
     StepColumns,
 )
-
-
-@dataclass
-class FakeMqtt:
-    routes: list[tuple[str, Handler]] = field(default_factory=list)
-    published: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None:
-        self.routes.append((topic_filter, handler))
-
-    def publish(self, topic: str, payload: bytes | str, **_: object) -> None:
-        self.published.append((topic, json.loads(payload)))
-        self.changed.set()
-
-    def deliver(self, topic: str, body: dict[str, Any]) -> None:
-        for _filter, handler in self.routes:
-            handler(Inbound(topic, json.dumps(body).encode(), 1, False, 0.0, 0))
-
-    def on(self, topic_suffix: str) -> list[dict[str, Any]]:
-        return [b for t, b in self.published if t.endswith(topic_suffix)]
-
-    async def wait_for(self, predicate: Callable[[], bool], wait_s: float = 5.0) -> None:
-        """Wait (event-driven, bounded) until ``predicate`` holds after some publish."""
-        async with asyncio.timeout(wait_s):
-            while not predicate():
-                self.changed.clear()
-                await self.changed.wait()
 
 
 @dataclass

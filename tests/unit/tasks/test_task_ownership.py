@@ -23,7 +23,8 @@ from gateway.tasks.core import (
 )
 from gateway.tasks.inbox import TaskInbox
 from gateway.tasks.service import TaskService
-from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeMqtt, FakeRecorder
+from tests.support.fake_mqtt import FakePublisher
+from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeRecorder
 from tests.unit.tasks.test_task_service import (  # the catalog fixture and request helpers
     CATALOG,
     DEV,
@@ -33,12 +34,12 @@ from tests.unit.tasks.test_task_service import (  # the catalog fixture and requ
 )
 
 __all__ = ["fast_catalog"]
-Rig = tuple[TaskService, FakeMqtt, FakeBoard, FakeRecorder, "Owned", Metrics]
+Rig = tuple[TaskService, FakePublisher, FakeBoard, FakeRecorder, "Owned", Metrics]
 
 
 @dataclass
 class _Wire:
-    mqtt: FakeMqtt
+    mqtt: FakePublisher
 
 
 class Owned:
@@ -62,7 +63,7 @@ def _running(recorder: FakeRecorder) -> list[tuple[InstanceColumns, Sequence[Ste
 
 @pytest.fixture
 async def owned_rig(fast_catalog: Path) -> AsyncIterator[Rig]:
-    metrics, mqtt, owns = Metrics(), FakeMqtt(), Owned()
+    metrics, mqtt, owns = Metrics(), FakePublisher(), Owned()
     board, recorder = FakeBoard(clip_ms=300), FakeRecorder()
 
     async def load_running() -> list[tuple[InstanceColumns, Sequence[StepColumns]]]:
@@ -98,7 +99,7 @@ async def test_a_request_for_a_device_owned_elsewhere_is_left_alone(owned_rig: R
     svc, mqtt, board, _, owns, metrics = owned_rig
     owns.devices.clear()
     _start(_Wire(mqtt))  # type: ignore[arg-type]  # the same start request the owner gets
-    assert mqtt.on("/reply/" + DEV) == []
+    assert mqtt.bodies("/reply/" + DEV) == []
     assert svc.runtime_of(DEV) is None
     assert board.sent == []
     assert metrics.snapshot()["snlpgw_runtime_not_owner_total"] == 1.0

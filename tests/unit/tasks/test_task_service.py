@@ -17,7 +17,8 @@ from gateway.settings import load_settings
 from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
 from gateway.tasks.inbox import TaskInbox
 from gateway.tasks.service import TaskService
-from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeMqtt, FakeRecorder
+from tests.support.fake_mqtt import FakePublisher
+from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeRecorder
 
 CATALOG = Path(__file__).parents[3] / "catalog"
 DEV = "aa_bb_cc_dd_ee_01"
@@ -26,7 +27,7 @@ DEV = "aa_bb_cc_dd_ee_01"
 @dataclass
 class Rig:
     svc: TaskService
-    mqtt: FakeMqtt
+    mqtt: FakePublisher
     board: FakeBoard
     mic: FakeMic
     recorder: FakeRecorder
@@ -50,7 +51,7 @@ def fast_catalog(tmp_path: Path) -> Path:
 async def rig(fast_catalog: Path) -> AsyncIterator[Rig]:
     settings = load_settings()
     metrics = Metrics()
-    mqtt = FakeMqtt()
+    mqtt = FakePublisher()
     board, mic, recorder, assessment = FakeBoard(), FakeMic(), FakeRecorder(), FakeAssessment()
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
     ctx = Context(settings, mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
@@ -81,14 +82,14 @@ def _start(rig: Rig, **extra: object) -> None:
 
 
 def _task_events(rig: Rig, name: str | None = None) -> list[dict[str, object]]:
-    events = rig.mqtt.on("/task/" + DEV)
+    events = rig.mqtt.bodies("/task/" + DEV)
     return [e for e in events if name is None or e["event"] == name]
 
 
 async def test_lesson_steps_on_the_timer_and_completes(rig: Rig) -> None:
     _start(rig)
-    await rig.mqtt.wait_for(lambda: bool(rig.mqtt.on("/reply/" + DEV)))
-    reply = rig.mqtt.on("/reply/" + DEV)[0]
+    await rig.mqtt.wait_for(lambda: bool(rig.mqtt.bodies("/reply/" + DEV)))
+    reply = rig.mqtt.bodies("/reply/" + DEV)[0]
     assert reply["status"] == "accepted"
     await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.completed")))
 
@@ -135,8 +136,8 @@ async def test_invalid_control_is_refused_with_reason(rig: Rig) -> None:
     rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "x", "action": "start"})
     rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "y", "action": "start",
                                              "app_id": "nope", "task_id": "nope"})  # fmt: skip
-    await rig.mqtt.wait_for(lambda: len(rig.mqtt.on("/reply/" + DEV)) == 2)
-    first, second = rig.mqtt.on("/reply/" + DEV)
+    await rig.mqtt.wait_for(lambda: len(rig.mqtt.bodies("/reply/" + DEV)) == 2)
+    first, second = rig.mqtt.bodies("/reply/" + DEV)
     assert first["status"] == "refused"
     assert first["reason"] == "invalid"
     assert second["reason"] == "unknown_task"
