@@ -1,19 +1,34 @@
-"""Hand-written fakes at the task shell's edges (STYLE: fakes only for shell unit tests)."""
+"""Hand-written fakes at the task shell's edges (STYLE: fakes only for shell unit tests), and
+the task service running over them (:func:`running_tasks`)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from gateway.http import HttpServer
+from gateway.metrics import Metrics
+from gateway.service import Context, Ops
+from gateway.settings import load_settings
 from gateway.tasks.core import (
     AudioPhase,
     DeliveryResult,
     InstanceColumns,
     PlaybackEvent,
+    RuntimeConfig,
     StepColumns,
+    load_catalog,
+    resource_reader,
 )
+from gateway.tasks.inbox import TaskInbox
+from gateway.tasks.service import TaskService
+from tests.support.fake_mqtt import FakePublisher
+
+CATALOG = Path(__file__).parents[3] / "catalog"
 
 
 @dataclass
@@ -78,3 +93,39 @@ class FakeAssessment:
 
     def submit_utterance(self, **job: Any) -> None:
         self.submitted.append(job)
+
+
+@contextlib.asynccontextmanager
+async def running_tasks(
+    catalog: Path,
+    mqtt: FakePublisher,
+    metrics: Metrics,
+    board: FakeBoard,
+    *,
+    min_window_ms: int,
+    present: Sequence[str] = (),
+    **parts: Any,
+) -> AsyncIterator[TaskService]:
+    """The task service over these fakes, running (restored) until the block exits; the
+    board's events go to its inbox; ``present``: devices online before it starts; ``parts``:
+    the rest of its collaborators (mic, recorder, assessment, ownership)."""
+    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
+    ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
+    inbox = TaskInbox(metrics=metrics)
+    svc = TaskService(
+        ctx=ctx,
+        inbox=inbox,
+        catalog=load_catalog(catalog).catalog,
+        config=RuntimeConfig(min_window_ms=min_window_ms),
+        read_text=resource_reader(CATALOG / "resources"),
+        commands=board,
+        **parts,
+    )
+    board.sink = inbox.board_event
+    for device in present:
+        svc.on_presence(device, True)
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(svc.run(), name="test.tasks")
+        await svc.wait_ready()
+        yield svc
+        task.cancel()

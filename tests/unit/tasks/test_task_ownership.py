@@ -3,30 +3,21 @@ actor at once, gaining one resumes the stored running instance through the resto
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from gateway.http import HttpServer
 from gateway.metrics import Metrics
-from gateway.service import Context, Ops
-from gateway.settings import load_settings
 from gateway.tasks.core import (
     InstanceColumns,
-    RuntimeConfig,
     StepColumns,
-    load_catalog,
-    resource_reader,
 )
-from gateway.tasks.inbox import TaskInbox
 from gateway.tasks.service import TaskService
 from tests.support.fake_mqtt import FakePublisher
-from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeRecorder
+from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeRecorder, running_tasks
 from tests.unit.tasks.test_task_service import (  # the catalog fixture and request helpers
-    CATALOG,
     DEV,
     _start,
     _task_events,
@@ -69,30 +60,12 @@ async def owned_rig(fast_catalog: Path) -> AsyncIterator[Rig]:
     async def load_running() -> list[tuple[InstanceColumns, Sequence[StepColumns]]]:
         return _running(recorder)
 
-    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
-    ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
-    inbox = TaskInbox(metrics=metrics)
-    svc = TaskService(
-        ctx=ctx,
-        inbox=inbox,
-        catalog=load_catalog(fast_catalog).catalog,
-        config=RuntimeConfig(min_window_ms=300),
-        read_text=resource_reader(CATALOG / "resources"),
-        commands=board,
-        mic=FakeMic(),
-        recorder=recorder,
-        assessment=FakeAssessment(),
-        load_running=load_running,
-        owns=owns,
-        handover_delay_s=0.0,
-    )
-    board.sink = inbox.board_event
-    svc.on_presence(DEV, True)
-    async with asyncio.TaskGroup() as tg:
-        task = tg.create_task(svc.run(), name="test.tasks")
-        await svc.wait_ready()
+    async with running_tasks(
+        fast_catalog, mqtt, metrics, board, min_window_ms=300, present=[DEV],
+        mic=FakeMic(), recorder=recorder, assessment=FakeAssessment(),
+        load_running=load_running, owns=owns, handover_delay_s=0.0,
+    ) as svc:  # fmt: skip
         yield svc, mqtt, board, recorder, owns, metrics
-        task.cancel()
 
 
 async def test_a_request_for_a_device_owned_elsewhere_is_left_alone(owned_rig: Rig) -> None:

@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from gateway.http import HttpServer
 from gateway.metrics import Metrics
-from gateway.service import Context, Ops
-from gateway.settings import load_settings
-from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
-from gateway.tasks.inbox import TaskInbox
 from gateway.tasks.service import TaskService
 from tests.support.fake_mqtt import FakePublisher
-from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeRecorder
+from tests.unit.tasks.fakes import (
+    CATALOG,
+    FakeAssessment,
+    FakeBoard,
+    FakeMic,
+    FakeRecorder,
+    running_tasks,
+)
 
-CATALOG = Path(__file__).parents[3] / "catalog"
 DEV = "aa_bb_cc_dd_ee_01"
 
 
@@ -49,30 +50,14 @@ def fast_catalog(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def rig(fast_catalog: Path) -> AsyncIterator[Rig]:
-    settings = load_settings()
     metrics = Metrics()
     mqtt = FakePublisher()
     board, mic, recorder, assessment = FakeBoard(), FakeMic(), FakeRecorder(), FakeAssessment()
-    http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
-    ctx = Context(settings, mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
-    inbox = TaskInbox(metrics=metrics)
-    svc = TaskService(
-        ctx=ctx,
-        inbox=inbox,
-        catalog=load_catalog(fast_catalog).catalog,
-        config=RuntimeConfig(min_window_ms=100),
-        read_text=resource_reader(CATALOG / "resources"),
-        commands=board,
-        mic=mic,
-        recorder=recorder,
-        assessment=assessment,
-    )
-    board.sink = inbox.board_event
-    async with asyncio.TaskGroup() as tg:
-        task = tg.create_task(svc.run(), name="test.tasks")
-        await svc.wait_ready()
+    async with running_tasks(
+        fast_catalog, mqtt, metrics, board, min_window_ms=100,
+        mic=mic, recorder=recorder, assessment=assessment,
+    ) as svc:  # fmt: skip
         yield Rig(svc, mqtt, board, mic, recorder, assessment, metrics)
-        task.cancel()
 
 
 def _start(rig: Rig, **extra: object) -> None:
