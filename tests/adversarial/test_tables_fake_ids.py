@@ -71,7 +71,7 @@ async def test_ten_thousand_fake_ids_do_not_lock_out_a_real_board(
             flooder.stop()
         assert rig.metric("board_devices_tracked") == 10_000  # full, and no more
         assert rig.metric("runtime_devices") == 10_000
-        assert len(gw.tasks._online) <= 10_000
+        assert len(gw.tasks._table.online) <= 10_000
         reply = await rig.start()
         assert reply["status"] == "accepted"
         await rig.wait_event("instance.completed", instance_id=reply["instance_id"], wait_s=60)
