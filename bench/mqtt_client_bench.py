@@ -6,16 +6,14 @@ One client subscribes to a topic and publishes ``N`` QoS 1 messages to it, ``WIN
 their PUBACK at once (as the gateway does), so each message costs the client one PUBLISH out,
 one PUBACK in, one PUBLISH in and one PUBACK out: what the gateway pays per board message and
 per command. The figure is the client process's CPU time per message (contention-insensitive;
-the broker runs in its own process). Clients: the gateway's own (``gateway.mqtt_client``),
-aiomqtt on paho-mqtt (what the gateway used before) and, when installed (``pip install gmqtt``;
-not a project dependency), gmqtt, another asyncio MQTT 5 client.
+the broker runs in its own process). Clients: the gateway's own (``gateway.mqtt_client``) and
+aiomqtt on paho-mqtt (what the gateway used before).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import platform
 import sys
@@ -99,42 +97,7 @@ async def aiomqtt_paho(broker: Broker, password: str, n: int) -> None:
         await receiver
 
 
-async def gmqtt_client(broker: Broker, password: str, n: int) -> None:
-    """gmqtt has no per-publish completion: publish ``WINDOW`` at a time and wait until they
-    came back (stop-and-wait per window; the same packets per message)."""
-    import gmqtt  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: PLC0415
-
-    received = 0
-    back = asyncio.Event()
-
-    def on_message(*_: Any) -> int:
-        nonlocal received
-        received += 1
-        back.set()
-        return 0
-
-    client = gmqtt.Client("bench-gmqtt")
-    client.on_message = on_message
-    client.set_auth_credentials(GATEWAY_USERNAME, password)
-    await client.connect(broker.host, broker.port, version=gmqtt.constants.MQTTv50)
-    client.subscribe(TOPIC, qos=1)
-    await asyncio.sleep(0.2)  # no SUBACK future either
-    sent = 0
-    while sent < n:
-        for _ in range(min(WINDOW, n - sent)):
-            client.publish(TOPIC, PAYLOAD, qos=1)
-            sent += 1
-        while received < sent:
-            back.clear()
-            await back.wait()
-    await client.disconnect()
-
-
-RUNNERS: dict[str, Runner] = {
-    "gateway.mqtt_client": lean,
-    "aiomqtt+paho": aiomqtt_paho,
-    "gmqtt": gmqtt_client,
-}
+RUNNERS: dict[str, Runner] = {"gateway.mqtt_client": lean, "aiomqtt+paho": aiomqtt_paho}
 
 
 async def measure(n: int) -> dict[str, Any]:
@@ -143,8 +106,6 @@ async def measure(n: int) -> dict[str, Any]:
         async with local_broker(Path(tmp) / "broker") as broker:
             password = gateway_password(broker.data_dir)
             for name, runner in RUNNERS.items():
-                if name == "gmqtt" and importlib.util.find_spec("gmqtt") is None:
-                    continue  # not a project dependency: compared when installed
                 await runner(broker, password, min(n, 500))  # warm-up
                 cpu0, wall0 = time.process_time(), time.perf_counter()
                 await runner(broker, password, n)
