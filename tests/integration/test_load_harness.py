@@ -29,6 +29,7 @@ def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads((out / "load.json").read_text())
+    assert doc["failed"] == [], (doc["failed"], done.stderr[-3000:])  # say why a run failed
 
     (lessons_staggered, lessons_simultaneous) = doc["lessons"]
     assert {lessons_staggered["start"], lessons_simultaneous["start"]} == {
