@@ -103,15 +103,17 @@ def test_nat_rebinding_after_silence_but_not_for_replays() -> None:
     rig.feed(captured, NAT)  # a replay from a new address never rebinds
     assert rig.dropped("replay") == 1
     assert live.binding.address == HOME
-    wrong_key = UplinkSender(key=bytes(16), ssrc=live.session.ssrc, last_seq=device.last_seq)
-    rig.feed(wrong_key.seal(b"\xf8\xff\xfe"), NAT)  # sealed without the key: random payload
+    # A frame whose TOC the session never saw (what a datagram sealed without the key decrypts
+    # to, 255 times in 256: sealed with the key here so the test does not depend on that luck).
+    wrong_key = UplinkSender(key=live.session.key, ssrc=live.session.ssrc, last_seq=device.last_seq)
+    rig.feed(wrong_key.seal(b"\x00\xff\xfe"), NAT)
     rig.feed(seal(device, b"\x58\xff\xfe"), NAT)  # a real frame with a TOC never seen
     assert rig.dropped("implausible") == 2
     rig.clock.now = 45.0  # the new-source budget refills
     assert live.binding.address == HOME
     assert live.receiver.last_seq == 1  # refused candidates left no trace
     rig.feed(seal(device), NAT)
-    rig.feed(wrong_key.seal(b"\xf8\xff\xfe"), NAT)  # an implausible frame breaks the run
+    rig.feed(wrong_key.seal(b"\x00\xff\xfe"), NAT)  # an implausible frame breaks the run
     rig.feed(seal(device), NAT)
     rig.feed(seal(device), NAT)
     assert rig.dropped("rebind_pending") == 3
@@ -130,9 +132,10 @@ def test_rebind_candidates_have_their_own_small_budget() -> None:
     live, device = rig.open(DEV)
     rig.feed(seal(device), HOME)
     rig.clock.now = 100.0
-    garbage = UplinkSender(key=bytes(16), ssrc=live.session.ssrc, last_seq=1)
+    # Implausible frames (a TOC the session never saw; see the test above for why not random).
+    garbage = UplinkSender(key=live.session.key, ssrc=live.session.ssrc, last_seq=1)
     for _ in range(50):
-        rig.feed(garbage.seal(b"\xf8\xff\xfe"), EVIL)
+        rig.feed(garbage.seal(b"\x00\xff\xfe"), EVIL)
     assert rig.dropped("implausible") == 4  # REBIND_TRIES_PER_S
     assert rig.dropped("rebind_limited") == 46
     # The session's own budget was not touched: the device streams on at full rate.
