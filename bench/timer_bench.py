@@ -97,7 +97,7 @@ def set_nodelay(client: aiomqtt.Client | None) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class TimedBoard(BoardSimulator):
+class FirstPlayBoard(BoardSimulator):
     """A board simulator that notes the wall-clock time each clip's PLAY_MEDIA first reached it
     (a resend of the same command, same id, does not count again)."""
 
@@ -117,7 +117,7 @@ async def child(spec: dict[str, Any]) -> dict[str, Any]:
     durations = {f"/{APP}/{TASK}/lessons/{LESSON}/{_clip(i)}": CLIP_MS for i in range(CLIPS)}
     boards = []
     for dev, password in devs.items():
-        board = TimedBoard(dev, host=host, port=port, username=dev, password=password,
+        board = FirstPlayBoard(dev, host=host, port=port, username=dev, password=password,
                            options=SimOptions(durations=durations))  # fmt: skip
         board.plays = {}
         boards.append(board)

@@ -50,7 +50,7 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
         return port
 
 
-class Backend(Protocol):
+class BrokerBackend(Protocol):
     kind: Literal["local", "container"]
     host: str
 
@@ -123,7 +123,7 @@ class Broker:
         self,
         data_dir: Path,
         port: int,
-        backend: Backend,
+        backend: BrokerBackend,
         files: BrokerFiles,
         device_port: int | None = None,
     ) -> None:
@@ -294,7 +294,7 @@ def start_broker(
     if extra_config:
         with files.config.open("a") as config:
             config.write(extra_config)
-    chosen: Backend
+    chosen: BrokerBackend
     if backend == "container" or (backend == "auto" and docker_answers()):
         from devstack.broker_container import ContainerMosquitto  # noqa: PLC0415
 

@@ -28,7 +28,7 @@ import aiomqtt
 from devstack import audio
 from devstack.broker import Broker, StackError, local_broker, wait_connectable
 from devstack.demo_chat import exit_then_chat
-from devstack.demo_report import Timeline, instance_table
+from devstack.demo_report import DemoTimeline, instance_table
 from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.app import Gateway
 from gateway.chat import espeak
@@ -123,7 +123,7 @@ async def _fetch_instance(gw: Gateway, instance_id: str) -> dict[str, Any]:
 
 
 async def _lesson(
-    broker: Broker, gw: Gateway, media_dir: Path, child: dict[int, bytes], tl: Timeline
+    broker: Broker, gw: Gateway, media_dir: Path, child: dict[int, bytes], tl: DemoTimeline
 ) -> DemoResult:
     result = DemoResult()
     ota_url = f"http://127.0.0.1:{gw.service.http.port}/xiaozhi/ota/"
@@ -195,7 +195,7 @@ async def _lesson(
 async def _follow(
     *,
     client: aiomqtt.Client,
-    tl: Timeline,
+    tl: DemoTimeline,
     result: DemoResult,
     said: dict[int, str | None],
     child: dict[int, bytes],
@@ -248,7 +248,7 @@ async def run_demo(
     """Run the whole demo; raises :class:`DemoError` (or the stack's error) on failure."""
     with tempfile.TemporaryDirectory(prefix="snlpgw-demo-") as tmp:
         root = data_dir or Path(tmp)
-        tl = Timeline(write)
+        tl = DemoTimeline(write)
         tl.note("synthesizing the lesson audio with espeak-ng")
         child = _prepare_audio(root / "media")
         async with local_broker(root / "data") as broker:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import aiomqtt
 
-from devstack.demo_report import Timeline
+from devstack.demo_report import DemoTimeline
 from gateway.chat import espeak
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim
 
@@ -33,7 +33,7 @@ async def exit_then_chat(
     client: aiomqtt.Client,
     device: XiaozhiDeviceSim,
     uplink: Speaker,
-    tl: Timeline,
+    tl: DemoTimeline,
     dev: str,
     start: dict[str, Any],
     fail: Callable[[str], Exception],

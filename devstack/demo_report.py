@@ -24,7 +24,7 @@ def metrics_text(metrics: object) -> str:
     )
 
 
-class Timeline:
+class DemoTimeline:
     """Prints ``+ms  what`` lines, relative to the moment the lesson was requested."""
 
     def __init__(self, write: Write) -> None:

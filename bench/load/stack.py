@@ -19,14 +19,14 @@ from typing import Any
 from devstack.gateway import REPO_ROOT
 
 
-class Worker:
+class LoadWorker:
     """A harness worker process (boards or devices) driven over stdin/stdout JSON lines."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
 
     @classmethod
-    async def start(cls, module: str, spec: dict[str, Any], path: Path) -> Worker:
+    async def start(cls, module: str, spec: dict[str, Any], path: Path) -> LoadWorker:
         await asyncio.to_thread(path.write_text, json.dumps(spec))
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", module, str(path), stdin=asyncio.subprocess.PIPE,
@@ -60,11 +60,11 @@ class Worker:
 @contextlib.asynccontextmanager
 async def workers(
     module: str, specs: list[dict[str, Any]], root: Path
-) -> AsyncIterator[list[Worker]]:
-    started: list[Worker] = []
+) -> AsyncIterator[list[LoadWorker]]:
+    started: list[LoadWorker] = []
     try:
         for i, spec in enumerate(specs):
-            started.append(await Worker.start(module, spec, root / f"{module}-{i}.json"))
+            started.append(await LoadWorker.start(module, spec, root / f"{module}-{i}.json"))
         yield started
     finally:
         for worker in started:

@@ -42,7 +42,7 @@ class DocstringError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class DefenceRow:
     file: str
     name: str
     attack: str
@@ -75,9 +75,9 @@ def _test_functions(tree: ast.Module) -> list[tuple[str, _Func]]:
     return found
 
 
-def collect(directory: Path = HERE) -> list[Row]:
+def collect(directory: Path = HERE) -> list[DefenceRow]:
     """Every adversarial test as a row, in file then definition order."""
-    rows: list[Row] = []
+    rows: list[DefenceRow] = []
     offenders: list[str] = []
     for path in sorted(directory.glob("test_*.py")):
         if path.name in EXEMPT_FILES:
@@ -90,13 +90,13 @@ def collect(directory: Path = HERE) -> list[Row]:
                 offenders.append(f"{path.name}::{name}")
                 continue
             attack, defence = (_one_line(match[k]) for k in ("attack", "defence"))
-            rows.append(Row(path.name, name, attack, defence))
+            rows.append(DefenceRow(path.name, name, attack, defence))
     if offenders:
         raise DocstringError(offenders)
     return rows
 
 
-def render(rows: list[Row] | None = None) -> str:
+def render(rows: list[DefenceRow] | None = None) -> str:
     rows = collect() if rows is None else rows
     table = [
         "| attack | what happens | test |",

@@ -11,7 +11,7 @@ import pytest
 
 from codec.counter_space import counter_blocks
 from gateway.simulators.xiaozhi import FRAME_MS, XiaozhiDeviceSim, encode_pcm
-from tests.integration.xiaozhi_support import Gateway, provisioned_device, running_gateway
+from tests.integration.xiaozhi_support import XiaozhiGateway, provisioned_device, running_gateway
 from tests.support import speech
 from tests.support.broker import Broker
 from tests.support.udp_watch import DatagramWatch
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 
 async def talk_while_listening(
-    gw: Gateway, dev: str, sim: XiaozhiDeviceSim, utterances: list[list[bytes]]
+    gw: XiaozhiGateway, dev: str, sim: XiaozhiDeviceSim, utterances: list[list[bytes]]
 ) -> list[bytes]:
     """The device streams uplink (echoing the newest downlink timestamp, as firmware built with
     server AEC does) while the gateway speaks each utterance; returns the uplink datagrams."""

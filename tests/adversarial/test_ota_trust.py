@@ -14,7 +14,7 @@ import pytest
 
 from gateway.probe import connack
 from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
-from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
+from tests.integration.xiaozhi_support import XiaozhiGateway, new_mac, running_gateway
 from tests.support.broker import Broker
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ def accepts(broker: Broker, username: str, password: str) -> bool:
     return connack(broker.host, broker.port, username, password) == 0
 
 
-async def admin(gw: Gateway, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+async def admin(gw: XiaozhiGateway, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     async with (
         aiohttp.ClientSession() as http,
         http.request(method, gw.admin_url + path, headers=AUTH, json=body) as resp,
@@ -41,7 +41,7 @@ async def admin(gw: Gateway, method: str, path: str, body: Any = None) -> tuple[
         return resp.status, await resp.json()
 
 
-async def ota_post(gw: Gateway, mac: str) -> tuple[int, Any]:
+async def ota_post(gw: XiaozhiGateway, mac: str) -> tuple[int, Any]:
     """One OTA request the way a script would send it (a fresh Client-Id)."""
     headers = {"Device-Id": mac, "Client-Id": str(uuid.uuid4())}
     async with (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim, hello_json
-from tests.integration.xiaozhi_support import Gateway, provisioned_device, running_gateway
+from tests.integration.xiaozhi_support import XiaozhiGateway, provisioned_device, running_gateway
 from tests.support.broker import Broker
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ async def hellos_answered(sim: XiaozhiDeviceSim, count: int) -> int:
     return sum(1 for m in sim.inbox[seen:] if m.get("type") == "hello")
 
 
-def refused(gw: Gateway, reason: str) -> float:
+def refused(gw: XiaozhiGateway, reason: str) -> float:
     return gw.metric("xiaozhi_control_dropped_total", reason=reason)
 
 

@@ -17,7 +17,7 @@ from tests.adversarial.udp_support import (
     ssrc_of,
     target_of,
 )
-from tests.integration.xiaozhi_support import Gateway, provisioned_device, running_gateway
+from tests.integration.xiaozhi_support import XiaozhiGateway, provisioned_device, running_gateway
 from tests.support import speech
 from tests.support.broker import Broker
 from tests.support.udp_watch import DatagramWatch
@@ -30,7 +30,7 @@ KEYLESS = ("implausible", "rebind_limited", "rebind_pending")
 
 
 async def bound_device(
-    gw: Gateway, sim: XiaozhiDeviceSim, frames: list[bytes]
+    gw: XiaozhiGateway, sim: XiaozhiDeviceSim, frames: list[bytes]
 ) -> tuple[DatagramWatch, list[bytes]]:
     """Open the device's audio channel and send ``frames``; returns once all were accepted,
     with the datagrams (an eavesdropper's capture)."""
@@ -45,7 +45,7 @@ async def bound_device(
     return watch, sent
 
 
-def dropped(gw: Gateway, reason: str) -> float:
+def dropped(gw: XiaozhiGateway, reason: str) -> float:
     return gw.metric("xiaozhi_udp_dropped_total", reason=reason)
 
 

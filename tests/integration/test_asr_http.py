@@ -10,7 +10,7 @@ import pytest
 from gateway.assessment.http_engine import AsyncBackend, HttpAsrEngine
 from gateway.assessment.jobs import AsrFailure, AsrResult, FailureReason
 from gateway.assessment.sphinx import PocketsphinxEngine
-from tests.support.asr_server import AsrServer, Reply
+from tests.support.asr_server import AsrServer, ScriptedReply
 from tests.support.speech import synthesize
 from tests.unit.assessment.harness import job, running_pool
 
@@ -47,7 +47,7 @@ async def test_real_speech_through_a_pocketsphinx_backed_server_via_the_pool() -
 
 
 async def test_5xx_is_retried_then_succeeds() -> None:
-    async with AsrServer(_fixed, [Reply(503), Reply(500)]) as server:
+    async with AsrServer(_fixed, [ScriptedReply(503), ScriptedReply(500)]) as server:
         engine = _engine(server.url, retries=2)
         result = await engine.transcribe(PCM)
         await engine.aclose()
@@ -57,7 +57,7 @@ async def test_5xx_is_retried_then_succeeds() -> None:
 
 
 async def test_5xx_beyond_the_retry_budget_is_a_typed_failure() -> None:
-    async with AsrServer(_fixed, [Reply(502)] * 5) as server:
+    async with AsrServer(_fixed, [ScriptedReply(502)] * 5) as server:
         engine = _engine(server.url, retries=2)
         result = await engine.transcribe(PCM)
         await engine.aclose()
@@ -66,7 +66,7 @@ async def test_5xx_beyond_the_retry_budget_is_a_typed_failure() -> None:
 
 
 async def test_4xx_is_not_retried() -> None:
-    async with AsrServer(_fixed, [Reply(400)]) as server:
+    async with AsrServer(_fixed, [ScriptedReply(400)]) as server:
         engine = _engine(server.url, retries=3)
         result = await engine.transcribe(PCM)
         await engine.aclose()
@@ -77,7 +77,7 @@ async def test_4xx_is_not_retried() -> None:
 
 
 async def test_attempt_timeout_is_retried_then_succeeds() -> None:
-    async with AsrServer(_fixed, [Reply(200, delay_s=3.0)]) as server:
+    async with AsrServer(_fixed, [ScriptedReply(200, delay_s=3.0)]) as server:
         engine = _engine(server.url, timeout_s=0.5, retries=1)
         result = await engine.transcribe(PCM)
         await engine.aclose()
@@ -87,7 +87,7 @@ async def test_attempt_timeout_is_retried_then_succeeds() -> None:
 
 
 async def test_every_attempt_timing_out_is_a_timeout_failure() -> None:
-    async with AsrServer(_fixed, [Reply(200, delay_s=3.0)] * 2) as server:
+    async with AsrServer(_fixed, [ScriptedReply(200, delay_s=3.0)] * 2) as server:
         engine = _engine(server.url, timeout_s=0.5, retries=1)
         result = await engine.transcribe(PCM)
         await engine.aclose()
@@ -109,7 +109,7 @@ async def test_connection_refused_is_retried_then_typed() -> None:
 
 async def test_pool_job_timeout_bounds_the_whole_http_job() -> None:
     async with (
-        AsrServer(_fixed, [Reply(200, delay_s=3.0)]) as server,
+        AsrServer(_fixed, [ScriptedReply(200, delay_s=3.0)]) as server,
         running_pool(AsyncBackend(_engine(server.url, timeout_s=10)), job_timeout_s=0.5) as c,
     ):
         c.pool.submit(job(0, PCM))

@@ -77,7 +77,7 @@ class RecordingSink:
 
 
 @dataclass
-class Rig:
+class ChannelRig:
     broker: Broker
     channel: BoardChannel
     sink: RecordingSink
@@ -106,7 +106,7 @@ class Rig:
 @contextlib.asynccontextmanager
 async def gateway(
     broker: Broker, tmp: Path, *, also: BoardEventSink | None = None, **board: object
-) -> AsyncIterator[Rig]:
+) -> AsyncIterator[ChannelRig]:
     """A real gateway service with the board channel; simulators run in ``rig.tg``; ``also``
     hears what the channel reports, after the recording sink."""
     settings = gateway_settings(broker, tmp, board=board)
@@ -121,7 +121,7 @@ async def gateway(
         sink=sink,
     )
     async with serving(Service(ctx, [channel])) as service, asyncio.TaskGroup() as tg:
-        rig = Rig(broker, channel, sink, service, tg, tmp)
+        rig = ChannelRig(broker, channel, sink, service, tg, tmp)
         try:
             yield rig
         finally:
@@ -129,7 +129,7 @@ async def gateway(
                 task.cancel()
 
 
-async def connected(sim: BoardSimulator, rig: Rig) -> None:
+async def connected(sim: BoardSimulator, rig: ChannelRig) -> None:
     async with asyncio.timeout(WAIT_S):
         await sim.connected.wait()
     await rig.sink.wait_for(lambda: rig.sink.online(sim.dev) is True)
@@ -334,7 +334,7 @@ async def status_seen(watcher: ClientSession, topic: str, *, online: bool) -> No
         pass
 
 
-async def retained_status(rig: Rig, topic: str) -> dict[str, object]:
+async def retained_status(rig: ChannelRig, topic: str) -> dict[str, object]:
     """Read the retained status as a new subscriber would."""
     async with mqtt_client(rig.broker, rig.broker.gateway_credentials()) as reader:
         await reader.subscribe(topic)

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.probe import connack
 from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
-from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
+from tests.integration.xiaozhi_support import XiaozhiGateway, new_mac, running_gateway
 from tests.support.broker import Broker
 
 # Hang guards, not timings: each `snlpgw device` run starts a Python process that imports the
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 TOKEN = "cli-admin-token"
 
 
-async def cli(gw: Gateway, *args: str, token: str = TOKEN) -> tuple[int, str, str]:
+async def cli(gw: XiaozhiGateway, *args: str, token: str = TOKEN) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNLPGW_")}
     env["SNLPGW_HTTP__ADMIN_TOKEN"] = token
     proc = await asyncio.create_subprocess_exec(

@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tests.support.asr_engines import RaisingEngine, SlowEngine
+from tests.support.asr_engines import RaisingEngine, SlowSphinxEngine
 from tests.support.broker import Broker
 from tests.support.verdicts import verdict_keys
 from tests.support.voice_lesson import (
@@ -94,7 +94,12 @@ async def test_slow_asr_does_not_delay_the_lesson(
 ) -> None:
     """5 s per ASR job: the windows still close on time; assessments arrive after the lesson."""
     script: dict[int, str | None] = {2: "I am fine, thank you.", 3: "See you later, alligator."}
-    async with lesson_rig(broker, tmp_path, device_id, SlowEngine) as (_gw, seen, device, backend):
+    async with lesson_rig(broker, tmp_path, device_id, SlowSphinxEngine) as (
+        _gw,
+        seen,
+        device,
+        backend,
+    ):
         async with asyncio.TaskGroup() as tg:
             reader = tg.create_task(child(device, seen, script), name="test.child")
             await start(backend, device_id, seen, params={"listen_ratio": RATIO, "start_step": 2})

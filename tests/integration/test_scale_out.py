@@ -65,7 +65,7 @@ START_S = 120.0  # three gateway processes importing and settling on two busy co
 LESSON_S = 240.0
 
 
-class Seen:
+class ScaleSeen:
     def __init__(self) -> None:
         self.metrics: dict[str, dict[str, float]] = {}
         self.status: dict[str, dict[str, Any]] = {}
@@ -74,7 +74,7 @@ class Seen:
         self.completed: Counter[str] = Counter()  # instance id → instance.completed seen
 
 
-async def _pump(session: ClientSession, seen: Seen, watch: Watch) -> None:
+async def _pump(session: ClientSession, seen: ScaleSeen, watch: Watch) -> None:
     while True:
         message: Received = await session.queue.get()
         try:
@@ -145,7 +145,7 @@ async def test_three_gateways_sixty_lessons_one_killed_mid_lesson(
     tag = uuid.uuid4().hex[:6]
     gws = [cluster_gateway(tmp_path / f"gw{n}", f"gw{n}-{tag}", sections) for n in range(GATEWAYS)]
     ids = [g.gateway_id for g in gws]
-    seen, watch = Seen(), Watch()
+    seen, watch = ScaleSeen(), Watch()
     ops_creds = broker.provision(f"ops-{tag}", role="ops")
     backend_creds = broker.provision(f"backend-{tag}", role="backend")
     devs = [new_device_id() for _ in range(BOARDS)]

@@ -12,7 +12,7 @@ import pytest
 from devstack.gateway import gateway_settings, start_service
 from gateway.cluster import Cluster, Ownership, owner_of
 from gateway.service import Context, Service
-from tests.integration.xiaozhi_support import Gateway, provisioned_device, recorded_channel
+from tests.integration.xiaozhi_support import XiaozhiGateway, provisioned_device, recorded_channel
 from tests.support.broker import Broker
 
 pytestmark = pytest.mark.integration
@@ -42,11 +42,11 @@ class Asked:
 @contextlib.asynccontextmanager
 async def clustered(
     broker: Broker, count: int
-) -> AsyncIterator[list[tuple[Gateway, Cluster, Asked]]]:
+) -> AsyncIterator[list[tuple[XiaozhiGateway, Cluster, Asked]]]:
     """``count`` gateways with the Xiaozhi channel and the cluster component, all settled on
     the same live set."""
     changed = asyncio.Event()
-    members: list[tuple[Gateway, Cluster, Asked]] = []
+    members: list[tuple[XiaozhiGateway, Cluster, Asked]] = []
     for _ in range(count):
         settings = gateway_settings(broker)
         ctx = Context.create(settings)
@@ -55,7 +55,7 @@ async def clustered(
         channel, recorder = recorded_channel(broker, ctx, owns=asked)
         cluster = Cluster(ctx=ctx, ownership=ownership, udp=channel, listeners=(changed.set,))
         service = Service(ctx, [cluster, channel])
-        members.append((Gateway(service, channel, recorder, settings), cluster, asked))
+        members.append((XiaozhiGateway(service, channel, recorder, settings), cluster, asked))
     ids = {gw.settings.gateway_id for gw, _, _ in members}
     async with asyncio.TaskGroup() as tg:
         runs = [

@@ -14,7 +14,7 @@ from tests.support.mqtt_client import mqtt_client
 from topics import GatewayStatus, OpsMetrics, TopicKind, build_topic
 
 
-class Probe:
+class ServiceProbe:
     """A component that records what its route receives."""
 
     name = "probe"
@@ -56,7 +56,7 @@ async def test_broker_restart_reconnects_resubscribes_and_republishes(
     settings = gateway_settings(fresh_broker, tmp_path)
     gw = settings.gateway_id
     ctx = Context.create(settings)
-    probe = Probe(ctx, f"snlp/v1/{device_id}/evt")
+    probe = ServiceProbe(ctx, f"snlp/v1/{device_id}/evt")
     device = fresh_broker.provision(device_id)
     ops = fresh_broker.provision(f"ops-{gw}", role="ops")
     async with serving(Service(ctx, [probe])) as svc:

@@ -76,7 +76,7 @@ def free_port() -> int:
 
 
 @dataclass
-class Rig:
+class ReporterRig:
     service: Service
     store: Store
     reporter: ManagerReporter
@@ -86,8 +86,8 @@ class Rig:
 
 
 @pytest.fixture
-def make_rig(tmp_path: Path) -> Callable[..., Rig]:
-    def build(url: str, **kwargs: object) -> Rig:
+def make_rig(tmp_path: Path) -> Callable[..., ReporterRig]:
+    def build(url: str, **kwargs: object) -> ReporterRig:
         ctx = make_context(tmp_path)
         store = Store(path=tmp_path / "g.sqlite3", metrics=ctx.metrics, alarm=ctx.ops.alarm)
         reporter = ManagerReporter(
@@ -98,12 +98,12 @@ def make_rig(tmp_path: Path) -> Callable[..., Rig]:
             alarm=ctx.ops.alarm,
             **kwargs,  # type: ignore[arg-type]
         )
-        return Rig(Service(ctx, [store, reporter]), store, reporter)
+        return ReporterRig(Service(ctx, [store, reporter]), store, reporter)
 
     return build
 
 
-async def running(rig: Rig, scenario: Callable[[], object]) -> None:
+async def running(rig: ReporterRig, scenario: Callable[[], object]) -> None:
     async with asyncio.TaskGroup() as tg:
         tasks = [
             tg.create_task(rig.store.run(), name="test.store"),
@@ -129,7 +129,7 @@ def submit_lesson(store: Store, instance_id: str, steps: int) -> None:
 
 
 async def test_latest_snapshot_is_put_with_the_secret(
-    manager: Manager, make_rig: Callable[..., Rig]
+    manager: Manager, make_rig: Callable[..., ReporterRig]
 ) -> None:
     rig = make_rig(manager.url)
 
@@ -157,7 +157,7 @@ async def test_latest_snapshot_is_put_with_the_secret(
 
 
 async def test_each_committed_change_is_reported_in_its_latest_state(
-    manager: Manager, make_rig: Callable[..., Rig]
+    manager: Manager, make_rig: Callable[..., ReporterRig]
 ) -> None:
     rig = make_rig(manager.url)
 
@@ -182,7 +182,7 @@ async def test_each_committed_change_is_reported_in_its_latest_state(
     ids=["server-error-then-success-is-retried", "client-error-is-not-retried"],
 )
 async def test_a_refused_put_is_retried_only_after_a_server_error(
-    manager: Manager, make_rig: Callable[..., Rig], status: int, puts: int, failed: int
+    manager: Manager, make_rig: Callable[..., ReporterRig], status: int, puts: int, failed: int
 ) -> None:
     manager.statuses = [status]  # the first answer; success after it
     rig = make_rig(manager.url, retries=3, backoff_s=0.01)
@@ -202,7 +202,7 @@ async def test_a_refused_put_is_retried_only_after_a_server_error(
 
 
 async def test_unreachable_manager_never_holds_up_the_store(
-    make_rig: Callable[..., Rig],
+    make_rig: Callable[..., ReporterRig],
 ) -> None:
     rig = make_rig(f"http://127.0.0.1:{free_port()}", retries=2, backoff_s=0.01)
 

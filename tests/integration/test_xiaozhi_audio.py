@@ -20,7 +20,12 @@ from gateway.simulators.xiaozhi import (
     simulate,
 )
 from gateway.xiaozhi.mcp import McpError
-from tests.integration.xiaozhi_support import Gateway, new_mac, provisioned_device, running_gateway
+from tests.integration.xiaozhi_support import (
+    XiaozhiGateway,
+    new_mac,
+    provisioned_device,
+    running_gateway,
+)
 from tests.support import speech
 from tests.support.broker import Broker
 from topics.xiaozhi import firmware_accepts_hello
@@ -46,7 +51,7 @@ TWENTY_SECONDS = [
 ]
 
 
-def assert_boundaries(gw: Gateway, dev: str, timeline: speech.Timeline) -> None:
+def assert_boundaries(gw: XiaozhiGateway, dev: str, timeline: speech.Timeline) -> None:
     found = gw.recorder.utterances_of(dev)
     assert len(found) == len(timeline.utterances), [(u.start_ms, u.end_ms) for u in found]
     for got, want in zip(found, timeline.utterances, strict=True):

@@ -24,7 +24,7 @@ from tests.support.broker import Broker
 
 
 @dataclass(frozen=True)
-class Utterance:
+class HeardUtterance:
     dev: str
     session_id: str
     start_ms: float
@@ -32,12 +32,12 @@ class Utterance:
     pcm_bytes: int
 
 
-class Recorder:
+class VoiceRecorder:
     """VoiceSink + SessionEvents that tests can await."""
 
     def __init__(self) -> None:
         self.started: list[tuple[str, float]] = []
-        self.utterances: list[Utterance] = []
+        self.utterances: list[HeardUtterance] = []
         self.events: list[tuple[Any, ...]] = []
         self._changed = asyncio.Event()
 
@@ -49,7 +49,7 @@ class Recorder:
     def speech_stopped(
         self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
     ) -> None:
-        self.utterances.append(Utterance(dev, session_id, start_ms, end_ms, len(pcm)))
+        self.utterances.append(HeardUtterance(dev, session_id, start_ms, end_ms, len(pcm)))
         self._bump()
 
     # SessionEvents
@@ -75,7 +75,7 @@ class Recorder:
         self.events.append(("mcp", dev, dict(payload)))
         self._bump()
 
-    def utterances_of(self, dev: str) -> list[Utterance]:
+    def utterances_of(self, dev: str) -> list[HeardUtterance]:
         return [u for u in self.utterances if u.dev == dev]
 
     async def wait_for(self, condition: Callable[[], bool], *, timeout_s: float = 20.0) -> None:
@@ -89,10 +89,10 @@ class Recorder:
 
 
 @dataclass
-class Gateway:
+class XiaozhiGateway:
     service: Service
     channel: XiaozhiChannel
-    recorder: Recorder
+    recorder: VoiceRecorder
     settings: Settings
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -116,13 +116,13 @@ FAST_STREAM_PPS = 1000.0
 
 def recorded_channel(
     broker: Broker, ctx: Context, *, production_provisioner: bool = False, **options: Any
-) -> tuple[XiaozhiChannel, Recorder]:
-    """The Xiaozhi channel on ``ctx`` with a :class:`Recorder` for its voice and task events,
+) -> tuple[XiaozhiChannel, VoiceRecorder]:
+    """The Xiaozhi channel on ``ctx`` with a :class:`VoiceRecorder` for its voice and task events,
     provisioning through the harness's hook (reloads ``broker``) unless
     ``production_provisioner``; ``options``: more of the channel's keyword arguments
     (``udp_rate_pps`` defaults to :data:`FAST_STREAM_PPS`)."""
     settings = ctx.settings
-    recorder = Recorder()
+    recorder = VoiceRecorder()
     channel = XiaozhiChannel(
         settings=settings,
         mqtt=ctx.mqtt,
@@ -148,7 +148,7 @@ async def running_gateway(
     http: dict[str, Any] | None = None,
     use: Use = Use.TEST,
     **xiaozhi: Any,
-) -> AsyncIterator[Gateway]:
+) -> AsyncIterator[XiaozhiGateway]:
     """``production_provisioner``: the channel's own default (broker files under data_dir,
     reload through the broker's pid file) instead of the harness's reload hook; ``http``:
     settings of the HTTP listeners (e.g. ``admin_token``); ``use``: the dev stack's tuning
@@ -160,7 +160,7 @@ async def running_gateway(
     )
     service = Service(ctx, [channel])
     async with serving(service, ready=(channel.wait_ready,)):
-        yield Gateway(service, channel, recorder, settings)
+        yield XiaozhiGateway(service, channel, recorder, settings)
 
 
 def new_mac() -> str:
@@ -171,7 +171,7 @@ def new_mac() -> str:
 
 
 @asynccontextmanager
-async def provisioned_device(gw: Gateway) -> AsyncIterator[tuple[str, XiaozhiDeviceSim]]:
+async def provisioned_device(gw: XiaozhiGateway) -> AsyncIterator[tuple[str, XiaozhiDeviceSim]]:
     """A new device simulator, provisioned over OTA and connected: ``(device id, simulator)``."""
     mac = new_mac()
     sim = XiaozhiDeviceSim(mac=mac)

@@ -24,7 +24,7 @@ class RaisingEngine(PocketsphinxEngine):
         return result
 
 
-class SlowEngine(PocketsphinxEngine):
+class SlowSphinxEngine(PocketsphinxEngine):
     """Transcribes for real, 5 s per job."""
 
     delay_s = 5.0
@@ -34,7 +34,7 @@ class SlowEngine(PocketsphinxEngine):
         return super().transcribe(pcm, hints)
 
 
-class SecondEngine(SlowEngine):
+class SecondEngine(SlowSphinxEngine):
     """Transcribes for real, 1 s per job (to hold a job in flight)."""
 
     delay_s = 1.0

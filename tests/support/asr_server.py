@@ -1,7 +1,7 @@
 """A local OpenAI-compatible ``POST /v1/audio/transcriptions`` server backed by any engine.
 
 ``AsrServer(transcribe)`` serves on 127.0.0.1 (ephemeral port) inside ``async with``; a script
-of ``Reply`` items (status, delay) can precede normal answers, to exercise timeouts and
+of ``ScriptedReply`` items (status, delay) can precede normal answers, to exercise timeouts and
 retries. Sync engines (pocketsphinx) are called in a thread so the server stays responsive.
 """
 
@@ -22,7 +22,7 @@ PATH = "/v1/audio/transcriptions"
 
 
 @dataclass(frozen=True)
-class Reply:
+class ScriptedReply:
     """A scripted reply: ``status`` (200 = transcribe normally) after ``delay_s``."""
 
     status: int = 200
@@ -37,9 +37,11 @@ class Request:
 
 
 class AsrServer:
-    def __init__(self, transcribe: Callable[[bytes], str], script: Iterable[Reply] = ()) -> None:
+    def __init__(
+        self, transcribe: Callable[[bytes], str], script: Iterable[ScriptedReply] = ()
+    ) -> None:
         self._transcribe = transcribe
-        self.script: deque[Reply] = deque(script)
+        self.script: deque[ScriptedReply] = deque(script)
         self.requests: list[Request] = []
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
@@ -65,7 +67,7 @@ class AsrServer:
         self.requests.append(
             Request(str(form.get("model", "")), str(form.get("response_format", "")), pcm)
         )
-        reply = self.script.popleft() if self.script else Reply()
+        reply = self.script.popleft() if self.script else ScriptedReply()
         if reply.delay_s:  # ends early when the server closes, so no handler outlives it
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(reply.delay_s):

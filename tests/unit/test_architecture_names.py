@@ -1,11 +1,14 @@
-"""Every type has one name and one home: no type name is defined twice in the shipped code.
+"""Every type has one name and one home: no type name is defined twice in the tree (the shipped
+packages and the dev stack, benchmarks and tests around them).
 
 Types are classes (nested and private ones included) and module-level type aliases (a
 CamelCase name bound at module level, e.g. ``Effect = Send | Done``).
 
-A reader (or a grep) finding ``class X`` must find the one ``X``. The wire models in ``topics/``
-are the contract and keep their names; inside types take a domain name (``BoardAudio`` on the
-board side, ``AudioPhase`` in the task core, ``Voice…`` for the voice session's events).
+A reader (or a grep) finding ``class X`` must find the one ``X``; a test double takes the name of
+what it stands for (``BoardSink``, ``ReporterRig``), never a bare ``Rig`` or ``Sink``. The wire
+models in ``topics/`` are the contract and keep their names; inside types take a domain name
+(``BoardAudio`` on the board side, ``AudioPhase`` in the task core, ``Voice…`` for the voice
+session's events).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("gateway", "codec", "topics")
+PACKAGES = ("gateway", "codec", "topics", "devstack", "bench", "tests")
 
 
 def _is_type_alias_name(name: str) -> bool:

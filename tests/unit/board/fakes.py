@@ -47,7 +47,7 @@ class Clock:
 
 
 @dataclass
-class Sink:
+class BoardSink:
     also: BoardEventSink | None = None  # told everything too (e.g. BoardToTasks)
     events: list[BoardEvent] = field(default_factory=list)
     changes: list[PresenceChange] = field(default_factory=list)
@@ -64,13 +64,13 @@ class Sink:
 
 
 @dataclass
-class Rig:
+class BoardRig:
     channel: BoardChannel
     pub: FakePublisher
     router: FakeRouter
     alarms: FakeAlarms
     clock: Clock
-    sink: Sink
+    sink: BoardSink
     metrics: Metrics
 
     def deliver(self, dev: str, kind: str, payload: bytes | dict[str, Any] | str) -> None:
@@ -105,10 +105,10 @@ def make_rig(
     also: BoardEventSink | None = None,
     owns: Callable[[str], bool] = lambda _dev: True,
     **settings: Any,
-) -> Rig:
+) -> BoardRig:
     base: dict[str, Any] = {"ack_timeout_s": 3.0, "max_resends": 2, "heartbeat_s": 30.0}
     s = BoardSettings(**{**base, **settings})
-    clock, sink, metrics = Clock(), Sink(also), Metrics()
+    clock, sink, metrics = Clock(), BoardSink(also), Metrics()
     pub, router, alarms = FakePublisher(), FakeRouter(), FakeAlarms()
     channel = BoardChannel(
         settings=s,
@@ -122,4 +122,4 @@ def make_rig(
         clock=clock,
         wall_ms=lambda: 1_764_460_800_000,
     )
-    return Rig(channel, pub, router, alarms, clock, sink, metrics)
+    return BoardRig(channel, pub, router, alarms, clock, sink, metrics)

@@ -12,7 +12,15 @@ from gateway.board.presence import Liveness
 from gateway.metrics import Metrics
 from gateway.mqtt import Inbound
 from gateway.settings import BoardSettings
-from tests.unit.board.fakes import DEV, DEV2, FakeAlarms, FakePublisher, FakeRouter, Sink, make_rig
+from tests.unit.board.fakes import (
+    DEV,
+    DEV2,
+    BoardSink,
+    FakeAlarms,
+    FakePublisher,
+    FakeRouter,
+    make_rig,
+)
 from topics.errors import PayloadError, TopicError
 from topics.snlp_commands import Download, PlayMedia, StopMedia
 
@@ -331,7 +339,7 @@ async def test_timer_task_resends_and_cancels_on_shutdown() -> None:
         publisher=pub,
         metrics=Metrics(),
         alarms=FakeAlarms(),
-        sink=Sink(),
+        sink=BoardSink(),
     )
     async with asyncio.TaskGroup() as tg:
         timer = tg.create_task(channel.run(), name="board.timer")

@@ -9,7 +9,7 @@ from gateway.chat.player import Player
 from gateway.xiaozhi.downlink import Pacing
 
 
-class Sink:
+class PlayerSink:
     def __init__(self) -> None:
         self.out: list[tuple[str, object]] = []
         self.drops: list[str] = []
@@ -35,7 +35,7 @@ class Sink:
                 await self.changed.wait()
 
 
-def player(sink: Sink, capacity: int = 100, control: int = 256) -> Player:
+def player(sink: PlayerSink, capacity: int = 100, control: int = 256) -> Player:
     return Player(
         publish=sink.publish,
         send_audio=sink.send,
@@ -50,7 +50,7 @@ def player(sink: Sink, capacity: int = 100, control: int = 256) -> Player:
 
 
 async def test_order_pacing_and_stop_after_audio() -> None:
-    sink = Sink()
+    sink = PlayerSink()
     p = player(sink)
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(p.run())
@@ -69,7 +69,7 @@ async def test_order_pacing_and_stop_after_audio() -> None:
 
 
 async def test_clear_drops_audio_keeps_control_and_overflow_is_counted() -> None:
-    sink = Sink()
+    sink = PlayerSink()
     p = player(sink, capacity=3)
     p.json(b"a")
     for i in range(5):
@@ -89,7 +89,7 @@ async def test_clear_drops_audio_keeps_control_and_overflow_is_counted() -> None
 
 
 def test_control_flood_is_refused_not_dropped_silently() -> None:
-    sink = Sink()
+    sink = PlayerSink()
     p = player(sink, control=2)
     p.audio(b"a")  # audio does not count against the control bound
     assert p.json(b"1")
@@ -99,7 +99,7 @@ def test_control_flood_is_refused_not_dropped_silently() -> None:
 
 
 def test_reset_drops_everything() -> None:
-    sink = Sink()
+    sink = PlayerSink()
     p = player(sink)
     p.json(b"start", tts="start")
     p.audio(b"a")

@@ -25,7 +25,7 @@ from tests.unit.tasks.test_task_service import (  # the catalog fixture and requ
 )
 
 __all__ = ["fast_catalog"]
-Rig = tuple[TaskService, FakePublisher, FakeBoard, FakeRecorder, "Owned", Metrics]
+OwnershipRig = tuple[TaskService, FakePublisher, FakeBoard, FakeRecorder, "Owned", Metrics]
 
 
 @dataclass
@@ -53,7 +53,7 @@ def _running(recorder: FakeRecorder) -> list[tuple[InstanceColumns, Sequence[Ste
 
 
 @pytest.fixture
-async def owned_rig(fast_catalog: Path) -> AsyncIterator[Rig]:
+async def owned_rig(fast_catalog: Path) -> AsyncIterator[OwnershipRig]:
     metrics, mqtt, owns = Metrics(), FakePublisher(), Owned()
     board, recorder = FakeBoard(clip_ms=300), FakeRecorder()
 
@@ -68,7 +68,9 @@ async def owned_rig(fast_catalog: Path) -> AsyncIterator[Rig]:
         yield svc, mqtt, board, recorder, owns, metrics
 
 
-async def test_a_request_for_a_device_owned_elsewhere_is_left_alone(owned_rig: Rig) -> None:
+async def test_a_request_for_a_device_owned_elsewhere_is_left_alone(
+    owned_rig: OwnershipRig,
+) -> None:
     svc, mqtt, board, _, owns, metrics = owned_rig
     owns.devices.clear()
     _start(_Wire(mqtt))  # type: ignore[arg-type]  # the same start request the owner gets
@@ -78,7 +80,9 @@ async def test_a_request_for_a_device_owned_elsewhere_is_left_alone(owned_rig: R
     assert metrics.snapshot()["snlpgw_runtime_not_owner_total"] == 1.0
 
 
-async def test_handover_stops_the_old_actor_and_resumes_from_the_store(owned_rig: Rig) -> None:
+async def test_handover_stops_the_old_actor_and_resumes_from_the_store(
+    owned_rig: OwnershipRig,
+) -> None:
     svc, mqtt, board, recorder, owns, _ = owned_rig
     rig = _Wire(mqtt)
     _start(rig)  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ DEV = "aa_bb_cc_dd_ee_01"
 
 
 @dataclass
-class Rig:
+class TaskServiceRig:
     svc: TaskService
     mqtt: FakePublisher
     board: FakeBoard
@@ -49,7 +49,7 @@ def fast_catalog(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def rig(fast_catalog: Path) -> AsyncIterator[Rig]:
+async def rig(fast_catalog: Path) -> AsyncIterator[TaskServiceRig]:
     metrics = Metrics()
     mqtt = FakePublisher()
     board, mic, recorder, assessment = FakeBoard(), FakeMic(), FakeRecorder(), FakeAssessment()
@@ -57,21 +57,21 @@ async def rig(fast_catalog: Path) -> AsyncIterator[Rig]:
         fast_catalog, mqtt, metrics, board, min_window_ms=100,
         mic=mic, recorder=recorder, assessment=assessment,
     ) as svc:  # fmt: skip
-        yield Rig(svc, mqtt, board, mic, recorder, assessment, metrics)
+        yield TaskServiceRig(svc, mqtt, board, mic, recorder, assessment, metrics)
 
 
-def _start(rig: Rig, **extra: object) -> None:
+def _start(rig: TaskServiceRig, **extra: object) -> None:
     body = {"v": 1, "id": "r1", "action": "start", "app_id": "english_learning",
             "task_id": "shadowing", "lesson_id": "unit01", **extra}  # fmt: skip
     rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", body)
 
 
-def _task_events(rig: Rig, name: str | None = None) -> list[dict[str, object]]:
+def _task_events(rig: TaskServiceRig, name: str | None = None) -> list[dict[str, object]]:
     events = rig.mqtt.bodies("/task/" + DEV)
     return [e for e in events if name is None or e["event"] == name]
 
 
-async def test_lesson_steps_on_the_timer_and_completes(rig: Rig) -> None:
+async def test_lesson_steps_on_the_timer_and_completes(rig: TaskServiceRig) -> None:
     _start(rig)
     await rig.mqtt.wait_for(lambda: bool(rig.mqtt.bodies("/reply/" + DEV)))
     reply = rig.mqtt.bodies("/reply/" + DEV)[0]
@@ -102,7 +102,7 @@ async def test_lesson_steps_on_the_timer_and_completes(rig: Rig) -> None:
     assert rig.recorder.instances[-1].state == "completed"
 
 
-async def test_speech_in_window_is_submitted_with_expected_text(rig: Rig) -> None:
+async def test_speech_in_window_is_submitted_with_expected_text(rig: TaskServiceRig) -> None:
     _start(rig)
     await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "window.opened")))
     rig.svc.on_speech_started(DEV, "u1")
@@ -117,7 +117,7 @@ async def test_speech_in_window_is_submitted_with_expected_text(rig: Rig) -> Non
     assert "See you later, alligator." in job["hints"]  # from the lesson's 04.txt
 
 
-async def test_invalid_control_is_refused_with_reason(rig: Rig) -> None:
+async def test_invalid_control_is_refused_with_reason(rig: TaskServiceRig) -> None:
     rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "x", "action": "start"})
     rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "y", "action": "start",
                                              "app_id": "nope", "task_id": "nope"})  # fmt: skip
@@ -128,7 +128,7 @@ async def test_invalid_control_is_refused_with_reason(rig: Rig) -> None:
     assert second["reason"] == "unknown_task"
 
 
-async def test_failed_clip_advances_without_hanging(rig: Rig) -> None:
+async def test_failed_clip_advances_without_hanging(rig: TaskServiceRig) -> None:
     rig.board.fail_names = {"/english_learning/shadowing/lessons/unit01/02.mp3"}
     _start(rig)
     await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.completed")))
@@ -140,7 +140,7 @@ async def test_failed_clip_advances_without_hanging(rig: Rig) -> None:
 
 
 async def test_a_clip_without_any_text_plays_and_submits_no_expected_text(
-    rig: Rig, fast_catalog: Path
+    rig: TaskServiceRig, fast_catalog: Path
 ) -> None:
     """SPEC 2.5(d): no transcript, no .txt, no sentence → expected_text None; playback as usual."""
     rig.mqtt.deliver(
@@ -157,7 +157,7 @@ async def test_a_clip_without_any_text_plays_and_submits_no_expected_text(
     assert all(s.expected_text is None for s in rig.recorder.steps)
 
 
-async def test_an_utterance_cut_by_the_window_close_keeps_its_step(rig: Rig) -> None:
+async def test_an_utterance_cut_by_the_window_close_keeps_its_step(rig: TaskServiceRig) -> None:
     _start(rig)
     await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "window.opened")))
     rig.svc.on_speech_started(DEV, "u1")
@@ -179,7 +179,7 @@ async def _drain_inboxes(svc: TaskService) -> None:
     raise AssertionError("actors did not drain their inboxes")
 
 
-async def test_full_actor_table_evicts_idle_then_refuses(rig: Rig) -> None:
+async def test_full_actor_table_evicts_idle_then_refuses(rig: TaskServiceRig) -> None:
     rig.svc._table._max_devices = 3
     _start(rig)  # DEV runs a lesson: never evicted
     await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.started")))
@@ -199,7 +199,7 @@ async def test_full_actor_table_evicts_idle_then_refuses(rig: Rig) -> None:
     await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.completed")))
 
 
-async def test_presence_memory_is_bounded(rig: Rig) -> None:
+async def test_presence_memory_is_bounded(rig: TaskServiceRig) -> None:
     rig.svc._table._max_devices = 3
     for i in range(10):
         rig.svc.on_presence(f"aa_bb_cc_dd_ff_{i:02x}", online=False)

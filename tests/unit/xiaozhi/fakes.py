@@ -26,7 +26,7 @@ HELLO = {
 }
 
 
-class FakePublisher(fake_mqtt.FakePublisher):
+class XiaozhiPublisher(fake_mqtt.FakePublisher):
     """The MQTT edge (tests/support/fake_mqtt.py), read per device."""
 
     def to(self, dev: str) -> list[dict[str, Any]]:
@@ -80,9 +80,9 @@ def make_channel(
     ready: bool = True,
     xiaozhi: dict[str, Any] | None = None,
     **kwargs: Any,
-) -> tuple[XiaozhiChannel, FakePublisher, Metrics]:
+) -> tuple[XiaozhiChannel, XiaozhiPublisher, Metrics]:
     metrics = Metrics()
-    pub = FakePublisher()
+    pub = XiaozhiPublisher()
     channel = XiaozhiChannel(
         settings=Settings(
             udp={"port": 0, "public_host": "gw.example", "public_port": 8884},

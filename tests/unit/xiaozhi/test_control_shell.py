@@ -19,7 +19,7 @@ from tests.unit.xiaozhi.fakes import (
     HELLO,
     OTHER,
     FakeClock,
-    FakePublisher,
+    XiaozhiPublisher,
     inbound,
     make_channel,
     sample,
@@ -66,7 +66,7 @@ def test_with_http_listeners_the_channel_serves_ota_approvals_and_health(tmp_pat
     admin = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
     channel = XiaozhiChannel(
         settings=Settings(data_dir=tmp_path),
-        mqtt=FakePublisher(),
+        mqtt=XiaozhiPublisher(),
         metrics=metrics,
         http=http,
         admin=admin,

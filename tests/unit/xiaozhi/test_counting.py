@@ -8,7 +8,7 @@ from gateway.xiaozhi.counting import CounterBatch
 from gateway.xiaozhi.pipeline import PipelineCounters
 
 
-class Sink:
+class CountingSink:
     def __init__(self) -> None:
         self.calls: list[int] = []
 
@@ -17,7 +17,7 @@ class Sink:
 
 
 def test_without_a_running_loop_counts_go_through_at_once() -> None:
-    sink = Sink()
+    sink = CountingSink()
     count = CounterBatch().sum(sink.inc)
     count(2)
     count(3)
@@ -26,7 +26,7 @@ def test_without_a_running_loop_counts_go_through_at_once() -> None:
 
 async def test_counts_of_one_iteration_reach_the_counter_once_in_the_next() -> None:
     batch = CounterBatch()
-    a, b = Sink(), Sink()
+    a, b = CountingSink(), CountingSink()
     count_a, count_b = batch.sum(a.inc), batch.sum(b.inc)
     for _ in range(5):
         count_a(1)
@@ -42,7 +42,7 @@ async def test_counts_of_one_iteration_reach_the_counter_once_in_the_next() -> N
 
 
 def test_pipeline_counters_are_batched_one_for_one() -> None:
-    sinks = {name: Sink() for name in PipelineCounters.__dataclass_fields__}
+    sinks = {name: CountingSink() for name in PipelineCounters.__dataclass_fields__}
     counters = CounterBatch().pipeline_counters(
         PipelineCounters(**{n: s.inc for n, s in sinks.items()})
     )
@@ -55,7 +55,7 @@ def test_pipeline_counters_are_batched_one_for_one() -> None:
 
 async def test_flush_passes_pending_sums_on_at_once() -> None:
     batch = CounterBatch()
-    sink = Sink()
+    sink = CountingSink()
     count = batch.sum(sink.inc)
     count(3)
     batch.flush()  # the pump does this at the end of its turn

@@ -49,7 +49,7 @@ def settings_for(tmp_path: Path, **xiaozhi: Any) -> Settings:
     return Settings(mqtt={"url": "mqtt://10.1.2.3:1883"}, data_dir=tmp_path, xiaozhi=xiaozhi)
 
 
-class Rig:
+class OtaRig:
     def __init__(self, client: TestClient, endpoint: OtaEndpoint, metrics: Metrics) -> None:
         self.client, self.endpoint, self.metrics = client, endpoint, metrics
 
@@ -81,7 +81,7 @@ class Routes:
 
 async def start(
     settings: Settings, provision: Provisioner | None, revoked: list[str] | None = None
-) -> AsyncIterator[Rig]:
+) -> AsyncIterator[OtaRig]:
     metrics = Metrics()
     app = web.Application()
     endpoint = OtaEndpoint(
@@ -94,7 +94,7 @@ async def start(
     OtaAdmin(endpoint, admin=Routes(app))
     try:
         async with TestClient(TestServer(app)) as client:
-            yield Rig(client, endpoint, metrics)
+            yield OtaRig(client, endpoint, metrics)
     finally:
         endpoint.close()
 
@@ -105,13 +105,13 @@ def fake() -> FakeProvisioner:
 
 
 @pytest.fixture
-async def rig(tmp_path: Path, fake: FakeProvisioner) -> AsyncIterator[Rig]:
+async def rig(tmp_path: Path, fake: FakeProvisioner) -> AsyncIterator[OtaRig]:
     async for r in start(settings_for(tmp_path), fake):
         yield r
 
 
 async def test_first_contact_binds_and_the_same_password_is_served_again(
-    rig: Rig, fake: FakeProvisioner, tmp_path: Path
+    rig: OtaRig, fake: FakeProvisioner, tmp_path: Path
 ) -> None:
     status, first = await rig.ota(HEADERS, json={"mac_address": MAC})
     assert status == 200
@@ -141,7 +141,7 @@ async def test_bindings_survive_a_restart(tmp_path: Path, fake: FakeProvisioner)
 
 
 async def test_spoofed_client_gets_an_activation_and_approval_moves_the_binding(
-    rig: Rig, fake: FakeProvisioner
+    rig: OtaRig, fake: FakeProvisioner
 ) -> None:
     _, real = await rig.ota(HEADERS)
     _, spoofed = await rig.ota(SPOOFED)
@@ -170,7 +170,7 @@ async def test_spoofed_client_gets_an_activation_and_approval_moves_the_binding(
     assert rig.metric("xiaozhi_ota_activations_total", outcome="activate_done") == 1
 
 
-async def test_rotate_gives_the_bound_board_its_next_password(rig: Rig) -> None:
+async def test_rotate_gives_the_bound_board_its_next_password(rig: OtaRig) -> None:
     _, before = await rig.ota(HEADERS)
     resp = await rig.client.post(f"/admin/devices/{DEV}/rotate")
     assert (resp.status, await resp.json()) == (200, {"device": DEV, "generation": 2})
@@ -181,12 +181,12 @@ async def test_rotate_gives_the_bound_board_its_next_password(rig: Rig) -> None:
 
 
 @pytest.mark.parametrize("body", [b"not json", b'{"code": 123456}', b'{"code": "12345"}', b"[]"])
-async def test_malformed_approvals_are_400(rig: Rig, body: bytes) -> None:
+async def test_malformed_approvals_are_400(rig: OtaRig, body: bytes) -> None:
     resp = await rig.client.post("/admin/devices/approve", data=body)
     assert resp.status == 400
 
 
-async def test_wrong_codes_lock_approval(rig: Rig) -> None:
+async def test_wrong_codes_lock_approval(rig: OtaRig) -> None:
     await rig.ota(HEADERS)
     _, spoofed = await rig.ota(SPOOFED)
     code = spoofed["activation"]["code"]
@@ -215,7 +215,7 @@ async def test_provisioning_failures_are_clear_errors(
 
 
 async def test_refused_requests_never_reach_the_provisioner(
-    rig: Rig, fake: FakeProvisioner
+    rig: OtaRig, fake: FakeProvisioner
 ) -> None:
     assert (await rig.ota(HEADERS, json={"mac_address": "24:0a:c4:99:99:99"}))[0] == 400
     assert (await rig.ota({**HEADERS, "Device-Id": "nope"}))[0] == 400

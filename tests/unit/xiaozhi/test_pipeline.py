@@ -76,7 +76,7 @@ class ScriptedSegmenter:
         return [SpeechStopped(at_ms=99, pcm=b"f", duration_ms=99, truncated=False, started_ms=0)]
 
 
-class Sink:
+class PipelineSink:
     def __init__(self) -> None:
         self.events: list[tuple[object, ...]] = []
 
@@ -89,8 +89,8 @@ class Sink:
         self.events.append(("stop", dev, session_id, start_ms, end_ms, len(pcm)))
 
 
-def pipeline(**kwargs: object) -> tuple[AudioPipeline, FakeDecoder, Sink, Tally]:
-    decoder, sink, tally = FakeDecoder(), Sink(), Tally()
+def pipeline(**kwargs: object) -> tuple[AudioPipeline, FakeDecoder, PipelineSink, Tally]:
+    decoder, sink, tally = FakeDecoder(), PipelineSink(), Tally()
     defaults: dict[str, object] = {
         "dev": "d",
         "session_id": "s",
@@ -172,11 +172,11 @@ def test_listening_off_flushes_the_open_utterance_to_the_sink() -> None:
 
 
 def test_sink_failure_is_contained() -> None:
-    class Broken(Sink):
+    class BrokenSink(PipelineSink):
         def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
             raise RuntimeError("runtime bug")
 
-    p, _, _, tally = pipeline(sink=Broken())
+    p, _, _, tally = pipeline(sink=BrokenSink())
     for seq in (1, 2, 3):
         p.offer(Frame(b"x", seq, 0))
     assert p.drain() == 3

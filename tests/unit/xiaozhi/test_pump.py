@@ -109,7 +109,7 @@ async def test_serve_runs_a_turn_at_once_and_folds_the_scheduled_one() -> None:
 async def test_a_failing_turn_ends_run_with_its_error() -> None:
     pump = AudioPump()
 
-    class Broken:
+    class BrokenOutbox:
         queued = 1
 
         def drain(self, limit: int | None = None) -> int:
@@ -117,7 +117,7 @@ async def test_a_failing_turn_ends_run_with_its_error() -> None:
 
     run = asyncio.create_task(pump.run(), name="test.pump")
     await asyncio.sleep(0)
-    pump.notify(Broken())
+    pump.notify(BrokenOutbox())
     with pytest.raises(RuntimeError, match="bug"):
         await run
 

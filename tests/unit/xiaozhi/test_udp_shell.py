@@ -28,7 +28,7 @@ NAT = ("10.0.0.5", 40001)
 EVIL = ("192.0.2.66", 5555)
 
 
-class Rig:
+class UdpRig:
     def __init__(self) -> None:
         self.clock = FakeClock(0.0)
         self.channel, self.pub, self.metrics = make_channel(self.clock, ready=False)
@@ -57,7 +57,7 @@ def seal(device: UplinkSender, opus: bytes = b"\xf8\xff\xfe") -> bytes:
 
 
 def test_first_valid_datagram_binds_and_reaches_pipeline() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     rig.feed(seal(device, b"opus-1"), HOME)
     assert live.binding.address == HOME
@@ -67,7 +67,7 @@ def test_first_valid_datagram_binds_and_reaches_pipeline() -> None:
 
 
 def test_replay_and_duplicate_are_dropped() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     first = seal(device)
     rig.feed(first, HOME)
@@ -77,7 +77,7 @@ def test_replay_and_duplicate_are_dropped() -> None:
 
 
 def test_foreign_source_is_dropped_without_touching_sequence_state() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     rig.feed(seal(device), HOME)
     # The attacker knows the ssrc and forges a huge sequence from its own address.
@@ -92,7 +92,7 @@ def test_foreign_source_is_dropped_without_touching_sequence_state() -> None:
 
 
 def test_nat_rebinding_after_silence_but_not_for_replays() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     captured = seal(device)
     rig.feed(captured, HOME)
@@ -128,7 +128,7 @@ def test_nat_rebinding_after_silence_but_not_for_replays() -> None:
 
 
 def test_rebind_candidates_have_their_own_small_budget() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     rig.feed(seal(device), HOME)
     rig.clock.now = 100.0
@@ -145,7 +145,7 @@ def test_rebind_candidates_have_their_own_small_budget() -> None:
 
 
 def test_replays_are_refused_before_they_spend_the_sessions_budget() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     captured = seal(device)
     rig.feed(captured, HOME)
@@ -158,7 +158,7 @@ def test_replays_are_refused_before_they_spend_the_sessions_budget() -> None:
 
 
 def test_the_session_toc_is_learned_even_while_nobody_listens() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     live.pipeline.listening = False
     rig.feed(seal(device), HOME)
@@ -176,14 +176,14 @@ def test_the_session_toc_is_learned_even_while_nobody_listens() -> None:
     ],
 )
 def test_malformed_datagrams_are_counted(datagram: bytes, reason: str) -> None:
-    rig = Rig()
+    rig = UdpRig()
     rig.open(DEV)
     rig.feed(datagram, HOME)
     assert rig.dropped(reason) == 1
 
 
 def test_unknown_and_other_sessions_ssrc() -> None:
-    rig = Rig()
+    rig = UdpRig()
     a, device_a = rig.open(DEV)
     b, _ = rig.open(OTHER)
     for _ in range(50):
@@ -200,7 +200,7 @@ def test_unknown_and_other_sessions_ssrc() -> None:
 
 
 def test_downlink_needs_address_then_seals_from_sequence_one() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     assert rig.endpoint.send(live, b"tts-1") is False
     assert rig.dropped("no_address") == 1
@@ -218,7 +218,7 @@ def test_downlink_needs_address_then_seals_from_sequence_one() -> None:
 
 
 def test_socket_errors_are_counted_not_raised() -> None:
-    rig = Rig()
+    rig = UdpRig()
     rig.endpoint.error_received(ConnectionRefusedError())
     assert rig.dropped("socket_error") == 1
     rig.endpoint.connection_lost(None)
@@ -227,7 +227,7 @@ def test_socket_errors_are_counted_not_raised() -> None:
 
 
 def test_closed_session_stops_routing() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     rig.channel.close_session(DEV)
     rig.feed(seal(device), HOME)
@@ -236,7 +236,7 @@ def test_closed_session_stops_routing() -> None:
 
 
 def test_rate_limit_applies_before_crypto_and_after_the_address_check() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     live.bucket = TokenBucket(rate=1.0, burst=2)
     rig.feed(seal(device), HOME)
@@ -255,7 +255,7 @@ def test_rate_limit_applies_before_crypto_and_after_the_address_check() -> None:
 
 def test_one_readiness_event_drains_every_queued_datagram_from_the_socket() -> None:
     """Batch reads: asyncio delivers one datagram, the endpoint reads the rest itself."""
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     with (
         socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx,
@@ -280,7 +280,7 @@ def test_one_readiness_event_drains_every_queued_datagram_from_the_socket() -> N
 
 
 def test_nobody_listening_means_no_decryption_but_sequence_rules_still_apply() -> None:
-    rig = Rig()
+    rig = UdpRig()
     live, device = rig.open(DEV)
     rig.channel.set_listening(DEV, False)
     first = seal(device, b"secret")
