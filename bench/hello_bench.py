@@ -21,7 +21,7 @@ from pathlib import Path
 from bench.stats import quantile, record
 from devstack.gateway import Use
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim, hello_json
-from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
+from tests.integration.xiaozhi_support import XiaozhiGateway, new_mac, running_gateway
 from tests.support.broker import start_broker
 
 TOTAL = 1000
@@ -52,7 +52,7 @@ async def hellos(sim: XiaozhiDeviceSim, count: int) -> list[float]:
     return out
 
 
-async def devices(gw: Gateway, n: int) -> list[XiaozhiDeviceSim]:
+async def devices(gw: XiaozhiGateway, n: int) -> list[XiaozhiDeviceSim]:
     sims = [XiaozhiDeviceSim(mac=new_mac(), board="bench") for _ in range(n)]
     for sim in sims:
         await sim.provision(gw.ota_url)

@@ -29,7 +29,7 @@ import aiohttp
 
 from bench.stats import quantile, record
 from devstack.gateway import Use
-from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
+from tests.integration.xiaozhi_support import XiaozhiGateway, new_mac, running_gateway
 from tests.support.broker import start_broker
 
 FIRST_CONTACTS = 40
@@ -46,7 +46,7 @@ def summary(samples_ms: list[float]) -> dict[str, float]:
 
 
 async def timed(
-    http: aiohttp.ClientSession, gw: Gateway, mac: str, client: str, want: int
+    http: aiohttp.ClientSession, gw: XiaozhiGateway, mac: str, client: str, want: int
 ) -> float:
     headers = {"Device-Id": mac, "Client-Id": client, "User-Agent": "bench/1.0"}
     t0 = time.perf_counter()

@@ -19,7 +19,7 @@ from gateway.broker.rules import Role
 from gateway.probe import connack
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim, encode_pcm
 from tests.integration.test_xiaozhi_audio import assert_boundaries
-from tests.integration.xiaozhi_support import Gateway, new_mac, running_gateway
+from tests.integration.xiaozhi_support import XiaozhiGateway, new_mac, running_gateway
 from tests.support import speech
 from tests.support.broker import Broker
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
@@ -31,7 +31,7 @@ NOT_AUTHORIZED = 135
 FLOOD_BURST = 200  # datagrams sent before waiting for the gateway to read them
 
 
-async def connected_sim(gw: Gateway) -> XiaozhiDeviceSim:
+async def connected_sim(gw: XiaozhiGateway) -> XiaozhiDeviceSim:
     sim = XiaozhiDeviceSim(mac=new_mac())
     await sim.provision(gw.ota_url)
     return sim
