@@ -49,6 +49,10 @@ from topics import GatewayStatus, encode
 
 log = logging.getLogger(__name__)
 
+# A full lane logs its first loss and then every _LOG_EVERY-th (the counters count each one): a
+# flood of devices would otherwise write a line per publish.
+_LOG_EVERY = 100
+
 
 @dataclass(frozen=True, slots=True)
 class Inbound:
@@ -117,6 +121,7 @@ class MqttConnection:
             BackoffPolicy(settings.reconnect_min_s, settings.reconnect_max_s, jitter=True)
         )
         self._client: Client | None = None
+        self._lost = {Lane.EVENTS: 0, Lane.CONTROL: 0}  # publishes lost per lane, for the log
 
         self.m_connected = metrics.gauge("mqtt_connected", "1 while connected to the broker")
         self.m_connects = metrics.counter("mqtt_connects", "Successful broker connections")
@@ -204,11 +209,23 @@ class MqttConnection:
 
     def _dropped(self, msg: Outbound) -> None:
         self.m_out_dropped.inc()
-        log.warning("outbound events lane full: dropped oldest publish on %s", msg.topic)
+        if (seen := self._lose(Lane.EVENTS)) % _LOG_EVERY == 1:
+            log.warning(
+                "outbound events lane full: dropped oldest publish on %s (%d so far)",
+                msg.topic,
+                seen,
+            )
 
     def _refused(self, msg: Outbound) -> None:
         self.m_out_refused.inc()
-        log.error("outbound control lane full: refused publish on %s", msg.topic)
+        if (seen := self._lose(Lane.CONTROL)) % _LOG_EVERY == 1:
+            log.error(
+                "outbound control lane full: refused publish on %s (%d so far)", msg.topic, seen
+            )
+
+    def _lose(self, lane: Lane) -> int:
+        self._lost[lane] += 1
+        return self._lost[lane]
 
     # -- service task ----------------------------------------------------------------------
 

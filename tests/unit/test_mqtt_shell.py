@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
+
+import pytest
 
 from gateway.metrics import Metrics
 from gateway.mqtt import Inbound, MqttConnection, gateway_client_id, lane_for, presence_payload
@@ -53,6 +56,28 @@ def test_control_lane_never_drops_it_refuses_the_newest_and_counts() -> None:
         conn.publish("snlpgw/v1/ops/gw/events", f"e{i}", qos=1)
     assert len(conn._outbox.queued(Lane.CONTROL)) == 100
     assert len(conn._outbox.queued(Lane.EVENTS)) == 100
+
+
+def test_a_flood_on_full_lanes_logs_the_first_loss_and_every_hundredth(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    conn, metrics = _conn(queue=100, control=100)
+    caplog.set_level(logging.WARNING, logger="gateway.mqtt")
+    for i in range(350):
+        conn.publish("snlpgw/v1/task/aa_bb_cc_dd_ee_ff", f"e{i}")
+        conn.publish("snlp/v1/aa_bb_cc_dd_ee_ff/cmd", f"c{i}", qos=1)
+    snap = metrics.snapshot()  # every loss is counted ...
+    assert snap["snlpgw_mqtt_messages_out_dropped_total"] == 250.0
+    assert snap["snlpgw_mqtt_messages_out_refused_total"] == 250.0
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]  # ... three lines per lane
+    prefix = "outbound events lane full: dropped oldest publish on snlpgw/v1/task/aa_bb_cc_dd_ee_ff"
+    assert [m for level, m in lines if level == logging.WARNING] == [
+        f"{prefix} ({n} so far)" for n in (1, 101, 201)
+    ]
+    prefix = "outbound control lane full: refused publish on snlp/v1/aa_bb_cc_dd_ee_ff/cmd"
+    assert [m for level, m in lines if level == logging.ERROR] == [
+        f"{prefix} ({n} so far)" for n in (1, 101, 201)
+    ]
 
 
 def test_lanes_by_topic() -> None:
