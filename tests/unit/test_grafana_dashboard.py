@@ -101,6 +101,8 @@ def test_the_dashboard_shows_what_operators_asked_for() -> None:
         "snlpgw_asr_queue_depth",
         "snlpgw_asr_latency_ms",
         "snlpgw_ops_alarms_total",
+        "snlpgw_mqtt_messages_out_refused_total",  # CONTROL lane full: newest refused
+        "snlpgw_mqtt_messages_out_dropped_total",  # EVENTS lane full: oldest dropped
     ):
         assert needed in text, needed
 
