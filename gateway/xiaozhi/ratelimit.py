@@ -30,8 +30,10 @@ class TokenBucket:
 
     def allow(self, now: float) -> bool:
         """Take one token if there is one; refill by elapsed time first."""
-        self.tokens = self.level(now)
-        if self.last is None or now > self.last:
+        last = self.last  # level(now), inline: this runs for every datagram
+        if last is None or now > last:
+            if last is not None:
+                self.tokens = min(self.burst, self.tokens + (now - last) * self.rate)
             self.last = now
         if self.tokens >= 1:
             self.tokens -= 1

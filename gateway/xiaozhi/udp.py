@@ -61,6 +61,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         self._clock = clock
         self._transport: asyncio.DatagramTransport | None = None
         self._sock: socket.socket | None = None
+        self._reader: tuple[asyncio.AbstractEventLoop, socket.socket] | None = None  # drain_from
         self._drop_counters: dict[str, Counter] = {}  # udp_dropped's child per reason
         # The channel's AudioPump.serve: decode what a batch of reads queued in the same
         # callback, so a datagram costs one loop wake-up, not one to read and one to decode.
@@ -73,13 +74,53 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         self._transport = cast(asyncio.DatagramTransport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_reading()
         self._transport = None
         self._sock = None
 
     def drain_from(self, sock: socket.socket) -> None:
         """Read the datagrams queued behind each one asyncio delivers straight from ``sock``
-        (the non-blocking socket the transport was made with) until it would block."""
+        (the non-blocking socket the transport was made with) until it would block.
+
+        Called in a running loop, the endpoint also takes the socket's readiness callback over
+        from the transport: asyncio's reader reads each wake-up's first datagram into a fresh
+        256 KiB buffer, ours reads ``MAX_DATAGRAM + 1`` bytes like the rest of the batch. The
+        transport's reading is paused and ours watches a duplicate of the socket's descriptor
+        (asyncio refuses a reader on a transport's own); the transport still sends."""
         self._sock = sock
+        transport = self._transport
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a unit test feeding datagrams by hand
+            return
+        if transport is None:
+            return
+        reader = sock.dup()
+        cast(asyncio.ReadTransport, transport).pause_reading()
+        loop.add_reader(reader.fileno(), self._readable)
+        self._reader = (loop, reader)
+
+    def _stop_reading(self) -> None:
+        if self._reader is not None:
+            loop, reader = self._reader
+            self._reader = None
+            loop.remove_reader(reader.fileno())
+            reader.close()
+
+    def _readable(self) -> None:
+        """The socket is readable: the wake-up's first datagram, then the batch (as
+        ``datagram_received``, looked up per call so a test can observe it)."""
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            data, addr = sock.recvfrom(_READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # e.g. a queued ICMP error, as the transport reports it
+            self.error_received(exc)
+            return
+        self.datagram_received(data, addr)
 
     def error_received(self, exc: Exception) -> None:
         # ICMP port unreachable from a device that went away: count, never stop serving.
@@ -156,10 +197,11 @@ class UdpEndpoint(asyncio.DatagramProtocol):
             decrypt = pipeline.listening or not binding.tocs
             payload, lost_before = receiver.advance(data, seq, decrypt=decrypt)
         binding.commit(source, now, admission, payload)
-        if admission is Admission.REBIND:
-            self._stats.udp_rebinds.inc()
-            log.info("session %s of %s moved to %s", live.session_id, live.dev, source)
-        live.address_known.set()
+        if admission is not Admission.SAME:  # SAME: committed before, the event is set
+            if admission is Admission.REBIND:
+                self._stats.udp_rebinds.inc()
+                log.info("session %s of %s moved to %s", live.session_id, live.dev, source)
+            live.address_known.set()
         self._on_activity(live, now)
         pipeline.receive(payload, seq, lost_before)
 
@@ -199,6 +241,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         return True
 
     def close(self) -> None:
+        self._stop_reading()
         if self._transport is not None:
             self._transport.close()
 
