@@ -1,5 +1,5 @@
-"""The gateway's broker connection: one MQTT 5 client (:mod:`gateway.mqtt_client`), owned by the
-service.
+"""The gateway's broker connection, owned by the service: one MQTT 5 client (mqtt_client.py).
+Components see it through :mod:`gateway.mqtt_edge` (``Inbound``, ``Handler``, ``Publisher``).
 
 Components never touch the client. They register routes (topic filter → handler) before the
 service starts and call :meth:`MqttConnection.publish`, which never blocks and never raises:
@@ -29,62 +29,25 @@ MQTT 5 is needed for control requests' response topic and correlation data (SPEC
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
-import secrets
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from gateway import mqtt_codec as codec
 from gateway.backoff import BackoffPolicy, FailureStreak
 from gateway.metrics import Metrics
 from gateway.mqtt_client import Client, ClientOptions, MqttError
-from gateway.mqtt_outbound import Lane, Outbound, OutboundCounters, OutboundQueue
+from gateway.mqtt_edge import Handler, Inbound
+from gateway.mqtt_outbound import Lane, Outbound, OutboundCounters, OutboundQueue, lane_for
 from gateway.mqtt_topics import TopicMatcher
 from gateway.settings import MqttSettings
-from topics import GatewayStatus, encode
 
 log = logging.getLogger(__name__)
 
-# A full lane logs its first loss and then every _LOG_EVERY-th (the counters count each one): a
-# flood of devices would otherwise write a line per publish.
+# A full lane logs its 1st loss, then every 100th (each is counted), not a line per publish.
 _LOG_EVERY = 100
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """One received message, as handlers see it."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-    received_mono: float  # time.monotonic() at receipt
-    received_ms: int  # gateway wall clock, epoch ms (board clocks may be shifted)
-    response_topic: str | None = None
-    correlation_data: bytes | None = None
-
-
-Handler = Callable[[Inbound], None]
-
-
-class Publisher(Protocol):
-    """What components need to publish; the fake in shell unit tests implements the same."""
-
-    def publish(
-        self,
-        topic: str,
-        payload: bytes | str,
-        *,
-        qos: int = 0,
-        retain: bool = False,
-        correlation_data: bytes | None = None,
-        expiry_s: int | None = None,
-        on_sent: Callable[[], None] | None = None,
-    ) -> bool | None: ...
 
 
 @dataclass(slots=True)
@@ -209,7 +172,8 @@ class MqttConnection:
 
     def _dropped(self, msg: Outbound) -> None:
         self.m_out_dropped.inc()
-        if (seen := self._lose(Lane.EVENTS)) % _LOG_EVERY == 1:
+        self._lost[Lane.EVENTS] += 1
+        if (seen := self._lost[Lane.EVENTS]) % _LOG_EVERY == 1:
             log.warning(
                 "outbound events lane full: dropped oldest publish on %s (%d so far)",
                 msg.topic,
@@ -218,14 +182,11 @@ class MqttConnection:
 
     def _refused(self, msg: Outbound) -> None:
         self.m_out_refused.inc()
-        if (seen := self._lose(Lane.CONTROL)) % _LOG_EVERY == 1:
+        self._lost[Lane.CONTROL] += 1
+        if (seen := self._lost[Lane.CONTROL]) % _LOG_EVERY == 1:
             log.error(
                 "outbound control lane full: refused publish on %s (%d so far)", msg.topic, seen
             )
-
-    def _lose(self, lane: Lane) -> int:
-        self._lost[lane] += 1
-        return self._lost[lane]
 
     # -- service task ----------------------------------------------------------------------
 
@@ -336,40 +297,3 @@ class MqttConnection:
                 log.exception("handler for %s failed on %s", route.topic_filter, inbound.topic)
         if not matched:
             self._in_no_route.inc()
-
-
-# Telemetry the backend and ops can lose under overload (oldest first, counted); everything
-# else a gateway publishes (board commands, control replies and MQTT 5 responses, presence,
-# Xiaozhi downlink) is control and never dropped.
-_EVENT_PREFIXES = ("snlpgw/v1/task/", "snlpgw/v1/assessment/", "snlpgw/v1/ops/")
-
-
-def lane_for(topic: str) -> Lane:
-    """The outbound lane of ``topic``: one topic, one lane, so its order is kept."""
-    return Lane.EVENTS if topic.startswith(_EVENT_PREFIXES) else Lane.CONTROL
-
-
-def gateway_client_id(gateway_id: str, password: str | None) -> str:
-    """The gateway's MQTT client id: ``snlpgw-{gw}-`` plus 20 hex digits nobody can guess.
-
-    Mosquitto disconnects a client when another connects with the same id, so a guessable id
-    (``snlpgw-<host>``) let any credential knock the gateway off. The suffix is an HMAC of the
-    gateway id under the gateway's broker password (stable across restarts, so broker logs stay
-    readable, and secret as long as the password is), or random when there is no password.
-    """
-    if password:
-        digest = hmac.new(password.encode(), f"snlpgw-client-id:{gateway_id}".encode(), "sha256")
-        suffix = digest.hexdigest()[:20]
-    else:
-        suffix = secrets.token_hex(10)
-    return f"snlpgw-{gateway_id}-{suffix}"
-
-
-def presence_payload(gateway_id: str) -> Callable[[bool], bytes]:
-    """Gateway presence body (``topics.GatewayStatus``): ``{"v":1,"online",…,"ts"}``."""
-
-    def build(online: bool) -> bytes:
-        ts = time.time_ns() // 1_000_000
-        return encode(GatewayStatus(online=online, gateway_id=gateway_id, ts=ts))
-
-    return build

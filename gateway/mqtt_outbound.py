@@ -142,3 +142,14 @@ class OutboundQueue:
         for msg in reversed(self._in_flight.values()):
             self._lanes[msg.lane].appendleft(msg)
         self._in_flight.clear()
+
+
+# Telemetry the backend and ops can lose under overload (oldest first, counted); everything
+# else a gateway publishes (board commands, control replies and MQTT 5 responses, presence,
+# Xiaozhi downlink) is control and never dropped.
+_EVENT_PREFIXES = ("snlpgw/v1/task/", "snlpgw/v1/assessment/", "snlpgw/v1/ops/")
+
+
+def lane_for(topic: str) -> Lane:
+    """The outbound lane of ``topic``: one topic, one lane, so its order is kept."""
+    return Lane.EVENTS if topic.startswith(_EVENT_PREFIXES) else Lane.CONTROL

@@ -23,7 +23,8 @@ from typing import Protocol
 from gateway.broker.credentials import gateway_mqtt_password
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
-from gateway.mqtt import MqttConnection, gateway_client_id, presence_payload
+from gateway.mqtt import MqttConnection
+from gateway.mqtt_edge import gateway_client_id, presence_payload
 from gateway.ops_snapshot import capped_snapshot
 from gateway.settings import Settings
 from topics import OpsEvent, TopicKind, build_topic, encode

@@ -8,9 +8,10 @@ import logging
 import pytest
 
 from gateway.metrics import Metrics
-from gateway.mqtt import Inbound, MqttConnection, gateway_client_id, lane_for, presence_payload
+from gateway.mqtt import MqttConnection
 from gateway.mqtt_codec import PublishPacket
-from gateway.mqtt_outbound import Lane
+from gateway.mqtt_edge import Inbound, gateway_client_id, presence_payload
+from gateway.mqtt_outbound import Lane, lane_for
 from gateway.settings import MqttSettings
 
 
