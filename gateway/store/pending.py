@@ -17,6 +17,7 @@ import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from gateway.store.errors import StoreError
 from gateway.store.records import InstanceRecord, Record, StepRecord, merge_instance, merge_step
 
 Key = tuple[str, int]  # (instance_id, step_index); -1 is the instance row itself
@@ -33,6 +34,16 @@ class Entry:
     record: Record
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     first_seq: int = 0  # the store's submit number of the first update merged here
+
+    def settle(self, error: StoreError | None) -> None:
+        """Resolve the waiters: written (``error`` is ``None``) or failed with ``error``."""
+        for waiter in self.waiters:
+            if waiter.done():
+                continue
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(error)
 
 
 @dataclass(frozen=True, slots=True)

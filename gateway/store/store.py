@@ -36,7 +36,7 @@ from gateway.store.db import Connector, file_connection
 from gateway.store.errors import StoreError
 from gateway.store.pending import CoalescingQueue, Entry
 from gateway.store.records import InstanceRecord, Record, StepRecord
-from gateway.store.worker import Worker, WriteResults
+from gateway.store.worker import Worker, WriteResults, closed_errors
 from gateway.tasks.core.effects import InstanceState
 
 log = logging.getLogger(__name__)
@@ -223,7 +223,7 @@ class Store:
                 self._failing = False
             else:
                 self._record_failure(error, rows=1, key=entry.record.instance_id)
-            _settle(entry, error)
+            entry.settle(error)
         self._release_after()
         for instance_id in changed:
             for listener in self._listeners:
@@ -251,13 +251,13 @@ class Store:
                 inflight = (entries, self._worker.start_write([e.record for e in entries]))
             entries, fut = inflight
             await asyncio.wait({fut}, timeout=max(0.0, deadline - loop.time()))
-            self._finish(entries, fut.result() if fut.done() else _closed_errors(entries))
+            self._finish(entries, fut.result() if fut.done() else closed_errors(len(entries)))
             inflight = None
         await self._worker.close(timeout_s=max(0.0, deadline - loop.time()))
         left = self._queue.take(len(self._queue))
         if left:
             log.warning("store closed with %d rows unwritten", len(left))
-            self._finish(left, _closed_errors(left))
+            self._finish(left, closed_errors(len(left)))
         self._after.clear()  # closing: nothing more leaves for the boards
         self._idle.set()
 
@@ -288,7 +288,7 @@ class Store:
         if result.dropped is not None:
             self._dropped.inc()
             self._alarm_overflow(limit=self._queue.limit)
-            _settle(result.dropped, StoreError("dropped: write queue full"))
+            result.dropped.settle(StoreError("dropped: write queue full"))
         self._idle.clear()
         self._wakeup.set()
 
@@ -296,17 +296,3 @@ class Store:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._put(record, waiter)
         await waiter
-
-
-def _closed_errors(entries: list[Entry]) -> WriteResults:
-    return [StoreError("store closed before the write") for _ in entries]
-
-
-def _settle(entry: Entry, error: StoreError | None) -> None:
-    for waiter in entry.waiters:
-        if waiter.done():
-            continue
-        if error is None:
-            waiter.set_result(None)
-        else:
-            waiter.set_exception(error)

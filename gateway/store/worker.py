@@ -27,6 +27,11 @@ T = TypeVar("T")
 WriteResults = list[StoreError | None]
 
 
+def closed_errors(count: int) -> WriteResults:
+    """The results of ``count`` rows the store closed before writing."""
+    return [StoreError("store closed before the write") for _ in range(count)]
+
+
 class Worker:
     def __init__(self, connector: Connector, *, max_reads: int = 32) -> None:
         self._connector = connector
