@@ -17,10 +17,11 @@ from typing import Any
 import aiohttp
 
 from gateway.chat.bridge import Backoff, BridgeContext
-from gateway.chat.device import ChatPorts, DeviceChat, VoiceChannel
+from gateway.chat.device import DeviceChat
 from gateway.chat.embedded import EmbeddedEngine, Transcriber
 from gateway.chat.framing import Framing
 from gateway.chat.metrics import ChatMetrics
+from gateway.chat.ports import ChatPorts, VoiceChannel
 from gateway.chat.upstream import UpstreamConfig
 from gateway.chat.voice import ChatState, VoiceConfig
 from gateway.service import Context

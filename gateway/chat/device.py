@@ -13,47 +13,18 @@ import asyncio
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 from gateway import labels
 from gateway.chat import voice as v
-from gateway.chat.bridge import BridgeContext, Spawn, UpstreamBridge
-from gateway.chat.embedded import EmbeddedEngine
-from gateway.chat.metrics import ChatMetrics
+from gateway.chat.bridge import UpstreamBridge
 from gateway.chat.player import Player
+from gateway.chat.ports import ChatPorts, VoiceChannel
 from gateway.chat.upstream import UpstreamError
 from gateway.xiaozhi import messages
 
 log = logging.getLogger(__name__)
-
-
-class VoiceChannel(Protocol):
-    """What CHAT uses of the Xiaozhi channel."""
-
-    def publish(self, dev: str, payload: bytes) -> None: ...
-
-    def send_audio(self, dev: str, session_id: str, opus_packet: bytes) -> bool: ...
-
-    def close_session(self, dev: str) -> bool: ...
-
-    def set_listening(self, dev: str, listening: bool) -> None: ...
-
-
-@dataclass(frozen=True)
-class ChatPorts:
-    """What every device's CHAT shares (the channel comes with each device's session)."""
-
-    alarm: Callable[[str, str, str], None]  # alarm, device, reason
-    metrics: ChatMetrics
-    clock: Callable[[], float]  # monotonic seconds
-    spawn: Spawn
-    config: v.VoiceConfig
-    bridge: BridgeContext | None  # None: the embedded engine answers
-    engine: EmbeddedEngine | None
-    downlink_capacity: int = 500
-    start_task: Callable[[str], None] | None = None  # the voice task (priority 1), by device
 
 
 class DeviceChat:

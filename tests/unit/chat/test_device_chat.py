@@ -16,10 +16,11 @@ import aiohttp
 
 from gateway.assessment.jobs import AsrKey, OnTranscript
 from gateway.chat.bridge import Backoff, BridgeContext
-from gateway.chat.device import ChatPorts, DeviceChat
+from gateway.chat.device import DeviceChat
 from gateway.chat.embedded import EmbeddedEngine
 from gateway.chat.framing import Framing
 from gateway.chat.metrics import ChatMetrics
+from gateway.chat.ports import ChatPorts
 from gateway.chat.upstream import UpstreamConfig
 from gateway.chat.voice import ChatState, VoiceConfig
 from gateway.metrics import Metrics

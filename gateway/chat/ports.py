@@ -1,0 +1,42 @@
+"""What CHAT is built with: the Xiaozhi channel it speaks through (one per device session) and
+the ports every device's CHAT shares (alarms, metrics, clock, task spawner, the voice-session
+config, the upstream bridge or the embedded engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.chat import voice as v
+from gateway.chat.bridge import BridgeContext, Spawn
+from gateway.chat.embedded import EmbeddedEngine
+from gateway.chat.metrics import ChatMetrics
+
+
+class VoiceChannel(Protocol):
+    """What CHAT uses of the Xiaozhi channel."""
+
+    def publish(self, dev: str, payload: bytes) -> None: ...
+
+    def send_audio(self, dev: str, session_id: str, opus_packet: bytes) -> bool: ...
+
+    def close_session(self, dev: str) -> bool: ...
+
+    def set_listening(self, dev: str, listening: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class ChatPorts:
+    """What every device's CHAT shares (the channel comes with each device's session)."""
+
+    alarm: Callable[[str, str, str], None]  # alarm, device, reason
+    metrics: ChatMetrics
+    clock: Callable[[], float]  # monotonic seconds
+    spawn: Spawn
+    config: v.VoiceConfig
+    bridge: BridgeContext | None  # None: the embedded engine answers
+    engine: EmbeddedEngine | None
+    downlink_capacity: int = 500
+    start_task: Callable[[str], None] | None = None  # the voice task (priority 1), by device
