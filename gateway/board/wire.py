@@ -27,6 +27,7 @@ from gateway.board.model import (
 from topics import snlp, snlp_events
 from topics.backend import PresenceChanged, PresenceData
 from topics.errors import PayloadError, PayloadReason
+from topics.fastwire import ParamsCache, command_bytes
 from topics.snlp_commands import COMMAND_ADAPTER, CommandParams, Priority, TaskVerb, command
 from topics.tree import TopicKind
 from topics.wire import encode, validate
@@ -143,8 +144,22 @@ def build_command_from_mapping(
         "prio": prio,
         "ttl_ms": ttl_ms,
     }
+
+    def encode_params() -> bytes:
+        return encode(validate(COMMAND_ADAPTER, obj).params)
+
+    fast = command_bytes(
+        _PARAMS, cmd, params, id=id, ts_ms=ts_ms, prio=prio, ttl_ms=ttl_ms,
+        encode_params=encode_params,
+    )  # fmt: skip
+    if fast is not None:
+        return Envelope(id, cmd, fast, ttl_ms)
     model = validate(COMMAND_ADAPTER, obj)
     return Envelope(id, model.cmd, snlp.encode_command(model), ttl_ms)
+
+
+# (cmd, params) → validated params JSON: a lesson's commands repeat (topics.fastwire)
+_PARAMS: ParamsCache = {}
 
 
 def status_payload(online: bool, *, ts_ms: int) -> bytes:

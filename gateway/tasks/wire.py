@@ -31,6 +31,7 @@ from topics import (
     parse_topic,
 )
 from topics.backend import TASK_EVENT_ADAPTER
+from topics.fastwire import task_event_bytes
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +133,22 @@ class TaskWire:
         self.publish_task_event(device, PublishTaskEvent(name, where[0], where[1], data))
 
     def publish_task_event(self, device: str, effect: PublishTaskEvent) -> None:
+        ts = _now_ms()
+        instance_id = effect.instance_id or None
+        topic = build_topic(TopicKind.TASK, dev=device)
+        fast = task_event_bytes(
+            device, effect.event, instance_id, effect.step_index, effect.data, ts_ms=ts
+        )
+        if fast is not None:  # our own plain event: the models' bytes without the round trip
+            self._mqtt.publish(topic, fast, qos=1)
+            return
         try:
             message = TASK_EVENT_ADAPTER.validate_python(
                 {
-                    "ts": _now_ms(),
+                    "ts": ts,
                     "device": device,
                     "event": effect.event,
-                    "instance_id": effect.instance_id or None,
+                    "instance_id": instance_id,
                     "step_index": effect.step_index,
                     "data": dict(effect.data),
                 }
@@ -146,7 +156,7 @@ class TaskWire:
         except ValueError:
             log.exception("task event %s does not fit the contract", effect.event)
             return
-        self._mqtt.publish(build_topic(TopicKind.TASK, dev=device), encode(message), qos=1)
+        self._mqtt.publish(topic, encode(message), qos=1)
 
     def publish_reply(self, device: str, reply: ControlReply) -> None:
         self.send_reply(device, reply, response=self._responses.pop(reply.request_id, None))
