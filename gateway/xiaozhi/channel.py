@@ -125,7 +125,7 @@ class XiaozhiChannel:
         )
         self.udp_endpoint = UdpEndpoint(
             lookup=self._roster.route,
-            on_activity=self._touch,
+            on_activity=self.core.touch,
             stats=stats,
             clock=clock,
             after_reads=self._pump.serve,  # decode in the callback that read (pump.py)
@@ -270,9 +270,6 @@ class XiaozhiChannel:
         )
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _touch(self, live: LiveSession, now: float) -> None:
-        self.core.touch(live.session, now)
 
     async def _sweep_idle(self) -> None:
         opened = self._roster.opened

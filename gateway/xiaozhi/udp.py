@@ -29,6 +29,7 @@ from codec.opus import plausible_frame
 from codec.packet import MAX_DATAGRAM, DropReason, unpack_header
 from gateway.xiaozhi.binding import Address, Admission
 from gateway.xiaozhi.live import LiveSession
+from gateway.xiaozhi.sessions import Session
 from gateway.xiaozhi.stats import ChannelStats
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         self,
         *,
         lookup: Callable[[int], LiveSession | None],
-        on_activity: Callable[[LiveSession, float], None],
+        on_activity: Callable[[Session, float], None],  # the session core's touch
         stats: ChannelStats,
         clock: Callable[[], float],
         after_reads: Callable[[], None] | None = None,
@@ -169,7 +170,8 @@ class UdpEndpoint(asyncio.DatagramProtocol):
             self._dropped(DropReason.UNKNOWN_SSRC.value)
             return
         # asyncio gives (host, port) for IPv4 and (host, port, flow, scope) for IPv6.
-        source = cast(Address, addr) if len(addr) == 2 else (str(addr[0]), int(addr[1]))
+        # (no typing.cast call here: it is a function call per datagram)
+        source: Address = addr if len(addr) == 2 else (str(addr[0]), int(addr[1]))  # type: ignore[assignment]
         now = self._clock()
         binding = live.binding
         admission = binding.check(source, now)
@@ -202,7 +204,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
                 self._stats.udp_rebinds.inc()
                 log.info("session %s of %s moved to %s", live.session_id, live.dev, source)
             live.address_known.set()
-        self._on_activity(live, now)
+        self._on_activity(live.session, now)
         pipeline.receive(payload, seq, lost_before)
 
     def _rebind(self, live: LiveSession, data: bytes, source: Address, now: float) -> bytes | None:
