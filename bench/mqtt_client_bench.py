@@ -28,7 +28,8 @@ import aiomqtt
 from devstack.broker import Broker, local_broker
 from gateway.broker.credentials import gateway_password
 from gateway.broker.rules import GATEWAY_USERNAME
-from gateway.mqtt_client import Client, ClientOptions
+from gateway.mqtt_client import Client
+from gateway.mqtt_options import ClientOptions
 
 WINDOW = 20
 TOPIC = "snlp/v1/aa_bb_cc_dd_ee_ff/status"  # the gateway user may write and read it

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from gateway import mqtt_codec as codec
 from gateway.backoff import BackoffPolicy, FailureStreak
 from gateway.metrics import Metrics
-from gateway.mqtt_client import Client, ClientOptions, MqttError
+from gateway.mqtt_client import Client
 from gateway.mqtt_edge import Handler, Inbound
+from gateway.mqtt_options import ClientOptions, MqttError
 from gateway.mqtt_outbound import Lane, Outbound, OutboundCounters, OutboundQueue, lane_for
 from gateway.mqtt_topics import TopicMatcher
 from gateway.settings import MqttSettings

@@ -29,34 +29,13 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gateway import mqtt_codec as codec
+from gateway.mqtt_options import ClientOptions, ConnectRefused, MqttError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class MqttError(Exception):
-    """The connection failed, was refused or was lost."""
-
-
-class ConnectRefused(MqttError):
-    def __init__(self, reason: int) -> None:
-        super().__init__(f"broker refused the connection (reason code {reason})")
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class ClientOptions:
-    client_id: str
-    keepalive_s: int = 60
-    username: str | None = None
-    password: str | None = None
-    will: codec.Will | None = None
-    version: int = codec.V5
-    receive_maximum: int | None = None
 
 
 OnMessage = Callable[[codec.PublishPacket], None]
@@ -95,18 +74,7 @@ class Client(asyncio.Protocol):
         try:
             async with asyncio.timeout(wait_s):
                 await self._loop.create_connection(lambda: self, host, port, ssl=tls)
-                o = self.options
-                self._write(
-                    codec.connect(
-                        client_id=o.client_id,
-                        keepalive_s=o.keepalive_s,
-                        username=o.username,
-                        password=o.password,
-                        will=o.will,
-                        version=o.version,
-                        receive_maximum=o.receive_maximum,
-                    )
-                )
+                self._write(self.options.connect_packet())
                 connack = await self._connack
         except TimeoutError:
             self.abort()

@@ -95,7 +95,7 @@ class OutboundQueue:
         return True
 
     async def pump(self, client: Client) -> None:
-        """PublishPacket while connected; raises :class:`~gateway.mqtt_client.MqttError` when the
+        """PublishPacket while connected; raises :class:`~gateway.mqtt_options.MqttError` when the
         connection is gone, and puts back whatever was not confirmed, however it ends."""
         control, events = self._lanes[Lane.CONTROL], self._lanes[Lane.EVENTS]
         try:

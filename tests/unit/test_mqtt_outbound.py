@@ -8,8 +8,9 @@ from typing import cast
 
 import pytest
 
-from gateway.mqtt_client import Client, MqttError
+from gateway.mqtt_client import Client
 from gateway.mqtt_codec import PacketDecoder, PublishPacket, publish
+from gateway.mqtt_options import MqttError
 from gateway.mqtt_outbound import Lane, Outbound, OutboundCounters, OutboundQueue
 
 
