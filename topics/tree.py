@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 from topics.errors import TopicError
 
@@ -38,6 +39,8 @@ DEVICE_ID_RE = re.compile(r"[0-9a-f]{2}(_[0-9a-f]{2}){5}")
 GATEWAY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAC_RE = re.compile(r"[0-9A-Fa-f]{2}([:_-]?)[0-9A-Fa-f]{2}(\1[0-9A-Fa-f]{2}){4}")
 _DEV = "{dev}"
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 class TopicKind(StrEnum):
@@ -151,8 +154,26 @@ class Topic:
         return self.name
 
 
+# Hot-path memos (every command, ack and task event builds or parses a topic): successes only,
+# so errors are raised as before; bounded, all forgotten when full (a device id appears in a
+# handful of topics, so this holds every topic of ~10,000 devices).
+TOPICS_KEPT = 65_536
+_BUILT: dict[tuple[TopicKind, str | None, str | None], str] = {}
+_PARSED: dict[str, Topic] = {}
+
+
+def _remember(memo: dict[_K, _V], key: _K, value: _V) -> _V:
+    if len(memo) >= TOPICS_KEPT:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
 def build_topic(kind: TopicKind, *, dev: str | None = None, gw: str | None = None) -> str:
-    return Topic(kind, dev=dev, gw=gw).name
+    name = _BUILT.get((kind, dev, gw))
+    if name is None:
+        name = _remember(_BUILT, (kind, dev, gw), Topic(kind, dev=dev, gw=gw).name)
+    return name
 
 
 def _levels(topic: str) -> list[str]:
@@ -165,6 +186,13 @@ def _levels(topic: str) -> list[str]:
 
 def parse_topic(topic: str) -> Topic:
     """Parse any snlp/v1 or snlpgw/v1 topic name; raise `TopicError` if it is not in the tree."""
+    parsed = _PARSED.get(topic) if type(topic) is str else None
+    if parsed is None:
+        parsed = _remember(_PARSED, topic, _parse_topic(topic))
+    return parsed
+
+
+def _parse_topic(topic: str) -> Topic:
     levels = _levels(topic)
     match levels:
         case ["snlp", "v1", dev, kind] if kind in {k.value for k in SNLP_KINDS}:

@@ -16,6 +16,7 @@ from topics import (
     normalize_mac,
     parse_topic,
     parse_xiaozhi_topic,
+    tree,
 )
 
 DEV = "aa_bb_cc_dd_ee_ff"
@@ -179,3 +180,23 @@ def test_topic_error_truncates_long_input() -> None:
     with pytest.raises(TopicError) as info:
         parse_topic("x" * 10_000)
     assert len(str(info.value)) < 300
+
+
+def test_built_and_parsed_topics_are_remembered_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tree, "TOPICS_KEPT", 2)
+    devs = ["aa_bb_cc_dd_ee_01", "aa_bb_cc_dd_ee_02", "aa_bb_cc_dd_ee_03"]
+    for dev in devs + devs:  # the third forgets the first two; each answer stays right
+        name = build_topic(TopicKind.CMD, dev=dev)
+        assert name == f"snlp/v1/{dev}/cmd"
+        assert parse_topic(name) == Topic(TopicKind.CMD, dev=dev)
+    assert len(tree._BUILT) <= 2
+    assert len(tree._PARSED) <= 2
+    with pytest.raises(TopicError):  # a refusal is never remembered: it is raised every time
+        build_topic(TopicKind.CMD, dev="AA")
+    with pytest.raises(TopicError):
+        build_topic(TopicKind.CMD, dev="AA")
+    for _ in range(2):
+        with pytest.raises(TopicError):
+            parse_topic("snlp/v1/AA/cmd")
