@@ -69,18 +69,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "failed": [],  # runs that did not finish (timeouts on a starved machine), said so
     }
     if "stream" in phases:
-        runs = []
-        before = stream.floor(passes=5 if args.quick else 21)
-        for k in args.stream:
+        runs, floors = [], []
+        passes = {"passes": 5, "warmup": 1} if args.quick else {}
+        for k in args.stream:  # the floor before every run and after the last (stream.py)
+            floors.append(stream.floor(**passes))
             with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:
                 prof = None if args.profile is None else args.profile / f"stream-{k}.txt"
                 run = await bounded(stream.gateway_run(k, Path(tmp), args.stream_measure_s,
                                                        profile=prof), sessions=k)  # fmt: skip
             log(run)
             if "error" not in run:
+                run["floor_index"] = len(floors) - 1  # the one before it; the next is after
                 runs.append(run)
-        after = stream.floor(passes=5 if args.quick else 21)
-        doc["stream"] = stream.summarize(before, after, runs)
+        floors.append(stream.floor(**passes))
+        doc["stream"] = stream.summarize(floors, runs)
     if "lessons" in phases:
         doc["lessons"] = []
         for n in args.lessons:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import functools
 import statistics
 import sys
 import time
@@ -36,21 +37,33 @@ from devstack.process import gateway_process
 FRAME_MS = 60
 WARMUP_S = 3.0
 KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
+FLOOR_PASSES = 41
+FLOOR_WARMUP = 3
 
 
 def device_ids(k: int) -> list[str]:
     return [f"a2_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(k)]
 
 
-def floor(passes: int = 21) -> dict[str, Any]:
-    """µs of CPU per frame for decrypt + decode + VAD with no gateway code in between."""
-    packets = speech_loop() * 4
+@functools.cache
+def _wire() -> tuple[bytes, ...]:
+    """The floor's datagrams: the sender's speech loop (the frames the gateway decodes), sealed
+    as a device seals them; built once per process (speech synthesis is not measured)."""
     sender = UplinkSender(key=KEY, ssrc=0x1234)
-    wire = [sender.seal(p, i * FRAME_MS) for i, p in enumerate(packets)]
-    assert all(isinstance(d, bytes) for d in wire)
+    return tuple(sender.seal(p, i * FRAME_MS) for i, p in enumerate(speech_loop() * 4))
+
+
+def floor(passes: int = FLOOR_PASSES, warmup: int = FLOOR_WARMUP) -> dict[str, Any]:
+    """µs of CPU per frame for decrypt + decode + VAD with no gateway code in between.
+
+    Each pass decodes the whole speech loop once (~30 ms of CPU); ``warmup`` passes run first
+    and are not counted (a fresh decoder state, cold caches). CPU time is this thread's
+    (``thread_time``: nothing else the harness process runs is counted)."""
+    wire = _wire()
     lib = ctypes.CDLL(ctypes.util.find_library("opus") or "libopus.so.0")
     lib.opus_decoder_create.restype = ctypes.c_void_p
     lib.opus_decoder_create.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+    lib.opus_decoder_destroy.argtypes = (ctypes.c_void_p,)
     decode = lib.opus_decode
     decode.restype = ctypes.c_int
     decode.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32,
@@ -60,25 +73,33 @@ def floor(passes: int = 21) -> dict[str, Any]:
     buf = (ctypes.c_int16 * 1920)()
     vad = webrtcvad.Vad(2)
     aes = algorithms.AES(KEY)
-    string_at, is_speech = ctypes.string_at, vad.is_speech
+    string_at, is_speech, clock = ctypes.string_at, vad.is_speech, time.thread_time
 
     def one_pass() -> float:
-        t0 = time.process_time()
+        t0 = clock()
         for d in wire:
             payload = Cipher(aes, modes.CTR(d[:16])).encryptor().update(d[16:])
             n = decode(state, payload, len(payload), buf, 1920, 0)
             pcm = string_at(buf, 2 * n)
             is_speech(pcm[:960], 16000)
             is_speech(pcm[960:], 16000)
-        return (time.process_time() - t0) / len(wire) * 1e6
+        return (clock() - t0) / len(wire) * 1e6
 
-    samples = [one_pass() for _ in range(passes)]
+    try:
+        for _ in range(warmup):
+            one_pass()
+        samples = sorted(one_pass() for _ in range(passes))
+    finally:
+        lib.opus_decoder_destroy(state)
     median = statistics.median(samples)
     return {
+        "measured_utc": time.strftime("%H:%M:%SZ", time.gmtime()),
         "frames_per_pass": len(wire),
         "passes": passes,
+        "warmup_passes": warmup,
         "us_per_frame_median": round(median, 2),
-        "us_per_frame_best": round(min(samples), 2),
+        "us_per_frame_best": round(samples[0], 2),
+        "us_per_frame_p90": round(samples[int(0.9 * (len(samples) - 1))], 2),
         "sessions_per_core": int(FRAME_MS * 1000 / median),
     }
 
@@ -157,20 +178,30 @@ async def gateway_run(
     }
 
 
-def summarize(
-    before: dict[str, Any], after: dict[str, Any], runs: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """The floor (the faster of the two measurements: the stricter comparison) and the
-    gateway's best sessions/core among the runs with zero drops (CPU time per frame)."""
-    floor_ = min(before, after, key=lambda f: f["us_per_frame_median"])
+def summarize(floors: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The floor and the gateway's best sessions/core among the runs with zero drops (CPU time
+    per frame). ``floors``: the floor measured before each run and after the last, interleaved
+    with the sweep so every run has one on each side; the fastest of them is THE floor (the
+    stricter comparison), and each run is also compared with the faster of its two neighbours
+    (``adjacent``: same machine conditions, give or take a few seconds)."""
+    floor_ = min(floors, key=lambda f: f["us_per_frame_median"])
     ok = [r for r in runs if r["zero_drops"] and r["gateway_us_per_frame"]]
     best = min(ok or runs, key=lambda r: r["gateway_us_per_frame"] or float("inf"))
     us = best["gateway_us_per_frame"]
     gateway_per_core = int(FRAME_MS * 1000 / us) if us else 0
+    adjacent = []
+    for r in runs:
+        i = r.get("floor_index", 0)
+        near = min(f["us_per_frame_median"] for f in floors[i : i + 2])
+        run_us = r["gateway_us_per_frame"]
+        ratio = round(near / run_us, 2) if run_us else None
+        adjacent.append({"sessions": r["sessions"], "floor_us": near, "ratio": ratio})
     return {
         "floor": floor_,
-        "floor_before": before,
-        "floor_after": after,
+        "floor_before": floors[0],
+        "floor_after": floors[-1],
+        "floors": floors,
+        "adjacent": adjacent,
         "runs": runs,
         "gateway_best_run_sessions": best["sessions"],
         "gateway_best_run_zero_drops": best["zero_drops"],
