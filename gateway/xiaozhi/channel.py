@@ -36,7 +36,8 @@ from gateway.xiaozhi.roster import SessionEvents, SessionRoster, UplinkTap
 from gateway.xiaozhi.sessions import SessionCore
 from gateway.xiaozhi.speaking import NoSession, SessionSpeaker
 from gateway.xiaozhi.stats import ChannelStats
-from gateway.xiaozhi.udp import UdpEndpoint, open_socket
+from gateway.xiaozhi.udp import UdpEndpoint
+from gateway.xiaozhi.udp_socket import open_socket
 from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
 
 

@@ -38,11 +38,16 @@ FOREIGN_SOURCE = "foreign_source"  # drop label beside codec's DropReason values
 NO_ADDRESS = "no_address"  # a send before the device's address is known
 RATE_LIMITED = "rate_limited"  # over the session's datagram rate (ratelimit.py)
 REBIND_LIMITED = "rebind_limited"  # over the tries a silent session allows a new source
-RECEIVE_BUFFER = 4 * 1024 * 1024
 # Datagrams read per readiness event (the one asyncio delivers + up to this many more), so a
 # busy socket costs one loop iteration per batch, not per datagram; bounded so the loop still
 # turns (timers, MQTT) every few milliseconds under any load.
 DRAIN_LIMIT = 256
+# While datagrams keep coming, the socket is read on a timer every COALESCE_S instead of on
+# every readiness event (see ``_readable``): at 100 sessions a datagram arrives every 0.6 ms,
+# and each loop wake-up (epoll, callback, a cold cache) costs more than the datagram's own
+# work. A frame therefore waits at most this long before it is read (its 60 ms of audio do not
+# notice); the first quiet read goes back to readiness events, so an idle socket costs nothing.
+COALESCE_S = 0.004
 _READ_SIZE = MAX_DATAGRAM + 1  # a longer datagram arrives truncated and is still TOO_LARGE
 
 
@@ -55,6 +60,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         stats: ChannelStats,
         clock: Callable[[], float],
         after_reads: Callable[[], None] | None = None,
+        coalesce_s: float = COALESCE_S,
     ) -> None:
         self._lookup = lookup
         self._on_activity = on_activity
@@ -67,6 +73,9 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         # The channel's AudioPump.serve: decode what a batch of reads queued in the same
         # callback, so a datagram costs one loop wake-up, not one to read and one to decode.
         self._after_reads = after_reads
+        self._coalesce_s = coalesce_s  # 0: every readiness event is read at once
+        self._poll: asyncio.TimerHandle | asyncio.Handle | None = None  # the next timed read
+        self._batch = 0  # datagrams the last datagram_received read
 
     # -- asyncio.DatagramProtocol ----------------------------------------------------------
 
@@ -102,6 +111,9 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         self._reader = (loop, reader)
 
     def _stop_reading(self) -> None:
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
         if self._reader is not None:
             loop, reader = self._reader
             self._reader = None
@@ -109,19 +121,48 @@ class UdpEndpoint(asyncio.DatagramProtocol):
             reader.close()
 
     def _readable(self) -> None:
-        """The socket is readable: the wake-up's first datagram, then the batch (as
-        ``datagram_received``, looked up per call so a test can observe it)."""
+        """The socket is readable: read the batch, then (datagrams flowing) stop watching it
+        and read it again on a timer (``_timed_read``): one wake-up per ``coalesce_s`` under
+        load, not one per datagram."""
+        if self._read() and self._coalesce_s > 0 and self._reader is not None:
+            loop, reader = self._reader
+            loop.remove_reader(reader.fileno())
+            self._poll = loop.call_later(self._coalesce_s, self._timed_read)
+
+    def _timed_read(self) -> None:
+        """Timed read while datagrams flow: a full batch (more are waiting) reads again at the
+        loop's next turn, a partial one after ``coalesce_s``, none goes back to readiness
+        events (the socket went quiet)."""
+        self._poll = None
+        got = 0
+        try:
+            got = self._read()
+        finally:  # even past a bug in the handling: the socket must stay watched
+            if self._reader is not None and self._poll is None:
+                loop, reader = self._reader
+                if not got:
+                    loop.add_reader(reader.fileno(), self._readable)
+                elif got > DRAIN_LIMIT:
+                    self._poll = loop.call_soon(self._timed_read)
+                else:
+                    self._poll = loop.call_later(self._coalesce_s, self._timed_read)
+
+    def _read(self) -> int:
+        """The first datagram, then the batch (as ``datagram_received``, looked up per call so
+        a test can observe it): how many were read."""
         sock = self._sock
         if sock is None:
-            return
+            return 0
         try:
             data, addr = sock.recvfrom(_READ_SIZE)
         except (BlockingIOError, InterruptedError):
-            return
+            return 0
         except OSError as exc:  # e.g. a queued ICMP error, as the transport reports it
             self.error_received(exc)
-            return
+            return 1  # the socket is not quiet: read on
+        self._batch = 0
         self.datagram_received(data, addr)
+        return self._batch
 
     def error_received(self, exc: Exception) -> None:
         # ICMP port unreachable from a device that went away: count, never stop serving.
@@ -154,6 +195,7 @@ class UdpEndpoint(asyncio.DatagramProtocol):
                 size += len(data)
                 one(data, addr)
         finally:  # counted once per batch, not per datagram
+            self._batch = packets
             self._stats.udp_packets_in.inc(packets)
             self._stats.udp_bytes_in.inc(size)
             if self._after_reads is not None:
@@ -253,26 +295,3 @@ class UdpEndpoint(asyncio.DatagramProtocol):
             raise RuntimeError("UDP endpoint not started")
         port: int = self._transport.get_extra_info("sockname")[1]
         return port
-
-
-def open_socket(host: str, port: int) -> socket.socket:
-    """The shared non-blocking UDP socket, bound, with a grown receive buffer."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setblocking(False)
-        sock.bind(address)
-    except OSError:
-        sock.close()
-        raise
-    grow_receive_buffer(sock)
-    return sock
-
-
-def grow_receive_buffer(sock: socket.socket) -> None:
-    """Ask for a 4 MiB socket receive buffer (best effort, capped by net.core.rmem_max): one
-    shared UDP socket must absorb bursts from many devices while the loop is busy."""
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
-    except OSError as exc:
-        log.warning("could not enlarge the UDP receive buffer: %s", exc)
