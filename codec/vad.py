@@ -85,6 +85,7 @@ class SpeechStopped:
 
 
 VadEvent = SpeechStarted | SpeechStopped
+_SILENCE = VadState.SILENCE
 
 
 @dataclass(slots=True)
@@ -113,11 +114,14 @@ class VadSegmenter:
         self._max_n = cfg.frames(cfg.max_utterance_ms)
         self._trim_n = cfg.tail_trim_ms // cfg.subframe_ms
         self._trim_ratio = 10 ** (-cfg.tail_trim_db / 10)
-        self._window: deque[bool] = deque(maxlen=self._window_n)  # decisions, newest last
+        self._window: deque[int] = deque(maxlen=self._window_n)  # decisions (1/0), newest last
+        self._in_window = 0  # voiced decisions in _window
         self._history: deque[bytes] = deque(maxlen=self._window_n + self._pre_n)  # sub-frame PCM
         self._rest = b""  # an incomplete sub-frame carried to the next push
         self._idx = -1  # index of the current sub-frame
-        self._utt = bytearray()
+        # The utterance so far, one bytes object per sub-frame (joined once, when it ends: a
+        # growing bytearray copied itself over and over on the way to seconds of audio).
+        self._utt: list[bytes] = []
         self._utt_first = 0  # sub-frame index of _utt[0]
         self._start = 0  # first voiced sub-frame of the utterance
         self._last_voiced = 0
@@ -132,31 +136,41 @@ class VadSegmenter:
         events: list[VadEvent] = []
         # One sub-frame per iteration, the state machine inline (this runs for every 60 ms
         # frame of every listening session): SILENCE counts voiced sub-frames in the start
-        # window; SPEECH extends the utterance until end_silence_ms of unvoiced ones.
+        # window (a running count, not a count of the window per sub-frame); SPEECH extends the
+        # utterance until end_silence_ms of unvoiced ones.
         is_speech, handle, rate = self._is_speech, self._vad._vad, self.config.sample_rate
-        samples, counters, history, window = size // 2, self.counters, self._history, self._window
+        samples, history, window = size // 2, self._history, self._window
+        window_n, start_n, in_window = self._window_n, self._start_n, self._in_window
+        voiced_total = 0
         for offset in range(0, whole, size):
             sub = data[offset : offset + size]
             self._idx = idx = self._idx + 1
             voiced = is_speech(handle, rate, sub, samples)
-            counters.subframes += 1
-            counters.voiced += voiced
+            voiced_total += voiced
             history.append(sub)
-            if self.state is VadState.SILENCE:
+            if self.state is _SILENCE:
+                if len(window) == window_n:
+                    in_window -= window[0]  # about to fall out of the window
                 window.append(voiced)
-                if voiced and window.count(True) >= self._start_n:
+                in_window += voiced
+                if voiced and in_window >= start_n:
                     self._begin(events)
                 continue
-            self._utt += sub
+            self._utt.append(sub)
             if not voiced:
                 self._silent_run += 1
                 if self._silent_run >= self._end_n:
                     self._stop(events)
+                    in_window = 0  # _stop cleared the window
                 continue
             self._last_voiced = idx
             self._silent_run = 0
             if idx + 1 - self._start >= self._max_n:
                 self._split(events)
+        self._in_window = in_window
+        counters = self.counters
+        counters.subframes += whole // size
+        counters.voiced += voiced_total
         return events
 
     def flush(self) -> list[VadEvent]:
@@ -172,7 +186,7 @@ class VadSegmenter:
         start = self._idx - len(window) + 1 + window.index(True)
         keep = min(len(self._history), self._idx - start + 1 + self._pre_n)
         history = list(self._history)
-        self._utt = bytearray(b"".join(history[len(history) - keep :]))
+        self._utt = history[len(history) - keep :]
         self._utt_first = self._idx - keep + 1
         self._start = start
         self._last_voiced = self._idx
@@ -187,11 +201,12 @@ class VadSegmenter:
         self._emit(
             events,
             self._last_voiced + 1,
-            memoryview(self._utt)[: end_n * self._sub_bytes].tobytes(),
+            b"".join(self._utt[:end_n]),
         )
         self.state = VadState.SILENCE
         self._window.clear()
-        self._utt = bytearray()
+        self._in_window = 0
+        self._utt = []
 
     def _trim_overhang(self) -> int:
         """The utterance's last voiced sub-frame, minus webrtcvad's overhang on near-silence.
@@ -206,7 +221,7 @@ class VadSegmenter:
         if last < first:  # an utterance split off just before silence has no voiced sub-frame
             return self._last_voiced
         spf = self._sub_bytes // 2
-        x = np.frombuffer(self._utt, dtype="<i2", count=(last + 1) * spf)[first * spf :]
+        x = np.frombuffer(b"".join(self._utt[first : last + 1]), dtype="<i2")
         frames = x.astype(np.float32).reshape(last - first + 1, spf)
         energy = np.einsum("ij,ij->i", frames, frames)
         floor = float(energy.max()) * self._trim_ratio
@@ -217,8 +232,8 @@ class VadSegmenter:
 
     def _split(self, events: list[VadEvent]) -> None:
         self.counters.splits += 1
-        self._emit(events, self._idx + 1, bytes(self._utt), truncated=True)
-        self._utt = bytearray()
+        self._emit(events, self._idx + 1, b"".join(self._utt), truncated=True)
+        self._utt = []
         self._utt_first = self._start = self._idx + 1
         events.append(SpeechStarted(self._ms(self._start)))
 

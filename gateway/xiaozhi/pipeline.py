@@ -173,15 +173,33 @@ class AudioPipeline:
             await asyncio.sleep(0)  # yield: fairness between sessions and the socket
 
     def drain(self, limit: int | None = None) -> int:
-        """Process up to ``limit`` queued frames (all if ``None``); returns how many."""
+        """Process up to ``limit`` queued frames (all if ``None``); returns how many. The
+        decoder's counts reach the metrics once per call, not once per frame."""
         queue = self._queue
         count = len(queue) if limit is None else min(limit, len(queue))
-        for _ in range(count):
-            opus, seq, lost = queue.popleft()
-            if self._carry_lost:
-                lost += self._carry_lost
-                self._carry_lost = 0
-            self._process(opus, seq, lost)
+        if not count:
+            return 0
+        counters = self._decoder.counters
+        decoded, concealed, errors = (
+            counters.frames_decoded,
+            counters.concealed,
+            counters.decode_errors,
+        )
+        process = self._process
+        try:
+            for _ in range(count):
+                opus, seq, lost = queue.popleft()
+                if self._carry_lost:
+                    lost += self._carry_lost
+                    self._carry_lost = 0
+                process(opus, seq, lost)
+        finally:
+            if counters.frames_decoded != decoded:
+                self._counters.frames_decoded(counters.frames_decoded - decoded)
+            if counters.concealed != concealed:
+                self._counters.frames_concealed(counters.concealed - concealed)
+            if counters.decode_errors != errors:
+                self._counters.decode_errors(counters.decode_errors - errors)
         return count
 
     def finish(self) -> None:
@@ -195,12 +213,7 @@ class AudioPipeline:
 
     def _process(self, opus: bytes, seq: int, lost: int) -> None:
         counters = self._decoder.counters
-        decoded, concealed, errors, resets = (
-            counters.frames_decoded,
-            counters.concealed,
-            counters.decode_errors,
-            counters.resets,
-        )
+        resets = counters.resets
         pcm = self._decoder.decode(opus, lost)
         if counters.resets != resets:
             # A gap too long to conceal (codec.opus): the PCM is this frame's alone. Close what
@@ -215,12 +228,6 @@ class AudioPipeline:
         if segmenter is None:
             segmenter = self._segmenter = self._new_segmenter()
             self._base_ms = float((seq - 1 - lost) * FRAME_MS)
-        if counters.frames_decoded != decoded:
-            self._counters.frames_decoded(counters.frames_decoded - decoded)
-        if counters.concealed != concealed:
-            self._counters.frames_concealed(counters.concealed - concealed)
-        if counters.decode_errors != errors:
-            self._counters.decode_errors(counters.decode_errors - errors)
         events = segmenter.push(pcm)
         if events:
             for event in events:

@@ -99,10 +99,9 @@ class SessionRoster:
         self._link = link
         self._live: dict[int, LiveSession] = {}  # by ssrc: one entry per session of the core
         self.opened = asyncio.Event()  # set at every open (wakes the idle sweeper)
-
-    def route(self, ssrc: int) -> LiveSession | None:
-        """The datagram router's lookup (one dict read)."""
-        return self._live.get(ssrc)
+        # The datagram router's lookup by ssrc: the dict's own ``get`` (one C call a datagram,
+        # no method of ours around it; ``_live`` is never rebound).
+        self.route: Callable[[int], LiveSession | None] = self._live.get
 
     def of(self, dev: str) -> LiveSession | None:
         session = self._core.by_dev(dev)
