@@ -48,6 +48,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stream-measure-s", type=float, default=8.0)
     p.add_argument("--workers", type=int, default=2, help="board/device worker processes")
     p.add_argument("--profile", type=Path, help="py-spy collapsed stacks of the gateway here")
+    p.add_argument(
+        "--gateway-settings",
+        type=json.loads,
+        default={},
+        help="settings sections over the harness's for the lessons' gateway (A/B runs), "
+        'e.g. \'{"mqtt": {"max_inflight": 20}}\'',
+    )
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     args = p.parse_args(argv)
@@ -93,7 +100,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     result = await bounded(lessons.run(n, start, Path(tmp), clips=args.clips,
                                                clip_ms=args.clip_ms, worker_count=args.workers,
-                                               profile=prof), lessons=n, start=start)  # fmt: skip
+                                               profile=prof, settings=args.gateway_settings),
+                                           lessons=n, start=start)  # fmt: skip
                 log(result)
                 (doc["lessons"] if "error" not in result else doc["failed"]).append(result)
     if "hellos" in phases:

@@ -76,16 +76,18 @@ class LoadBoard(BoardSimulator):
         super()._send(kind, body, qos=qos)
 
 
-def errors(board: LoadBoard, ratio: float, min_window_ms: int) -> tuple[list[float], list[float]]:
-    """(completed → next PLAY_MEDIA errors, last completed → LISTEN_STOP errors), ms: for each
-    clip that played to its end, the first new PLAY_MEDIA received after its completed was
-    published, else (the lesson's last window) the first new LISTEN_STOP."""
+def errors(
+    board: LoadBoard, ratio: float, min_window_ms: int
+) -> tuple[list[tuple[int, float, float]], list[float]]:
+    """(completed → next PLAY_MEDIA errors with the clip's index, last completed → LISTEN_STOP
+    errors), ms: for each clip that played to its end, the first new PLAY_MEDIA received after
+    its completed was published, else (the lesson's last window) the first new LISTEN_STOP."""
     to_play, to_stop = [], []
-    for at, duration in board.completed:
+    for index, (at, duration) in enumerate(board.completed):
         due = at + listen_window_ms(duration, ratio, min_window_ms)
         play = next((t for t in board.plays if t > at), None)
         if play is not None:
-            to_play.append(play - due)
+            to_play.append((index, due, play - due))
             continue
         stop = next((t for t in board.stops if t > at), None)
         if stop is not None:
@@ -176,7 +178,7 @@ async def run(spec: dict[str, Any]) -> None:
 def report(
     boards: list[LoadBoard], lesson: dict[str, Any], refused: list[str], lags: list[float]
 ) -> dict[str, Any]:
-    to_play: list[float] = []
+    to_play: list[tuple[int, float, float]] = []
     to_stop: list[float] = []
     for board in boards:
         p, s = errors(board, lesson["ratio"], lesson["min_window_ms"])
@@ -202,7 +204,9 @@ def report(
         "timeline_first_board": [
             f"{t - boards[0].timeline[0][0]:.0f} {what}" for t, what in boards[0].timeline
         ],
-        "completed_to_play_error_ms": to_play,
+        "completed_to_play_error_ms": [e for _, _, e in to_play],
+        "completed_to_play_clip": [i for i, _, _ in to_play],
+        "completed_to_play_due_ms": [due for _, due, _ in to_play],
         "completed_to_stop_error_ms": to_stop,
         "loop_lag_ms": lags,
     }

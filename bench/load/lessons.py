@@ -64,7 +64,8 @@ async def sample_rss(pid: int, out: list[int], period_s: float = 0.5) -> None:
 
 
 async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
-              worker_count: int, profile: Path | None = None) -> dict[str, Any]:  # fmt: skip
+              worker_count: int, profile: Path | None = None,
+              settings: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     step_s = (clip_ms + listen_window_ms(clip_ms, RATIO, MIN_WINDOW_MS)) / 1000
     spread_s = step_s if pattern == "staggered" else 0.0
     deadline_s = spread_s + clips * step_s + 30.0
@@ -81,6 +82,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             gateway_id="load-gw",
             use=Use.LOAD,
             runtime={"catalog_path": str(root / "catalog.json")},
+            **(settings or {}),
         )
         offsets = [spread_s * i / n for i in range(n)]
         lesson = {"app": APP, "task": TASK, "lesson": LESSON, "paths": paths,
@@ -123,6 +125,12 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
                 await spy.wait()
     to_play = [x for f in found for x in f["completed_to_play_error_ms"]]
     to_stop = [x for f in found for x in f["completed_to_stop_error_ms"]]
+    by_clip: dict[int, list[float]] = {}
+    for f in found:
+        for clip, error in zip(
+            f["completed_to_play_clip"], f["completed_to_play_error_ms"], strict=True
+        ):
+            by_clip.setdefault(clip + 1, []).append(error)
     lags = [x for f in found for x in f["loop_lag_ms"]]
     board_cpu = sum(v for k, v in cpu.items() if k.startswith("boards") and k.endswith("_cpu_s"))
     return {
@@ -138,6 +146,10 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "steps_measured": len(to_play),
         "steps_expected": n * (clips - 1),
         "completed_to_next_play_error_ms": summary(to_play),
+        # After which clip: clip 1's window closes while later lessons are still starting.
+        "completed_to_next_play_error_by_clip_ms": {
+            str(clip): summary(errors) for clip, errors in sorted(by_clip.items())
+        },
         "last_window_to_listen_stop_error_ms": summary(to_stop),
         "board_worker_loop_lag_ms": summary(lags),
         "gateway_window_lateness_ms": lateness,
@@ -152,4 +164,16 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "board_workers_cpu_s": round(board_cpu, 2),
         **{k: v for k, v in cpu.items() if not k.startswith("boards")},
         "samples_ms": to_play,
+        # By the second (from the first window) its window was due: where the tail sits in time.
+        "completed_to_next_play_error_by_second_ms": _by_second(
+            [x for f in found for x in f["completed_to_play_due_ms"]], to_play
+        ),
     }
+
+
+def _by_second(due_ms: list[float], errors: list[float]) -> dict[str, dict[str, float]]:
+    first = min(due_ms, default=0.0)
+    buckets: dict[int, list[float]] = {}
+    for due, error in zip(due_ms, errors, strict=True):
+        buckets.setdefault(int((due - first) // 1000), []).append(error)
+    return {str(second): summary(values) for second, values in sorted(buckets.items())}

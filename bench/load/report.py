@@ -117,6 +117,23 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
         "*board loop lag*: how late the board workers' own event loops woke (their share of "
         "the figure). RSS/lesson: (peak - idle) gateway RSS / lessons.\n",
     ]
+    by_clip = [r for r in runs if r.get("completed_to_next_play_error_by_clip_ms")]
+    if by_clip:
+        clips = list(by_clip[0]["completed_to_next_play_error_by_clip_ms"])
+        rows += [
+            "Error p99 by the clip whose window closed (clip 1's windows close while later "
+            "lessons are still starting):\n",
+            "| lessons | start | " + " | ".join(f"after clip {c}" for c in clips) + " |",
+            "|---|---|" + "---|" * len(clips),
+        ]
+        for r in by_clip:
+            per = r["completed_to_next_play_error_by_clip_ms"]
+            rows.append(
+                f"| {r['lessons']} | {r['start']} | "
+                + " | ".join(_q(per.get(c, {}), "p99") for c in clips)
+                + " |"
+            )
+        rows.append("")
     return rows
 
 
