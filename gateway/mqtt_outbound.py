@@ -10,8 +10,11 @@ Two lanes, each bounded, each with its overflow policy (issue #14):
   oldest and counts it.
 
 Both are kept while the broker is away. While connected, up to ``window`` QoS 1 publishes are
-in flight at once (written, PUBACK not back yet); CONTROL goes first, then EVENTS, each in queue
-order. A topic always goes through the same lane (the lane is chosen from the topic), so the
+in flight at once (written, PUBACK not back yet; never more than the broker's Receive Maximum
+from its CONNACK); CONTROL goes first, then EVENTS, each in queue order. A publish put while
+the lanes are empty, the window has room and the socket takes more is written at once, in the
+caller's turn of the loop (no wake-up of the pump task: one loop turn less on the hot path);
+the pump sends the rest as confirmations free the window. A topic always goes through the same lane (the lane is chosen from the topic), so the
 broker forwards one topic's messages in the order they were put (MQTT §4.6): a board's
 LISTEN_STOP and its next PLAY_MEDIA leave back to back. ``on_sent`` runs when a message is
 written to the socket (a board command's ack deadline counts from then, not from the queue).
@@ -30,6 +33,7 @@ from enum import Enum
 
 from gateway import mqtt_codec as codec
 from gateway.mqtt_client import Client
+from gateway.mqtt_options import MqttError
 
 
 class Lane(Enum):
@@ -73,6 +77,8 @@ class OutboundQueue:
         self._in_flight: dict[int, Outbound] = {}
         self._tokens = itertools.count()
         self._ready = asyncio.Event()
+        self._client: Client | None = None  # while a pump serves a connection
+        self._limit = window  # the window, capped by the broker's Receive Maximum
 
     def __len__(self) -> int:
         return len(self._lanes[Lane.CONTROL]) + len(self._lanes[Lane.EVENTS]) + len(self._in_flight)
@@ -91,24 +97,41 @@ class OutboundQueue:
                 return False
             self._counters.dropped(lane.popleft())
         lane.append(msg)
-        self._ready.set()
+        client = self._client
+        if client is not None:
+            try:
+                self._send_ready(client)  # now, in the caller's turn, if the window has room
+            except MqttError:
+                pass  # the connection is gone: the pump ends and puts back what was not sent
+        if self._lanes[Lane.CONTROL] or self._lanes[Lane.EVENTS]:
+            self._ready.set()
         return True
 
     async def pump(self, client: Client) -> None:
         """PublishPacket while connected; raises :class:`~gateway.mqtt_options.MqttError` when the
         connection is gone, and puts back whatever was not confirmed, however it ends."""
+        self._limit = max(1, min(self._window, client.broker_receive_maximum))
+        self._client = client
         control, events = self._lanes[Lane.CONTROL], self._lanes[Lane.EVENTS]
         try:
             while True:
                 self._ready.clear()
-                while (control or events) and len(self._in_flight) < self._window:
-                    if not client.writable.is_set():
-                        await client.writable.wait()  # the socket buffer is full: let it drain
-                        continue
-                    self._send(client, control.popleft() if control else events.popleft())
+                self._send_ready(client)
+                if (control or events) and len(self._in_flight) < self._limit:
+                    await client.writable.wait()  # the socket buffer is full: let it drain
+                    continue
                 await self._ready.wait()
         finally:
+            self._client = None
             self._put_back()
+
+    def _send_ready(self, client: Client) -> None:
+        """Write queued publishes, CONTROL first, while the window and the socket have room."""
+        control, events = self._lanes[Lane.CONTROL], self._lanes[Lane.EVENTS]
+        while (control or events) and len(self._in_flight) < self._limit:
+            if not client.writable.is_set():
+                return
+            self._send(client, control.popleft() if control else events.popleft())
 
     def _send(self, client: Client, msg: Outbound) -> None:
         props = b""
@@ -136,7 +159,8 @@ class OutboundQueue:
     def _confirmed(self, token: int) -> None:
         if self._in_flight.pop(token, None) is not None:
             self._counters.published()
-            self._ready.set()
+            if self._lanes[Lane.CONTROL] or self._lanes[Lane.EVENTS]:
+                self._ready.set()  # a slot for what waits
 
     def _put_back(self) -> None:
         for msg in reversed(self._in_flight.values()):

@@ -24,6 +24,7 @@ class FakeClient:
         self.writable = asyncio.Event()
         self.writable.set()
         self.broken = False
+        self.broker_receive_maximum = 65_535  # the CONNACK's Receive Maximum (none: 65,535)
 
     def publish(
         self,
@@ -245,3 +246,54 @@ async def test_properties_carry_correlation_data_and_expiry() -> None:
     assert decoded == [("t/r", b"r", b"cid"), ("t/c", b"c", b"cid2"), ("t/e", b"e", None)]
     assert client.calls[0][3] == b"\x02\x00\x00\x00\x1e\x09\x00\x03cid"  # expiry 30, then cid
     assert client.calls[2][3] == b"\x02\x00\x00\x00\x05"
+
+
+async def test_a_put_with_room_is_written_at_once_without_waking_the_pump() -> None:
+    queue, client, counts = rig(window=2)
+    task = pump(queue, client)
+    await settle()
+    put(queue, "now")
+    assert client.payloads() == [b"now"]  # in the caller's turn, before any await
+    put(queue, "also", "later")
+    assert client.payloads() == [b"now", b"also"]  # the window of 2 is full
+    client.confirm(b"now")
+    await client.wait_calls(3)
+    assert client.payloads() == [b"now", b"also", b"later"]
+    assert counts.published == 1
+    await stop(task)
+
+
+async def test_a_put_while_the_socket_buffer_is_full_waits_for_it() -> None:
+    queue, client, _ = rig(window=5)
+    task = pump(queue, client)
+    await settle()
+    client.writable.clear()
+    put(queue, "held")
+    await settle()
+    assert client.calls == []
+    client.writable.set()
+    await client.wait_calls(1)
+    await stop(task)
+
+
+async def test_the_window_never_exceeds_the_brokers_receive_maximum() -> None:
+    queue, client, _ = rig(window=10)
+    client.broker_receive_maximum = 2
+    task = pump(queue, client)
+    await settle()
+    put(queue, "a", "b", "c")
+    await settle()
+    assert client.payloads() == [b"a", b"b"]
+    client.confirm(b"a")
+    await client.wait_calls(3)
+    await stop(task)
+
+
+async def test_a_put_that_finds_the_connection_gone_stays_queued() -> None:
+    queue, client, _ = rig(window=5)
+    task = pump(queue, client)
+    await settle()
+    client.broken = True
+    put(queue, "a")  # the publish raises; the message is kept for the next connection
+    await stop(task)
+    assert [m.payload for m in queue.queued()] == [b"a"]
