@@ -2,9 +2,20 @@
 performs its effects through the ports. Nothing here awaits analysis or storage: every port
 call is fire-and-forget, so stepping follows the clock alone (SPEC §2.1, §2.2).
 
-Queue policy: the inbox is bounded (``INBOX_LIMIT``); events arrive at human rates, so a full
-inbox means a stuck actor — further events are dropped and counted (an ops alarm is raised by
-the owner). Utterance audio waits for its ``SubmitUtterance`` in a small LRU (oldest dropped).
+No task per device: the actor is a few callbacks on the loop. The task service hands it events
+in its own turn (:meth:`DeviceActor.deliver`: handled at once); its window timer is one
+``loop.call_at`` handle, re-armed after every event to the runtime's next deadline, whose
+firing is handled at once too. So a window close and the next clip's commands reach the MQTT
+socket buffer in the timer's own turn of the loop (a task per device cost a cancellation, a
+task wake-up and a timeout context per event: one loop turn more on the hot path, and CPU).
+Callbacks from other components (a command's outcome) are queued with :meth:`post` and handled
+in the next turn, never inside the caller's own bookkeeping.
+
+Queue policy: events wait in a bounded deque (``INBOX_LIMIT``) only while the actor is already
+handling one or until the next turn; a full one means a stuck actor — further events are
+dropped and counted. An event whose handling raises is logged and counted
+(``runtime_event_failures``); the device's next events are still handled and no other device
+is touched. Utterance audio waits for its ``SubmitUtterance`` in a small LRU (oldest dropped).
 """
 
 from __future__ import annotations
@@ -12,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,6 +71,9 @@ class ActorMetrics:
             "runtime_ignored", "Events that changed nothing, by event type", ["event"]
         )
         self.dropped = metrics.counter("runtime_inbox_dropped", "Events dropped: actor inbox full")
+        self.failed = metrics.counter(
+            "runtime_event_failures", "Events whose handling raised (logged; the actor goes on)"
+        )
         self.commands = metrics.counter(
             "runtime_commands", "Commands asked by the runtime", ["cmd"]
         )
@@ -104,7 +118,14 @@ class DeviceActor:
         self.runtime = runtime
         self._ports = ports
         self._m = metrics
-        self._inbox: asyncio.Queue[RuntimeEvent] = asyncio.Queue(INBOX_LIMIT)
+        self._loop = asyncio.get_running_loop()
+        # Bounded: INBOX_LIMIT events; a new one past it is dropped, counted (module doc).
+        self._inbox: deque[RuntimeEvent] = deque()
+        self._handling = False  # inside _drain: a nested deliver only queues
+        self._scheduled = False  # a _drain is due in the next turn (post)
+        self._closed = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None  # the runtime deadline the timer is armed for
         self._utterances: OrderedDict[str, bytes] = OrderedDict()
         self._steps: OrderedDict[tuple[str, int], StoreStep] = OrderedDict()
         self._log = DeviceLog(log, {"device": device})
@@ -114,16 +135,82 @@ class DeviceActor:
 
     def idle(self) -> bool:
         """No instance and nothing waiting in the inbox: forgetting it loses nothing."""
-        return self.runtime.instance is None and self._inbox.empty()
+        return self.runtime.instance is None and not self._inbox
+
+    def deliver(self, event: RuntimeEvent) -> bool:
+        """Handle ``event`` now, after anything queued before it (the task service's turn)."""
+        if not self._queue(event):
+            return False
+        self._drain()
+        return True
 
     def post(self, event: RuntimeEvent) -> bool:
-        try:
-            self._inbox.put_nowait(event)
-        except asyncio.QueueFull:
+        """Handle ``event`` in the next turn of the loop (callbacks from other components)."""
+        if not self._queue(event):
+            return False
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+        return True
+
+    def start(self, effects: list[RuntimeEffect]) -> None:
+        """Perform a restored runtime's first effects and arm its timer."""
+        self.perform(effects)
+        self._arm()
+
+    def close(self) -> None:
+        """Stop acting: queued events are forgotten and the timer cancelled."""
+        self._closed = True
+        self._inbox.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _queue(self, event: RuntimeEvent) -> bool:
+        if self._closed:
+            return False
+        if len(self._inbox) >= INBOX_LIMIT:
             self._m.dropped.inc()
             self._log.error("inbox full: dropped %s", type(event).__name__)
             return False
+        self._inbox.append(event)
         return True
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        if self._handling:
+            return  # the drain in progress takes it
+        self._handling = True
+        try:
+            while self._inbox and not self._closed:
+                self._handle(self._inbox.popleft())
+        finally:
+            self._handling = False
+        self._arm()
+
+    def _handle(self, event: RuntimeEvent) -> None:
+        try:
+            self.perform(self.runtime.handle(event, self._loop.time() * 1000.0))
+        except Exception:
+            self._m.failed.inc()
+            self._log.exception("handling %s failed", type(event).__name__)
+
+    def _arm(self) -> None:
+        """Point the timer at the runtime's next deadline (unchanged: left alone)."""
+        deadline = None if self._closed else self.runtime.next_deadline()
+        if deadline == self._timer_at and (deadline is None or self._timer is not None):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = (
+            None if deadline is None else self._loop.call_at(deadline / 1000.0, self._fire)
+        )
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.deliver(TimerFired())
 
     def keep_utterance(self, utterance_id: str, pcm: bytes) -> None:
         self._utterances[utterance_id] = pcm
@@ -154,21 +241,6 @@ class DeviceActor:
             modes.task_started(self.device)
         elif isinstance(effect, ReturnToChat):
             modes.back_to_chat(self.device)
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            deadline = self.runtime.next_deadline()
-            try:
-                if deadline is None:
-                    event = await self._inbox.get()
-                else:
-                    async with asyncio.timeout_at(deadline / 1000.0):
-                        event = await self._inbox.get()
-            except TimeoutError:
-                event = TimerFired()
-            now = loop.time() * 1000.0
-            self.perform(self.runtime.handle(event, now))
 
     def _perform(self, effect: RuntimeEffect) -> None:
         p = self._ports

@@ -1,5 +1,5 @@
 """The task service's actor table: one :class:`DeviceActor` per device, created on first sight of
-the device and owned by the service's TaskGroup (``device[aa_bb…].tasks``).
+the device while the service runs (an actor is callbacks on the loop, not a task).
 
 Bounded (``max_devices``): when full, the least recently used idle actor (no instance, empty
 inbox) is stopped to make room; with none idle, the new device is refused (counted). So fake
@@ -71,7 +71,6 @@ class ActorTable:
         self._max_devices = max_devices
         # Least recently used first; bounded by max_devices (module doc).
         self.actors: OrderedDict[str, DeviceActor] = OrderedDict()
-        self._tasks: dict[str, asyncio.Task[None]] = {}
         # Last known presence of devices without an actor yet; bounded, oldest forgotten.
         self.online: OrderedDict[str, bool] = OrderedDict()
         self._plans: dict[tuple[str, str, str], Plan] = {}
@@ -105,14 +104,13 @@ class ActorTable:
 
     def spawn(
         self,
-        tg: asyncio.TaskGroup,
         device: str,
         runtime: DeviceRuntime | None,
         *,
         keep: Container[str],
     ) -> DeviceActor | None:
-        """A new actor for ``device`` (a fresh runtime unless one is given), running in ``tg``;
-        ``None`` when the table is full of busy actors or of devices in ``keep``."""
+        """A new actor for ``device`` (a fresh runtime unless one is given); ``None`` when the
+        table is full of busy actors or of devices in ``keep``."""
         if len(self.actors) >= self._max_devices and not self._evict_idle(keep):
             self._m_refused.inc()
             log.error("no actor for %s: %d devices, none idle", device, len(self.actors))
@@ -130,7 +128,6 @@ class ActorTable:
         actor = DeviceActor(device, runtime, ports=self._ports(), metrics=self.m)
         self.actors[device] = actor
         self._m_devices.set(len(self.actors))
-        self._tasks[device] = tg.create_task(actor.run(), name=f"device[{device}].tasks")
         log.info("ownership gained %s at_ms=%d", device, _now_ms())
         return actor
 
@@ -144,12 +141,11 @@ class ActorTable:
         return False
 
     def release(self, device: str) -> None:
-        """Stop acting for ``device`` (its actor's task ends; a TaskGroup ignores a child that
-        ends cancelled). Logged: the ownership log is these lines and ``ownership gained``."""
-        self.actors.pop(device, None)
-        task = self._tasks.pop(device, None)
-        if task is not None:
-            task.cancel()
+        """Stop acting for ``device`` (its timer cancelled, queued events forgotten). Logged: the
+        ownership log is these lines and ``ownership gained``."""
+        actor = self.actors.pop(device, None)
+        if actor is not None:
+            actor.close()
         self._m_devices.set(len(self.actors))
         log.info("ownership released %s at_ms=%d", device, _now_ms())
 

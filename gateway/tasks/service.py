@@ -119,6 +119,8 @@ class TaskService:
                 await self._adopt_on_changes()
             finally:
                 self._tg = None
+                for actor in self._actors.values():
+                    actor.close()  # no timer outlives the service
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
@@ -200,7 +202,7 @@ class TaskService:
         if actor is None:
             return
         actor.keep_utterance(utterance_id, pcm)
-        actor.post(UtteranceStopped(utterance_id, duration_ms))
+        actor.deliver(UtteranceStopped(utterance_id, duration_ms))
 
     def _speech_event(
         self, device: str, utterance_id: str, name: str, data: dict[str, object]
@@ -232,13 +234,13 @@ class TaskService:
                 return
         else:
             self._actors.move_to_end(device)
-        actor.post(event)
+        actor.deliver(event)
 
     def _spawn(self, device: str, runtime: DeviceRuntime | None) -> DeviceActor | None:
         if self._tg is None:
             log.error("no actor for %s: the service is not running", device)
             return None
-        return self._table.spawn(self._tg, device, runtime, keep=self._pending_restore)
+        return self._table.spawn(device, runtime, keep=self._pending_restore)
 
     # -- restart recovery ------------------------------------------------------------------------
 
@@ -293,4 +295,4 @@ class TaskService:
             return
         actor = self._spawn(device, runtime)
         if actor is not None:
-            actor.perform(effects)
+            actor.start(effects)

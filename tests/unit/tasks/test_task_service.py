@@ -170,32 +170,29 @@ async def test_an_utterance_cut_by_the_window_close_keeps_its_step(rig: TaskServ
     assert stopped[0]["instance_id"] == started[0]["instance_id"]
 
 
-async def _drain_inboxes(svc: TaskService) -> None:
-    """Let every actor handle what is in its inbox (each needs a turn of the loop)."""
-    for _ in range(100):
-        if all(a._inbox.empty() for a in svc._actors.values()):
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("actors did not drain their inboxes")
-
-
 async def test_full_actor_table_evicts_idle_then_refuses(rig: TaskServiceRig) -> None:
     rig.svc._table._max_devices = 3
     _start(rig)  # DEV runs a lesson: never evicted
     await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.started")))
     fakes = [f"aa_bb_cc_dd_ff_{i:02x}" for i in range(4)]
     for fake in fakes[:2]:
-        rig.svc.on_button(fake, "short")
-    await _drain_inboxes(rig.svc)
+        rig.svc.on_button(fake, "short")  # handled at once: an idle actor each
     rig.svc.on_button(fakes[2], "short")  # full: the least recently used idle one goes
     assert list(rig.svc._actors) == [DEV, fakes[1], fakes[2]]
-    rig.svc.on_button(fakes[3], "short")  # fakes[1] is idle, fakes[2] not yet (inbox)
+    rig.svc.on_button(fakes[3], "short")
     assert list(rig.svc._actors) == [DEV, fakes[2], fakes[3]]
+    for fake in fakes[2:]:  # busy now: a lesson each
+        body = {"v": 1, "id": f"r-{fake}", "action": "start", "app_id": "english_learning",
+                "task_id": "shadowing", "lesson_id": "unit01"}  # fmt: skip
+        rig.mqtt.deliver(f"snlpgw/v1/ctl/{fake}", body)
+    await rig.mqtt.wait_for(
+        lambda: all(rig.svc._actors[f].runtime.instance is not None for f in fakes[2:])
+    )
     rig.svc.on_button("aa_bb_cc_dd_ff_99", "short")  # nobody idle now: refused, counted
+    assert "aa_bb_cc_dd_ff_99" not in rig.svc._actors
     snap = rig.metrics.snapshot()
     assert snap["snlpgw_runtime_devices_evicted_total"] == 2.0
     assert snap["snlpgw_runtime_devices_refused_total"] == 1.0
-    await _drain_inboxes(rig.svc)
     await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.completed")))
 
 
