@@ -25,6 +25,7 @@ its original order, and is published again after the reconnect (at least once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections import deque
 from collections.abc import Callable
@@ -99,10 +100,10 @@ class OutboundQueue:
         lane.append(msg)
         client = self._client
         if client is not None:
-            try:
-                self._send_ready(client)  # now, in the caller's turn, if the window has room
-            except MqttError:
-                pass  # the connection is gone: the pump ends and puts back what was not sent
+            # Now, in the caller's turn, if the window has room. MqttError: the connection is
+            # gone; the pump ends and puts back what was not confirmed.
+            with contextlib.suppress(MqttError):
+                self._send_ready(client)
         if self._lanes[Lane.CONTROL] or self._lanes[Lane.EVENTS]:
             self._ready.set()
         return True

@@ -24,13 +24,16 @@ class ScriptedRuntime:
     def __init__(self) -> None:
         self.seen: list[tuple[RuntimeEvent, float]] = []
         self.deadline: float | None = None
+        self.fired = asyncio.Event()
 
     def handle(self, event: RuntimeEvent, now: float) -> list[Any]:
         self.seen.append((event, now))
         if isinstance(event, ButtonPress) and event.kind == "boom":
             raise RuntimeError("a bug in one event")
-        if isinstance(event, TimerFired) and self.deadline is not None and now >= self.deadline:
-            self.deadline = None
+        if isinstance(event, TimerFired):
+            self.fired.set()
+            if self.deadline is not None and now >= self.deadline:
+                self.deadline = None
         return []
 
     def next_deadline(self) -> float | None:
@@ -64,8 +67,7 @@ async def test_the_timer_fires_at_the_runtimes_deadline_and_is_rearmed() -> None
     runtime.deadline = loop.time() * 1000.0 + 20
     a.deliver(ButtonPress("arm"))
     async with asyncio.timeout(5):
-        while "TimerFired" not in runtime.kinds():
-            await asyncio.sleep(0.005)
+        await runtime.fired.wait()
     fired_at = runtime.seen[-1][1]
     assert fired_at >= runtime.seen[0][1] + 20  # not before the deadline
     runtime.deadline = loop.time() * 1000.0 + 10_000  # a later one: the timer follows it
