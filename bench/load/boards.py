@@ -26,13 +26,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiomqtt
-
 from bench.load.procs import die_with_parent
+from gateway import mqtt_codec as codec
+from gateway.mqtt_client import Client
+from gateway.mqtt_options import ClientOptions
 from gateway.simulators.board import BoardSimulator, SimOptions
 from gateway.tasks.core.rules import listen_window_ms
 
 CONNECT_TIMEOUT_S = 120.0
+START_WINDOW = 20  # start requests awaiting their PUBACK at once
 
 
 class LoadBoard(BoardSimulator):
@@ -104,35 +106,34 @@ async def lag_monitor(samples: list[float], period_s: float = 0.05) -> None:
 
 
 async def start_lessons(spec: dict[str, Any], t0: float, refused: list[str]) -> None:
+    """The backend: one start request per board at its offset, on the project's lean client
+    (paho + aiomqtt here cost the board worker's loop milliseconds during the start burst)."""
     lesson = spec["lesson"]
-    async with aiomqtt.Client(
-        spec["host"], spec["port"], username=spec["backend"][0], password=spec["backend"][1],
-        identifier=f"load-backend-{spec['worker']}", max_queued_outgoing_messages=100_000,
-    ) as client, asyncio.TaskGroup() as tg:  # fmt: skip
-        await client.subscribe("snlpgw/v1/reply/+", qos=1)
-        mine = set(spec["devices"])
+    mine = set(spec["devices"])
 
-        async def replies() -> None:
-            async for msg in client.messages:
-                body = json.loads(msg.payload if isinstance(msg.payload, bytes) else b"{}")
-                dev = msg.topic.value.rsplit("/", 1)[1]
-                if dev in mine and body.get("status") != "accepted":
-                    refused.append(dev)
+    def reply(message: codec.PublishPacket) -> None:
+        dev = message.topic.rsplit("/", 1)[1]
+        if dev in mine and json.loads(message.payload).get("status") != "accepted":
+            refused.append(dev)
 
-        listener = tg.create_task(replies(), name="load.replies")
-        for i, (dev, offset) in enumerate(zip(spec["devices"], spec["offsets_s"], strict=True)):
-            delay = t0 + offset - time.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            req = {"v": 1, "id": f"start-{spec['worker']}-{i}", "action": "start",
-                   "app_id": lesson["app"], "task_id": lesson["task"],
-                   "lesson_id": lesson["lesson"], "source": "load"}  # fmt: skip
-            tg.create_task(
-                client.publish(f"snlpgw/v1/ctl/{dev}", json.dumps(req), qos=1),
-                name=f"load.start[{dev}]",
-            )
-        await asyncio.sleep(spec["deadline_s"])
-        listener.cancel()
+    username, password = spec["backend"]
+    options = ClientOptions(client_id=f"load-backend-{spec['worker']}", username=username,
+                            password=password, version=codec.V311)  # fmt: skip
+    client = Client(options, reply)
+    await client.connect(spec["host"], spec["port"], wait_s=30)
+    await client.subscribe([("snlpgw/v1/reply/+", 1)])
+    window = asyncio.Semaphore(START_WINDOW)
+    for i, (dev, offset) in enumerate(zip(spec["devices"], spec["offsets_s"], strict=True)):
+        delay = t0 + offset - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        req = {"v": 1, "id": f"start-{spec['worker']}-{i}", "action": "start",
+               "app_id": lesson["app"], "task_id": lesson["task"],
+               "lesson_id": lesson["lesson"], "source": "load"}  # fmt: skip
+        await window.acquire()
+        topic = f"snlpgw/v1/ctl/{dev}"
+        client.publish(topic, json.dumps(req).encode(), qos=1, on_done=window.release)
+    await asyncio.sleep(spec["deadline_s"])
 
 
 async def run(spec: dict[str, Any]) -> None:
