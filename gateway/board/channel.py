@@ -30,7 +30,7 @@ from gateway.board.table import BoardEventSink, BoardTable
 from gateway.metrics import Metrics
 from gateway.mqtt_edge import Handler, Inbound, Publisher
 from gateway.settings import BoardSettings
-from topics.snlp_commands import CommandParams, EnsureAppDirs, Priority, TaskVerb
+from topics.snlp_commands import CommandParams, Priority, TaskVerb
 from topics.snlp_commands import Download as DownloadParams
 from topics.tree import validate_device_id
 
@@ -215,7 +215,11 @@ class BoardChannel:
         device = self._table.device(dev)
         future = None if device is None else device.ensured.get(app)
         if future is None or (future.done() and not future.result().delivered):
-            future = self.send(dev, EnsureAppDirs(app=app, dirs=list(dirs)), prio=prio)
+            # As plain params: validated and encoded through the model once per distinct app
+            # (topics.fastwire), not a model built per board session.
+            future = self.submit(
+                dev, "ENSURE_APP_DIRS", {"app": app, "dirs": list(dirs)}, prio=prio
+            )
             if device is not None:
                 device.ensured[app] = future
         return future
