@@ -75,7 +75,7 @@ class MqttSettings(_Section):
         "away or slow (never dropped; past it the newest is refused, counted).",
     )
     max_inflight: int = Field(
-        1000,
+        20,
         ge=1,
         description="Publishes awaiting the broker's PUBACK at once (sent in order); never "
         "more than the broker's Receive Maximum (Mosquitto: max_inflight_messages).",

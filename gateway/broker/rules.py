@@ -203,10 +203,11 @@ persistent_client_expiration 7d
 # CONNACK "identifier rejected". Keep this >= xiaozhi.ota_keepalive_s.
 max_keepalive 600
 max_packet_size 65536
-# QoS 1 messages in flight per client, both ways; MQTT 5 clients are told it as their
-# Receive Maximum. The gateway's one connection carries every board's commands and events: at
-# 20 it waited a broker round trip per 20 messages (bench/results/inflight.md).
-max_inflight_messages 1000
+# QoS 1/2 messages in flight per client, both ways; MQTT 5 clients are told it as their Receive
+# Maximum (the gateway's publish window). Kept at 20: for incoming QoS 2 it is state the broker
+# holds per client until PUBREL (20 x max_packet_size), and `max_qos 1`, which would forbid QoS 2,
+# is forgotten by Mosquitto 2.0.11 at every SIGHUP reload (provisioning reloads).
+max_inflight_messages 20
 max_queued_messages 5000
 max_queued_bytes 8388608
 queue_qos0_messages false

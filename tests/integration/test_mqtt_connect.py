@@ -55,3 +55,34 @@ async def test_a_connect_cancelled_at_any_point_leaves_nothing_open(
     assert transports  # the later attempts got as far as a socket
     assert [t for t in transports if not t.is_closing()] == []
     assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+async def test_the_publish_window_follows_the_brokers_receive_maximum(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """Mosquitto tells MQTT 5 clients its max_inflight_messages (20) as Receive Maximum; a
+    gateway configured for more publishes never has more than that awaiting PUBACK."""
+    settings = gateway_settings(broker, tmp_path, mqtt={"max_inflight": 500})
+    mqtt = Context.create(settings).mqtt
+    clients: list[Client] = []
+    recording(mqtt, clients)
+    task = asyncio.create_task(mqtt.run())
+    try:
+        async with asyncio.timeout(10):
+            await mqtt.wait_connected()
+        assert clients[-1].broker_receive_maximum == 20
+        most = 0
+        for i in range(200):
+            mqtt.publish(f"snlpgw/v1/ops/{settings.gateway_id}/events", b"{}", qos=1)
+            most = max(most, clients[-1].unacknowledged)
+            if i % 50 == 49:
+                await asyncio.sleep(0)
+        async with asyncio.timeout(10):
+            while clients[-1].unacknowledged or mqtt._outbox.queued():
+                most = max(most, clients[-1].unacknowledged)
+                await asyncio.sleep(0.001)
+        assert most == 20  # the window filled, and never past the broker's maximum
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
