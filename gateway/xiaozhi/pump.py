@@ -69,8 +69,10 @@ class AudioPump:
         deadline = self._clock() + self._turn_s
         for pipeline in list(ready):
             del ready[pipeline]
-            done += pipeline.drain(batch)
-            if pipeline.queued:
+            n = pipeline.drain(batch)
+            done += n
+            # Fewer than a batch taken: its queue is empty (no need to ask it).
+            if n == batch and pipeline.queued:
                 ready[pipeline] = None  # back of the line
             if self._clock() >= deadline:
                 break
