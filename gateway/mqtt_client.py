@@ -1,19 +1,16 @@
 """A lean asyncio MQTT client: one :class:`asyncio.Protocol` over :mod:`gateway.mqtt_codec`.
 
-Why not paho + aiomqtt: at 1,000 lessons they took ~45 % of the gateway's CPU (a paho
-``MQTTMessage``/``MQTTMessageInfo`` with a ``threading.Condition`` and a ``Properties`` object per
-message, a task and a ``wait_for`` per publish, a socket read per packet), about 10x what the
-bytes need. Here a read is one ``data_received`` that may carry many packets, decoded in place;
-a publish is one ``transport.write``; no thread, no task per message.
+Why not paho + aiomqtt: at 1,000 lessons they took ~45 % of the gateway's CPU (objects, a lock,
+a task and a ``wait_for`` per message, a socket read per packet), about 10x what the bytes need.
+Here a read is one ``data_received`` that may carry many packets, decoded in place.
 
 * :meth:`Client.connect` opens the socket, sends CONNECT and waits for CONNACK (bounded); a
   refusal raises :class:`ConnectRefused`. Cancelled at any point, it leaves nothing open.
 * Received PUBLISHes go to ``on_message`` on the loop, in order, as they are read (the handler
   must only parse and enqueue); a QoS 1 one is acknowledged after its handler returned.
 * :meth:`Client.publish` writes at once and never waits; ``on_done`` runs when a QoS 1 publish is
-  acknowledged (at once for QoS 0). The caller bounds how many are unacknowledged. Everything
-  written in one turn of the loop goes out in one ``send`` at the end of that turn, and under
-  load sends are paced ``FLUSH_GAP_S`` (2 ms) apart so each carries many packets.
+  acknowledged (at once for QoS 0). The caller bounds how many are unacknowledged. Sends are
+  batched per loop turn and paced ``FLUSH_GAP_S`` (2 ms) apart under load (see ``_write``).
 * Keep-alive: a PINGREQ when nothing was sent for ``keepalive_s``; a connection that read
   nothing for 1.5 x ``keepalive_s`` is dropped. Timers are loop handles, no task.
 * :meth:`Client.closed` returns (raises :class:`MqttError`) when the connection is gone;

@@ -17,7 +17,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Container
 
 from gateway.metrics import Metrics
-from gateway.tasks.actor import ActorMetrics, DeviceActor, Ports
+from gateway.tasks.actor import DeviceActor
+from gateway.tasks.actor_parts import ActorMetrics, Ports
 from gateway.tasks.core import (
     Catalog,
     ControlReply,

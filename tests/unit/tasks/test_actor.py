@@ -10,7 +10,8 @@ import asyncio
 from typing import Any, cast
 
 from gateway.metrics import Metrics
-from gateway.tasks.actor import INBOX_LIMIT, ActorMetrics, DeviceActor, Ports
+from gateway.tasks.actor import INBOX_LIMIT, DeviceActor
+from gateway.tasks.actor_parts import ActorMetrics, Ports
 from gateway.tasks.core import ButtonPress, DeviceRuntime, RuntimeEvent, TimerFired
 
 DEV = "aa_bb_cc_dd_ee_01"
