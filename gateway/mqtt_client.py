@@ -11,8 +11,7 @@ Here a read is one ``data_received`` that may carry many packets, decoded in pla
 * :meth:`Client.publish` writes at once and never waits; ``on_done`` runs when a QoS 1 publish is
   acknowledged (at once for QoS 0). The caller bounds how many are unacknowledged. Sends are
   batched per loop turn and paced ``FLUSH_GAP_S`` (2 ms) apart under load (see ``_write``).
-* Keep-alive: a PINGREQ when nothing was sent for ``keepalive_s``; a connection that read
-  nothing for 1.5 x ``keepalive_s`` is dropped. Timers are loop handles, no task.
+* Keep-alive: a PINGREQ after ``keepalive_s`` without a send; 1.5 x that without a read drops it.
 * :meth:`Client.closed` returns (raises :class:`MqttError`) when the connection is gone;
   every pending future fails with that error, and callbacks of unacknowledged publishes never
   run (the caller puts those messages back).
@@ -210,9 +209,7 @@ class Client(asyncio.Protocol):
             else:
                 self._loop.call_soon(self._flush)
         elif now - self._out_since >= FLUSH_GAP_S:
-            # A long turn of the loop (a thousand window timers due together, a big read):
-            # what it wrote so far leaves now, not after the whole turn.
-            self._flush()
+            self._flush()  # a long turn (a thousand timers due, a big read): not at its end
             self._out_since = now
         self._out.append(data)
 
