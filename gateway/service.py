@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.broker.credentials import gateway_mqtt_password
+from gateway.gcwatch import GcWatch
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
 from gateway.mqtt import MqttConnection
@@ -138,6 +139,7 @@ class Service:
         self._started_mono = time.monotonic()
         self._uptime = self.metrics.gauge("uptime_seconds", "Seconds since the service started")
         self._snapshots = self.metrics.counter("metrics_snapshots", "Metrics snapshots published")
+        self._gc = GcWatch(self.metrics)
         self._snapshot_dropped = self.metrics.counter(
             "metrics_snapshot_series_dropped",
             "Series left out of retained snapshots to stay under ops.snapshot_max_bytes",
@@ -145,13 +147,17 @@ class Service:
 
     async def run(self) -> None:
         """Run everything until cancelled."""
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self.mqtt.run(), name="service.mqtt")
-            tg.create_task(self.http.run(), name="service.http")
-            tg.create_task(self.admin.run(), name="service.admin-http")
-            tg.create_task(self._publish_metrics(), name="service.metrics")
-            for component in self.components:
-                tg.create_task(component.run(), name=f"service.{component.name}")
+        self._gc.install()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.mqtt.run(), name="service.mqtt")
+                tg.create_task(self.http.run(), name="service.http")
+                tg.create_task(self.admin.run(), name="service.admin-http")
+                tg.create_task(self._publish_metrics(), name="service.metrics")
+                for component in self.components:
+                    tg.create_task(component.run(), name=f"service.{component.name}")
+        finally:
+            self._gc.uninstall()
 
     async def serve(self, until: asyncio.Event) -> None:
         """Run until ``until`` is set, then shut down within the configured budget."""

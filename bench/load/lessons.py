@@ -115,11 +115,11 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             finally:
                 sampler.cancel()
             cpu = meter.stop({f"boards{i}": f["cpu_s"] for i, f in enumerate(found)})
-            lateness = {
-                k.split("stat=")[1].rstrip("}"): v
-                for k, v in (await asyncio.to_thread(gw.metrics)).items()
-                if k.startswith("snlpgw_window_lateness_ms{")
-            }
+            figures = await asyncio.to_thread(gw.metrics)
+            lateness, gc_full = (
+                _stats(figures, "window_lateness_ms"),
+                _stats(figures, "gc_full_pause_ms"),
+            )
             rss_end = max(peak)
             if spy is not None:
                 await spy.wait()
@@ -153,6 +153,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "last_window_to_listen_stop_error_ms": summary(to_stop),
         "board_worker_loop_lag_ms": summary(lags),
         "gateway_window_lateness_ms": lateness,
+        "gateway_gc_full_pause_ms": gc_full,  # the last 2,048 full collections' pauses
         "gateway_rss_idle_mb": round(rss_idle / 2**20, 1),
         "gateway_rss_peak_mb": round(rss_end / 2**20, 1),
         "gateway_rss_per_lesson_kb": round((rss_end - rss_idle) / 1024 / n, 1),
@@ -177,3 +178,9 @@ def _by_second(due_ms: list[float], errors: list[float]) -> dict[str, dict[str, 
     for due, error in zip(due_ms, errors, strict=True):
         buckets.setdefault(int((due - first) // 1000), []).append(error)
     return {str(second): summary(values) for second, values in sorted(buckets.items())}
+
+
+def _stats(figures: dict[str, float], name: str) -> dict[str, float]:
+    """``{stat: value}`` of one of the gateway's quantile gauges (``snlpgw_<name>{stat=…}``)."""
+    prefix = f"snlpgw_{name}{{"
+    return {k.split("stat=")[1].strip('"}'): v for k, v in figures.items() if k.startswith(prefix)}

@@ -89,8 +89,8 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
         "and timer lateness. Staggered: starts spread over one step; simultaneous: all at once.\n",
         "| lessons | start | steps | error p50 | p99 | max | last window → LISTEN_STOP p99 "
         "| gateway timer lateness p99 | gateway CPU | CPU ms/step | broker CPU | boards CPU s "
-        "| board loop lag p99 | RSS/lesson KB | others |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| board loop lag p99 | RSS/lesson KB | GC full pause max | others |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         e, last, lag = (
@@ -105,6 +105,7 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
             f"{r['gateway_core_share']:.0%} | {r['gateway_cpu_ms_per_step']} | "
             f"{r['broker_core_share']:.0%} | "
             f"{r['board_workers_cpu_s']} | {_q(lag, 'p99')} | {r['gateway_rss_per_lesson_kb']} | "
+            f"{_num(r.get('gateway_gc_full_pause_ms', {}).get('max'))} | "
             f"{r['others_core_share']:.2f} |"
         )
     rows += [
@@ -115,7 +116,8 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
         "clip step "
         "(3 commands, their acks, 2 board events, task events, store writes) costs. "
         "*board loop lag*: how late the board workers' own event loops woke (their share of "
-        "the figure). RSS/lesson: (peak - idle) gateway RSS / lessons.\n",
+        "the figure). RSS/lesson: (peak - idle) gateway RSS / lessons. *GC full pause max*: the "
+        "gateway's longest full garbage collection (`snlpgw_gc_full_pause_ms`).\n",
     ]
     by_clip = [r for r in runs if r.get("completed_to_next_play_error_by_clip_ms")]
     if by_clip:
