@@ -34,7 +34,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.broker import StackError
 from devstack.gateway import REPO_ROOT, running_gateway
-from gateway.gcwatch import freeze_startup_heap
 from gateway.logs import setup_logging
 from gateway.settings import load_settings
 
@@ -170,7 +169,6 @@ async def _serve(spec: dict[str, Any]) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with running_gateway(settings) as gw:
-        freeze_startup_heap()  # as `snlpgw run` does
         for dev in spec.get("listen", []):
             gw.xiaozhi.set_listening(dev, True)
         ready = {"admin_port": gw.service.admin.port, "udp_port": gw.xiaozhi.udp_port}

@@ -15,8 +15,8 @@ from gateway.metrics import Metrics
 def freeze_startup_heap() -> int:
     """Collect once, then move every object alive now (imported modules, schemas, settings,
     the built components) to the collector's permanent generation, so a full collection no
-    longer walks them (a process entry point calls it once the service is built). Returns
-    the number of objects frozen."""
+    longer walks them (the service does it as it starts, ``ops.gc_freeze``). Returns the
+    number of objects frozen."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()

@@ -34,11 +34,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     setup_logging(settings.ops.log_level, json_lines=settings.ops.log_json)
     from gateway.app import build_service  # noqa: PLC0415 - keeps `snlpgw provision` light
-    from gateway.gcwatch import freeze_startup_heap  # noqa: PLC0415
 
     async def main() -> None:
         service = build_service(settings)
-        freeze_startup_heap()  # full GC pauses then walk only what lessons create
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # HUP: terminal closed
