@@ -12,10 +12,10 @@ Two lanes, each bounded, each with its overflow policy (issue #14):
 Both are kept while the broker is away. While connected, up to ``window`` QoS 1 publishes are
 in flight at once (written, PUBACK not back yet; never more than the broker's Receive Maximum
 from its CONNACK); CONTROL goes first, then EVENTS, each in queue order. A publish put while
-the lanes are empty, the window has room and the socket takes more is written at once, in the
-caller's turn of the loop (no wake-up of the pump task: one loop turn less on the hot path);
-the pump sends the rest as confirmations free the window. A topic always goes through the same lane (the lane is chosen from the topic), so the
-broker forwards one topic's messages in the order they were put (MQTT §4.6): a board's
+the window and the socket have room is written at once, in the caller's turn of the loop (no
+wake-up of the pump task: one loop turn less on the hot path); the pump sends the rest as
+confirmations free the window. A topic always goes through the same lane (the lane is chosen
+from the topic), so the broker forwards one topic's messages in the order they were put (MQTT §4.6): a board's
 LISTEN_STOP and its next PLAY_MEDIA leave back to back. ``on_sent`` runs when a message is
 written to the socket (a board command's ack deadline counts from then, not from the queue).
 When the connection breaks, every message not confirmed goes back to the head of its lane, in

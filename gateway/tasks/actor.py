@@ -109,6 +109,7 @@ class DeviceActor:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._timer_at = None
 
     def _queue(self, event: RuntimeEvent) -> bool:
         if self._closed:
@@ -142,7 +143,7 @@ class DeviceActor:
     def _arm(self) -> None:
         """Point the timer at the runtime's next deadline (unchanged: left alone)."""
         deadline = None if self._closed else self.runtime.next_deadline()
-        if deadline == self._timer_at and (deadline is None or self._timer is not None):
+        if deadline == self._timer_at:  # None both: no timer; else that timer is armed
             return
         if self._timer is not None:
             self._timer.cancel()

@@ -190,12 +190,17 @@ async def test_on_sent_runs_when_written_not_when_queued() -> None:
     await stop(task)
 
 
-async def test_a_full_socket_buffer_holds_the_pump_until_it_drains() -> None:
+@pytest.mark.parametrize("put_first", [True, False], ids=["queued-before", "put-while-full"])
+async def test_a_full_socket_buffer_holds_publishes_until_it_drains(put_first: bool) -> None:
     queue, client, _ = rig(window=10)
     client.writable.clear()
-    put(queue, "a")
+    if put_first:  # the pump finds it queued
+        put(queue, "a")
     task = pump(queue, client)
     await settle()
+    if not put_first:  # the put path finds the buffer full
+        put(queue, "a")
+        await settle()
     assert client.calls == []
     client.writable.set()
     await client.wait_calls(1)
@@ -260,19 +265,6 @@ async def test_a_put_with_room_is_written_at_once_without_waking_the_pump() -> N
     await client.wait_calls(3)
     assert client.payloads() == [b"now", b"also", b"later"]
     assert counts.published == 1
-    await stop(task)
-
-
-async def test_a_put_while_the_socket_buffer_is_full_waits_for_it() -> None:
-    queue, client, _ = rig(window=5)
-    task = pump(queue, client)
-    await settle()
-    client.writable.clear()
-    put(queue, "held")
-    await settle()
-    assert client.calls == []
-    client.writable.set()
-    await client.wait_calls(1)
     await stop(task)
 
 
