@@ -288,6 +288,7 @@ def test_device_listener_forces_client_id_to_user_name(shared: bool) -> None:
     head, gateway_part = rendered.split("listener 1883 127.0.0.1\n")
     gateway_part, device_part = gateway_part.split("listener 1884 0.0.0.0\n")
     assert "per_listener_settings true\n" in head
+    assert "\nset_tcp_nodelay true\n" in rendered  # Nagle off: see mosquitto/README.md
     assert "password_file" not in head
     assert "use_username_as_clientid" not in gateway_part
     gateway_file = "passwd" if shared else "passwd.gateway"
