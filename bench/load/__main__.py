@@ -52,7 +52,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--gateway-settings",
         type=json.loads,
         default={},
-        help="settings sections over the harness's for the lessons' gateway (A/B runs), "
+        help="settings sections over the harness's for the lessons' and hellos' gateway (A/B), "
         'e.g. \'{"mqtt": {"max_inflight": 20}}\'',
     )
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -109,6 +109,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             result = await bounded(hellos.run(
                 args.sessions, Path(tmp), per_device=args.hellos_per_device,
                 span_s=args.hello_span_s, worker_count=args.workers,
+                settings=args.gateway_settings,
             ), sessions=args.sessions)  # fmt: skip
             if "error" in result:
                 doc["failed"].append(result)

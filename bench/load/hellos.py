@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.load.lessons import provision_all
+from bench.load.lessons import provision_all, quantile_stats
 from bench.load.procs import Meter
 from bench.load.stack import split, workers
 from bench.stats import summary
@@ -29,7 +29,8 @@ def device_ids(n: int) -> list[str]:
 
 
 async def run(n: int, root: Path, *, per_device: int, span_s: float,
-              worker_count: int) -> dict[str, Any]:  # fmt: skip
+              worker_count: int, settings: dict[str, Any] | None = None,
+              ) -> dict[str, Any]:  # fmt: skip
     async with local_broker(root / "data") as broker:
         devs = await asyncio.to_thread(provision_all, broker, device_ids(n))
         name, password = next(iter(devs.items()))
@@ -54,7 +55,8 @@ async def run(n: int, root: Path, *, per_device: int, span_s: float,
         ]
         async with (
             gateway_process(
-                root, gateway_sections(broker, gateway_id="load-gw", use=Use.LOAD)
+                root,
+                gateway_sections(broker, gateway_id="load-gw", use=Use.LOAD, **(settings or {})),
             ) as gw,
             workers("bench.load.devices", specs, root) as procs,
         ):
@@ -80,12 +82,12 @@ async def run(n: int, root: Path, *, per_device: int, span_s: float,
                 cpu["others_core_share"] = round(
                     max(0.0, cpu["others_core_share"] - devices_cpu / cpu["wall_s"]), 3
                 )
-            handling = {
-                k.split("stat=")[1].rstrip("}"): v
-                for k, v in (await asyncio.to_thread(gw.metrics)).items()
-                if k.startswith("snlpgw_xiaozhi_hello_handling_ms")
-            }
-    out: dict[str, Any] = {"sessions": n, "gateway_handling_ms_last_2048": handling}
+            figures = await asyncio.to_thread(gw.metrics)
+    out: dict[str, Any] = {
+        "sessions": n,
+        "gateway_handling_ms_last_2048": quantile_stats(figures, "xiaozhi_hello_handling_ms"),
+        "gateway_gc_full_pause_ms": quantile_stats(figures, "gc_full_pause_ms"),
+    }
     for phase in ("staggered", "burst"):
         samples = [x for f in found for x in f[phase]["latency_ms"]]
         out[phase] = {

@@ -117,8 +117,8 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             cpu = meter.stop({f"boards{i}": f["cpu_s"] for i, f in enumerate(found)})
             figures = await asyncio.to_thread(gw.metrics)
             lateness, gc_full = (
-                _stats(figures, "window_lateness_ms"),
-                _stats(figures, "gc_full_pause_ms"),
+                quantile_stats(figures, "window_lateness_ms"),
+                quantile_stats(figures, "gc_full_pause_ms"),
             )
             rss_end = max(peak)
             if spy is not None:
@@ -180,7 +180,7 @@ def _by_second(due_ms: list[float], errors: list[float]) -> dict[str, dict[str, 
     return {str(second): summary(values) for second, values in sorted(buckets.items())}
 
 
-def _stats(figures: dict[str, float], name: str) -> dict[str, float]:
+def quantile_stats(figures: dict[str, float], name: str) -> dict[str, float]:
     """``{stat: value}`` of one of the gateway's quantile gauges (``snlpgw_<name>{stat=…}``)."""
     prefix = f"snlpgw_{name}{{"
     return {k.split("stat=")[1].strip('"}'): v for k, v in figures.items() if k.startswith(prefix)}

@@ -160,6 +160,12 @@ def hellos_section(h: dict[str, Any]) -> list[str]:
             f"\nGateway-internal handling (receipt → reply queued), last {int(g.get('count', 0))}: "
             f"p50 {g.get('p50', 0):.2f} ms, p99 {g.get('p99', 0):.2f} ms, max {g.get('max', 0):.2f} ms."
         )
+    gc_full = h.get("gateway_gc_full_pause_ms") or {}
+    if gc_full:
+        rows.append(
+            f"Full garbage collections in the gateway (all phases): {int(gc_full.get('count', 0))}, "
+            f"longest {gc_full.get('max', 0):.1f} ms."
+        )
     rows.append(
         "\nDevice publish → reply received, on the device's clock. Target: p99 ≤ 20 ms at "
         "1,000 sessions (staggered: every session open, hellos at a steady rate).\n"
