@@ -42,7 +42,9 @@ class Use(Enum):
 _TUNING: dict[Use, dict[str, dict[str, Any]]] = {
     Use.TEST: {
         "mqtt": {"reconnect_min_s": 0.05, "reconnect_max_s": 0.5},
-        "ops": {"metrics_interval_s": 0.2, "shutdown_timeout_s": 2.0},
+        # gc_freeze off: a test process runs many gateways; one freezing the heap would keep
+        # every later test's cycles it holds (test_service checks the freeze itself).
+        "ops": {"metrics_interval_s": 0.2, "shutdown_timeout_s": 2.0, "gc_freeze": False},
     },
     Use.DEMO: {"ops": {"shutdown_timeout_s": 3.0}},
     Use.LOAD: {

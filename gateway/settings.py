@@ -332,6 +332,11 @@ class OpsSettings(_Section):
     log_level: str = Field("INFO", description="Log level.")
     log_json: bool = Field(False, description="Structured JSON logs.")
     shutdown_timeout_s: float = Field(5.0, gt=0, description="Graceful shutdown budget.")
+    gc_freeze: bool = Field(
+        True,
+        description="At start, freeze the heap built so far out of the garbage collector: full "
+        "collections (loop pauses) then walk only what lessons create (gateway/gcwatch.py).",
+    )
     snapshot_max_bytes: int = Field(
         32_768,
         ge=2048,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from pathlib import Path
 
@@ -130,3 +131,20 @@ async def test_a_burst_of_publishes_reaches_a_board_complete_and_in_order(
                 break
             await asyncio.sleep(0.001)
         assert svc.metrics.snapshot()["snlpgw_mqtt_messages_out_total"] >= 500
+
+
+async def test_the_service_freezes_its_start_up_heap_and_times_collections(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """``ops.gc_freeze`` (on by default; the test tuning turns it off): the heap built before
+    the service runs is frozen out of the collector, and collections are timed as metrics."""
+    settings = gateway_settings(broker, tmp_path, ops={"gc_freeze": True})
+    assert gc.get_freeze_count() == 0
+    try:
+        async with serving(Service(Context.create(settings))) as service:
+            assert gc.get_freeze_count() > 10_000
+            gc.collect()
+            snap = service.metrics.snapshot()
+            assert snap['snlpgw_gc_full_pause_ms{stat="count"}'] >= 1.0
+    finally:
+        gc.unfreeze()
