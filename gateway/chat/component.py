@@ -114,6 +114,8 @@ class ChatComponent:
                 self._tg = None
                 self._ports = None
                 self._ready.clear()
+                for chat in self._devices.values():  # their timers and downlinks stop here
+                    chat.close()
 
     async def wait_ready(self) -> None:
         await self._ready.wait()

@@ -1,10 +1,15 @@
 """One device's CHAT shell: feeds the voice-session core, performs its effects.
 
-Everything here runs on the loop and is synchronous except the device's two long-lived tasks
-(``device[…].chat.downlink`` — the :class:`Player`; ``device[…].chat.timer`` — the core's
-deadline) and the per-session upstream link or per-turn answer task, all owned by the chat
-component's TaskGroup. Effects may cause events (a goodbye closes the session, which reports
+Everything here runs on the loop and is synchronous; no task lives as long as the device. The
+downlink (:class:`Player`) is callbacks on the loop, and the core's deadline is one
+``loop.call_at`` handle re-armed to ``core.next_deadline()`` after every handled event, whose
+firing hands the core a ``Tick`` (as the task actor's timer, :mod:`gateway.tasks.actor`). Only
+the per-session upstream link or per-turn answer task is a task, owned by the chat component's
+TaskGroup. Effects may cause events (a goodbye closes the session, which reports
 ``session_closed``): those are queued and handled after the current one, never re-entered.
+A ``Tick`` or downlink item whose handling raises is logged and counted
+(``snlpgw_chat_callback_failures``); the device goes on and no other device is touched — a
+deadline whose ``Tick`` raised is not retried until the core's deadline changes (no spin).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 from gateway import labels
 from gateway.chat import voice as v
 from gateway.chat.bridge import UpstreamBridge
-from gateway.chat.player import Player
+from gateway.chat.player import Cancellable, Player, Scheduler
 from gateway.chat.ports import ChatPorts, VoiceChannel
 from gateway.chat.upstream import UpstreamError
 from gateway.xiaozhi import messages
@@ -29,7 +34,13 @@ log = logging.getLogger(__name__)
 
 class DeviceChat:
     def __init__(
-        self, dev: str, ports: ChatPorts, channel: VoiceChannel, *, suspended: bool = False
+        self,
+        dev: str,
+        ports: ChatPorts,
+        channel: VoiceChannel,
+        *,
+        suspended: bool = False,
+        loop: Scheduler | None = None,  # the running loop; a fake loop clock in unit tests
     ) -> None:
         self.dev = dev
         self._p = ports
@@ -38,17 +49,16 @@ class DeviceChat:
         self.session_id: str | None = None
         self._pending: deque[v.VoiceEvent] = deque()  # events caused while handling one
         self._busy = False
-        self._rearm = asyncio.Event()
+        self._loop: Scheduler = loop or asyncio.get_running_loop()
+        self._timer: Cancellable | None = None
+        self._timer_at: float | None = None  # the core deadline (ms) the timer is armed for
+        self._failed_at: float | None = None  # a deadline whose Tick raised: not retried
+        self._closed = False
         self._pcm = b""  # the last utterance (embedded engine's segment)
         self._end_after_tts = False
         self._task_after_tts = False
         self.player = Player(
-            publish=lambda payload: channel.publish(dev, payload),
-            send_audio=self._send_audio,
-            on_tts=self._on_tts,
-            clock=ports.clock,
-            count_drop=lambda reason: ports.metrics.dropped.labels(reason).inc(),
-            capacity=ports.downlink_capacity,
+            out=self, loop=self._loop, clock=ports.clock, capacity=ports.downlink_capacity
         )
         self.bridge = (
             UpstreamBridge(
@@ -61,10 +71,6 @@ class DeviceChat:
             if ports.bridge is not None
             else None
         )
-        self._own = (
-            ports.spawn(self.player.run(), f"device[{dev}].chat.downlink"),
-            ports.spawn(self._timer(), f"device[{dev}].chat.timer"),
-        )
 
     @property
     def idle(self) -> bool:
@@ -72,12 +78,13 @@ class DeviceChat:
         return self.session_id is None and not self._busy
 
     def close(self) -> None:
-        """Forget this device: its upstream link closed, its tasks ended (a new hello makes a
-        new :class:`DeviceChat`)."""
+        """Forget this device: its upstream link closed, its downlink and timer stopped; nothing
+        of it runs afterwards (a new hello makes a new :class:`DeviceChat`)."""
+        self._closed = True
         if self.bridge is not None:
             self.bridge.close()
-        for task in self._own:
-            task.cancel()
+        self.player.close()
+        self._arm()
 
     # -- from the Xiaozhi channel -----------------------------------------------------------
 
@@ -151,7 +158,7 @@ class DeviceChat:
                     self._perform(effect)
         finally:
             self._busy = False
-            self._rearm.set()
+            self._arm()
 
     def _perform(self, effect: v.VoiceEffect) -> None:  # noqa: PLR0912 - one branch per effect
         p = self._p
@@ -185,22 +192,37 @@ class DeviceChat:
             case v.VoiceAlarm(alarm=alarm, reason=reason):
                 p.alarm(alarm, self.dev, reason)
 
-    async def _timer(self) -> None:
-        while True:
-            self._rearm.clear()
-            deadline = self.core.next_deadline()
-            if deadline is None:
-                await self._rearm.wait()
-                continue
-            delay = deadline / 1000.0 - self._p.clock()
-            if delay > 0:
-                try:
-                    async with asyncio.timeout(delay):
-                        await self._rearm.wait()
-                except TimeoutError:
-                    pass
-                continue
+    def _arm(self) -> None:
+        """Point the timer at the core's next deadline (unchanged: left alone)."""
+        deadline = None if self._closed else self.core.next_deadline()
+        if deadline == self._failed_at:
+            deadline = None
+        if deadline == self._timer_at:  # None both: no timer; else that timer is armed
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = (
+            None
+            if deadline is None
+            else self._loop.call_at(
+                self._loop.time() + deadline / 1000.0 - self._p.clock(), self._fire
+            )
+        )
+
+    def _fire(self) -> None:
+        deadline = self._timer_at
+        self._timer = self._timer_at = None
+        if deadline is not None and deadline / 1000.0 > self._p.clock():
+            self._arm()  # the loop's clock ran a hair ahead of ours: not due yet
+            return
+        try:
             self.handle(v.Tick())
+        except Exception:
+            self._failed_at = deadline
+            self.count_failure()
+            log.exception("CHAT timer of %s failed", self.dev)
+            self._arm()
 
     # -- upstream ----------------------------------------------------------------------------
 
@@ -234,16 +256,25 @@ class DeviceChat:
         if self.player.idle:
             self._finish()
 
-    # -- downlink ----------------------------------------------------------------------------
+    # -- downlink (the player's Output) ---------------------------------------------------------
 
-    def _send_audio(self, opus: bytes) -> bool:
+    def publish_down(self, payload: bytes) -> None:
+        self._channel.publish(self.dev, payload)
+
+    def count_drop(self, reason: str) -> None:
+        self._p.metrics.dropped.labels(reason).inc()
+
+    def count_failure(self) -> None:
+        self._p.metrics.failed.inc()
+
+    def send_audio(self, opus: bytes) -> bool:
         sid = self.session_id
         sent = sid is not None and self._channel.send_audio(self.dev, sid, opus)
         if sent:
             self._p.metrics.frames_down.inc()
         return sent
 
-    def _on_tts(self, state: str) -> None:
+    def on_tts(self, state: str) -> None:
         self.handle(v.TtsStarted() if state == "start" else v.TtsStopped())
         if state == "stop" and self._end_after_tts:
             self._finish()

@@ -21,3 +21,8 @@ class ChatMetrics:
             "chat_control_down", "Upstream control messages relayed down", ["type"]
         )
         self.dropped = metrics.counter("chat_dropped", "CHAT frames/messages dropped", ["reason"])
+        self.failed = metrics.counter(
+            "chat_callback_failures",
+            "CHAT timer firings and downlink items whose handling raised (logged; the device "
+            "goes on)",
+        )

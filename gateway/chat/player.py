@@ -13,16 +13,55 @@ upstream paces its own sending, so a full queue means a stalled device path. Con
 never dropped: more than ``control_capacity`` messages waiting means the upstream floods, and
 :meth:`json` returns False so the caller ends the session instead. :meth:`clear` drops the
 queued audio (abort, a task starting, session gone).
+
+No task per device: the player is callbacks on the loop (as the task actor,
+:mod:`gateway.tasks.actor`). A new item on an empty queue, :meth:`clear` and :meth:`reset`
+schedule a drain for the next turn of the loop (what a task's wake-up took); the drain sends
+every item that is due and arms ONE ``loop.call_at`` handle for the head item's due time, whose
+firing drains again. An item whose sending raises is logged and counted (``count_failure``);
+the next items still go and no other device is touched. After :meth:`close` nothing runs.
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.xiaozhi.downlink import Pacing
+
+log = logging.getLogger(__name__)
+_PACING = Pacing()
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Scheduler(Protocol):
+    """What CHAT uses of the event loop (a fake loop clock in unit tests)."""
+
+    def time(self) -> float: ...
+
+    def call_soon(self, callback: Callable[[], object]) -> Cancellable: ...
+
+    def call_at(self, when: float, callback: Callable[[], object]) -> Cancellable: ...
+
+
+class Output(Protocol):
+    """Where the player's items go: the device's CHAT (one object, no per-player closures)."""
+
+    def publish_down(self, payload: bytes) -> None: ...
+
+    def send_audio(self, opus: bytes) -> bool: ...
+
+    def on_tts(self, state: str) -> None: ...
+
+    def count_drop(self, reason: str) -> None: ...
+
+    def count_failure(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,48 +79,53 @@ class Player:
     def __init__(
         self,
         *,
-        publish: Callable[[bytes], None],
-        send_audio: Callable[[bytes], bool],
-        on_tts: Callable[[str], None],
+        out: Output,
+        loop: Scheduler,
         clock: Callable[[], float],
-        count_drop: Callable[[str], None] = lambda reason: None,
-        pacing: Pacing | None = None,
+        pacing: Pacing = _PACING,
         capacity: int = 500,
         control_capacity: int = 256,
         lead_s: float = 0.2,
     ) -> None:
-        self._publish = publish
-        self._send_audio = send_audio
-        self._on_tts = on_tts
+        self._out = out
+        self._loop = loop
         self._clock = clock
-        self._count_drop = count_drop
-        self._pacing = pacing or Pacing()
+        self._pacing = pacing
         self._capacity = capacity
         self._control_capacity = control_capacity
         self._lead_s = lead_s
         self._queue: deque[Json | Audio] = deque()
         self._audio_queued = 0
-        self._wake = asyncio.Event()
+        self._drain_handle: Cancellable | None = None  # a drain due in the next turn
+        self._timer: Cancellable | None = None  # the head item's due time
+        self._draining = False  # inside _drain: what changes the queue is seen by it
+        self._closed = False
         self._start = 0.0  # burst start (monotonic s)
         self._index = 0  # frames into the burst
         self._last_due: float | None = None
         self.speaking = False
 
     def json(self, payload: bytes, tts: str | None = None) -> bool:
+        if self._closed:
+            return False
         if len(self._queue) - self._audio_queued >= self._control_capacity:
-            self._count_drop("downlink_control_overflow")
+            self._out.count_drop("downlink_control_overflow")
             return False
         self._queue.append(Json(payload, tts))
-        self._wake.set()
+        if self._timer is None:  # armed: the head waits, and a new tail item changes nothing
+            self._wake()
         return True
 
     def audio(self, opus: bytes) -> None:
+        if self._closed:
+            return
         if self._audio_queued >= self._capacity:
-            self._count_drop("downlink_overflow")
+            self._out.count_drop("downlink_overflow")
             return
         self._queue.append(Audio(opus))
         self._audio_queued += 1
-        self._wake.set()
+        if self._timer is None:
+            self._wake()
 
     def clear(self) -> int:
         """Drop queued audio (control stays, in order); returns how many frames."""
@@ -89,6 +133,9 @@ class Player:
         if dropped:
             self._queue = deque(item for item in self._queue if isinstance(item, Json))
             self._audio_queued = 0
+            self._disarm()  # the head may have changed: re-evaluate it
+            if self._queue:
+                self._wake()
         return dropped
 
     def reset(self) -> None:
@@ -98,33 +145,57 @@ class Player:
         self._audio_queued = 0
         self._last_due = None
         self.speaking = False
+        self._disarm()
+
+    def close(self) -> None:
+        """The device is forgotten: everything dropped, nothing runs any more."""
+        self._closed = True
+        self.reset()
+        if self._drain_handle is not None:
+            self._drain_handle.cancel()
+            self._drain_handle = None
 
     @property
     def idle(self) -> bool:
         return not self._queue
 
-    async def run(self) -> None:
-        while True:
-            if not self._queue:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            item = self._queue[0]
-            delay = self._delay(item)
-            if delay > 0:
-                self._wake.clear()
-                try:  # woken early by clear()/new items: re-evaluate the head
-                    async with asyncio.timeout(delay):
-                        await self._wake.wait()
-                except TimeoutError:
-                    pass
-                continue
-            self._queue.popleft()
-            if isinstance(item, Audio):
-                self._audio_queued -= 1
-                self._play(item)
-            else:
-                self._control(item)
+    def _wake(self) -> None:
+        if self._drain_handle is None and not self._draining:
+            self._drain_handle = self._loop.call_soon(self._drain)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._drain()
+
+    def _drain(self) -> None:
+        """Send every item that is due, in order; arm the timer for the first one that is not."""
+        self._drain_handle = None
+        self._disarm()  # woken before the head's due time: it is re-evaluated here
+        self._draining = True
+        try:
+            while self._queue and not self._closed:
+                item = self._queue[0]
+                delay = self._delay(item)
+                if delay > 0:
+                    self._timer = self._loop.call_at(self._loop.time() + delay, self._fire)
+                    return
+                self._queue.popleft()
+                try:
+                    if isinstance(item, Audio):
+                        self._audio_queued -= 1
+                        self._play(item)
+                    else:
+                        self._control(item)
+                except Exception:
+                    self._out.count_failure()
+                    log.exception("CHAT downlink: sending %s failed", type(item).__name__)
+        finally:
+            self._draining = False
 
     def _delay(self, item: Json | Audio) -> float:
         now = self._clock()
@@ -141,11 +212,11 @@ class Player:
     def _play(self, item: Audio) -> None:
         self._last_due = self._pacing.due(self._index, self._start)
         self._index += 1
-        if not self._send_audio(item.opus):  # the sender stamps headers (codec.counter_space)
-            self._count_drop("downlink_refused")
+        if not self._out.send_audio(item.opus):  # the sender stamps headers (codec.counter_space)
+            self._out.count_drop("downlink_refused")
 
     def _control(self, item: Json) -> None:
-        self._publish(item.payload)
+        self._out.publish_down(item.payload)
         if item.tts == "start":
             self.speaking = True
             self._start, self._index, self._last_due = self._clock() + self._lead_s, 0, None
@@ -153,7 +224,7 @@ class Player:
             self.speaking = False
             self._last_due = None
         if item.tts is not None:
-            self._on_tts(item.tts)
+            self._out.on_tts(item.tts)
 
     @property
     def _frame_s(self) -> float:

@@ -1,6 +1,7 @@
 """DeviceChat (the per-device CHAT shell) with a hand-written fake channel at the edge: the
 core's effects become channel calls, the embedded turn goes out in order, a task suspends and
-returns, the back-off refuses at once, the silence timer sends the device to standby."""
+returns, the back-off refuses at once, the silence timer sends the device to standby. The
+timer as one loop handle is shown on a fake loop clock (exact deadlines, containment, close)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gateway.assessment.jobs import AsrKey, OnTranscript
 from gateway.chat.bridge import Backoff, BridgeContext
@@ -22,8 +24,9 @@ from gateway.chat.framing import Framing
 from gateway.chat.metrics import ChatMetrics
 from gateway.chat.ports import ChatPorts
 from gateway.chat.upstream import UpstreamConfig
-from gateway.chat.voice import ChatState, VoiceConfig
+from gateway.chat.voice import ChatState, Tick, VoiceConfig, VoiceEffect, VoiceEvent
 from gateway.metrics import Metrics
+from tests.unit.chat.fake_loop import FakeLoop
 
 DEV = "aa_bb_cc_dd_ee_01"
 SID = "s1"
@@ -184,3 +187,129 @@ async def test_backoff_refuses_at_once_with_a_goodbye() -> None:
         assert channel.closed == 1
         assert state(chat) is ChatState.CLOSED
         assert alarms == []  # the alarm was raised for the failure itself
+
+
+# -- the timer and the downlink as loop callbacks (fake loop clock) ----------------------------
+
+SILENCE_MS = 5_000.0
+
+
+def fake_chat() -> tuple[DeviceChat, FakeChannel, FakeLoop, Metrics]:
+    """A bridged-mode device (no engine, no upstream link) on a loop clock the test moves."""
+    loop = FakeLoop()
+    metrics = Metrics()
+
+    def spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        coro.close()
+        raise AssertionError(f"no task expected here: {name}")
+
+    ports = ChatPorts(
+        alarm=lambda *a: None,
+        metrics=ChatMetrics(metrics),
+        clock=loop.clock,
+        spawn=spawn,
+        config=VoiceConfig(silence_timeout_ms=SILENCE_MS),
+        bridge=None,
+        engine=None,
+    )
+    channel = FakeChannel()
+    chat = DeviceChat(DEV, ports, channel, loop=loop)
+    channel.chat = chat
+    return chat, channel, loop, metrics
+
+
+def failures(metrics: Metrics) -> float:
+    return metrics.snapshot()["snlpgw_chat_callback_failures_total"]
+
+
+def test_the_timer_fires_at_the_cores_deadline_and_follows_it() -> None:
+    chat, channel, loop, _ = fake_chat()
+    chat.opened(SID)
+    assert loop.live() == []  # no deadline yet: no timer
+    chat.listen("start", "auto", None)
+    deadline = chat.core.next_deadline()
+    assert deadline == loop.now * 1000.0 + SILENCE_MS
+    (timer,) = loop.live()  # one call_at handle, for that deadline
+    assert timer.when * 1000.0 == deadline
+    loop.run_until(loop.now + 2.0)
+    chat.speech(started=True)  # hearing: no deadline, the timer is cancelled
+    assert loop.live() == []
+    chat.speech(started=False)  # silence again: a new deadline from now
+    (timer,) = loop.live()
+    assert timer.when == loop.now + SILENCE_MS / 1000.0
+    loop.run_until(timer.when - 0.001)
+    assert state(chat) is ChatState.PROMPT_LISTEN  # not before the deadline
+    assert channel.closed == 0
+    loop.run_until(timer.when)
+    assert state(chat) is ChatState.CLOSED  # silence: standby, the goodbye went
+    assert channel.closed == 1
+    assert chat.session_id is None
+    assert loop.live() == []
+
+
+def test_a_timer_firing_a_hair_early_waits_for_the_deadline() -> None:
+    chat, channel, loop, _ = fake_chat()
+    chat.opened(SID)
+    chat.listen("start", "auto", None)
+    (timer,) = loop.live()
+    deadline = timer.when
+    loop.handles.remove(timer)
+    loop.now = deadline - 1e-6  # the loop ran the handle before our clock reached it
+    timer.callback()
+    assert state(chat) is ChatState.PROMPT_LISTEN
+    (again,) = loop.live()  # re-armed for the same deadline
+    assert again.when == pytest.approx(deadline)
+    loop.run_until(deadline)
+    assert channel.closed == 1
+
+
+def test_a_tick_that_raises_is_counted_and_not_retried_until_the_deadline_moves() -> None:
+    chat, channel, loop, metrics = fake_chat()
+    chat.opened(SID)
+    chat.listen("start", "auto", None)
+    real = chat.core.handle
+
+    def broken(event: VoiceEvent, now: float) -> list[VoiceEffect]:
+        if isinstance(event, Tick):
+            raise ZeroDivisionError("a bug in the core")
+        return real(event, now)
+
+    chat.core.handle = broken  # type: ignore[method-assign]
+    loop.run_until(loop.now + SILENCE_MS / 1000.0)
+    assert failures(metrics) == 1.0
+    assert loop.live() == []  # no spin on a deadline that raised
+    assert state(chat) is ChatState.PROMPT_LISTEN
+    chat.core.handle = real  # type: ignore[method-assign]
+    chat.speech(started=True)
+    chat.speech(started=False)  # the deadline moves: the timer follows it again
+    (timer,) = loop.live()
+    loop.run_until(timer.when)
+    assert channel.closed == 1
+
+
+def test_a_downlink_item_that_raises_is_counted_and_the_device_goes_on() -> None:
+    chat, channel, loop, metrics = fake_chat()
+    chat.opened(SID)
+    chat.listen("start", "auto", None)
+    chat.player.json(b"not json")  # the fake channel's json.loads raises on it
+    chat.player.json(b'{"type":"llm","session_id":"s1"}')
+    loop.run_ready()
+    assert failures(metrics) == 1.0
+    assert channel.types() == ["llm:"]
+
+
+def test_close_stops_the_timer_and_the_downlink() -> None:
+    chat, channel, loop, _ = fake_chat()
+    chat.opened(SID)
+    chat.listen("start", "auto", None)
+    chat.player.json(b'{"type":"tts","state":"start","session_id":"s1"}', tts="start")
+    chat.player.audio(b"f1")
+    assert loop.live() != []
+    chat.close()
+    assert loop.live() == []
+    chat.handle(Tick())  # a late event: handled by the core, but no timer comes back
+    assert loop.live() == []
+    loop.run_until(loop.now + 3600.0)
+    assert channel.published == []
+    assert channel.audio == []
+    assert channel.closed == 0

@@ -1,0 +1,194 @@
+"""What one open Xiaozhi session with CHAT costs the garbage collector (issue 12: hello p99).
+
+Run from the repo root: ``python -m bench.session_footprint [note]``. In-process, no broker and
+no sockets (as ``bench.hello_core_bench``): the Xiaozhi channel with the CHAT component running
+(embedded engine), 1,000 devices say hello and keep their sessions open. Reports the GC-tracked
+objects per open session (``gc.get_objects()`` after ``gc.collect()``, minus the count before the
+hellos, over N), the largest per-session types, and the time of one full collection
+(``gc.collect()``, generation 2) with those sessions open: a full collection walks every tracked
+object, and one of them landing in a hello is that hello's tail latency.
+Writes bench/results/session_footprint.json and session_footprint.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any, cast
+
+from bench.hello_core_bench import SilentTransport
+from bench.stats import RESULTS, quantile, record
+from gateway.chat.component import ChatComponent
+from gateway.metrics import Metrics
+from gateway.mqtt_edge import Inbound
+from gateway.service import Context
+from gateway.settings import Settings
+from gateway.simulators.xiaozhi import hello_json
+from gateway.xiaozhi.channel import XiaozhiChannel
+from tests.support.fake_mqtt import FakePublisher
+
+SESSIONS = 1000
+COLLECTIONS = 7
+
+
+class NullSink:
+    """The task runtime's voice sink: never reached (CHAT owns every device here)."""
+
+    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
+        return None
+
+    def speech_stopped(
+        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+    ) -> None:
+        return None
+
+
+def census() -> Counter[str]:
+    return Counter(type(o).__qualname__ for o in gc.get_objects())
+
+
+async def measure() -> dict[str, Any]:
+    mqtt = FakePublisher()
+    metrics = Metrics()
+    settings = Settings(
+        udp={"port": 0, "public_host": "gw.example", "public_port": 8884},
+        xiaozhi={"max_sessions": SESSIONS, "hello_burst": 1000, "hellos_per_minute": 60_000},
+    )
+    ops = SimpleNamespace(alarm=lambda *a, **k: None)
+    ctx = cast(Context, SimpleNamespace(ops=ops, metrics=metrics))
+    chat = ChatComponent(
+        ctx=ctx, settings=settings.chat, inner=NullSink(), asr=None, start_task=None
+    )
+    channel = XiaozhiChannel(
+        settings=settings,
+        mqtt=mqtt,
+        metrics=metrics,
+        http=None,
+        admin=None,
+        voice=chat,
+        events=chat,
+        uplink_tap=chat.uplink,
+        listening_by_default=False,
+    )
+    runner = asyncio.create_task(chat.run(), name="bench.chat")
+    await chat.wait_ready()
+    channel.udp_endpoint.connection_made(SilentTransport())
+    channel.bound()
+    ((_, handle, _),) = mqtt.routes
+    devs = [f"a6_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(SESSIONS)]
+    body = hello_json()
+    messages = [
+        Inbound(
+            topic=f"device-server/{dev}",
+            payload=body,
+            qos=0,
+            retain=False,
+            received_mono=0.0,
+            received_ms=0,
+        )
+        for dev in devs
+    ]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    gc.collect()
+    before = census()
+    for msg in messages:
+        handle(msg)
+    for _ in range(3):  # whatever the sessions start runs its first step
+        await asyncio.sleep(0)
+    assert len(channel.core) == SESSIONS
+    assert all(chat.device(dev) is not None for dev in devs)
+    gc.collect()
+    after = census()
+    pauses = []
+    for _ in range(COLLECTIONS):
+        t0 = time.perf_counter()
+        gc.collect()
+        pauses.append((time.perf_counter() - t0) * 1000)
+    delta = after - before
+    runner.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await runner
+    return {
+        "tracked_total": sum(after.values()),
+        "tracked_before_hellos": sum(before.values()),
+        "per_session": round((sum(after.values()) - sum(before.values())) / SESSIONS, 1),
+        "top_types_per_session": {
+            name: round(n / SESSIONS, 2) for name, n in delta.most_common(30) if n >= SESSIONS
+        },
+        "gc_collect_ms": {
+            "p50": round(quantile(pauses, 0.5), 1),
+            "min": round(min(pauses), 1),
+            "max": round(max(pauses), 1),
+        },
+    }
+
+
+def commit() -> str:
+    if os.environ.get("BENCH_COMMIT"):  # a scratch export (no .git) of the code measured
+        return os.environ["BENCH_COMMIT"]
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip() or "unknown"
+
+
+def run(label: str) -> dict[str, Any]:
+    result = asyncio.run(measure())
+    return {
+        "benchmark": "GC-tracked objects per open Xiaozhi+CHAT session, and one full "
+        f"gc.collect() at {SESSIONS} open sessions (in-process, no broker)",
+        "sessions_open": SESSIONS,
+        "label": label,
+        "commit": commit(),
+        **result,
+        "machine": {"python": platform.python_version(), "cpu": platform.machine()},
+    }
+
+
+def markdown(runs: list[dict[str, Any]], note: str) -> str:
+    lines = [
+        "# Session footprint: what the garbage collector walks per open session",
+        "",
+        f"{runs[0]['benchmark']}. `python -m bench.session_footprint`.",
+        "",
+        "| code | tracked objects | per open session | gc.collect() p50 ms | min | max |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        gcm = r["gc_collect_ms"]
+        lines.append(
+            f"| {r['label']} ({r['commit']}) | {r['tracked_total']} | {r['per_session']} "
+            f"| {gcm['p50']} | {gcm['min']} | {gcm['max']} |"
+        )
+    lines += ["", "Largest per-session types (objects per open session):", ""]
+    for r in runs:
+        types = ", ".join(f"{k} {v:g}" for k, v in r["top_types_per_session"].items())
+        lines.append(f"- {r['label']}: {types}")
+    lines += ["", note, ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """``python -m bench.session_footprint LABEL [NOTE…]``: measures this checkout and writes
+    the results next to the runs already recorded under other labels (before/after)."""
+    label = sys.argv[1] if len(sys.argv) > 1 else "this checkout"
+    note = " ".join(sys.argv[2:]) or "Machine shared with other work while measured."
+    result = run(label)
+    path = RESULTS / "session_footprint.json"
+    runs = json.loads(path.read_text()).get("runs", []) if path.exists() else []
+    runs = [r for r in runs if r["label"] != label] + [result]
+    record("session_footprint", {"runs": runs}, markdown(runs, note))
+
+
+if __name__ == "__main__":
+    main()

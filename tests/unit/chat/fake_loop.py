@@ -1,0 +1,59 @@
+"""A loop clock the test moves (STYLE: time as an input for shell unit tests): ``call_soon`` and
+``call_at`` handles run, in time order, only when the test advances the clock."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(order=True)
+class FakeHandle:
+    when: float
+    seq: int
+    callback: Callable[[], object] = field(compare=False)
+    cancelled: bool = field(default=False, compare=False)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeLoop:
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+        self.handles: list[FakeHandle] = []
+        self._seq = itertools.count()
+
+    def time(self) -> float:
+        return self.now
+
+    def clock(self) -> float:  # the same clock as the shell's ``clock`` port
+        return self.now
+
+    def call_soon(self, callback: Callable[[], object]) -> FakeHandle:
+        return self.call_at(self.now, callback)
+
+    def call_at(self, when: float, callback: Callable[[], object]) -> FakeHandle:
+        handle = FakeHandle(when, next(self._seq), callback)
+        self.handles.append(handle)
+        return handle
+
+    def live(self) -> list[FakeHandle]:
+        """Handles scheduled and neither run nor cancelled."""
+        return [h for h in self.handles if not h.cancelled]
+
+    def run_until(self, t: float) -> None:
+        """Run every handle due by ``t`` (including ones they schedule), the clock following."""
+        while True:
+            due = sorted(h for h in self.live() if h.when <= t)
+            if not due:
+                break
+            handle = due[0]
+            self.handles.remove(handle)
+            self.now = max(self.now, handle.when)
+            handle.callback()
+        self.now = max(self.now, t)
+
+    def run_ready(self) -> None:
+        self.run_until(self.now)
