@@ -37,7 +37,7 @@ from gateway.xiaozhi.channel import XiaozhiChannel
 from tests.support.fake_mqtt import FakePublisher
 
 SESSIONS = 1000
-COLLECTIONS = 7
+COLLECTIONS = 15
 
 
 class NullSink:
@@ -56,7 +56,20 @@ def census() -> Counter[str]:
     return Counter(type(o).__qualname__ for o in gc.get_objects())
 
 
-async def measure() -> dict[str, Any]:
+def collections() -> tuple[list[float], list[float]]:
+    """Wall and CPU ms of COLLECTIONS full collections."""
+    pauses, cpus = [], []
+    for _ in range(COLLECTIONS):
+        t0, c0 = time.perf_counter(), time.process_time()
+        gc.collect()
+        pauses.append((time.perf_counter() - t0) * 1000)
+        cpus.append((time.process_time() - c0) * 1000)
+    return pauses, cpus
+
+
+async def measure(*, freeze: bool = False) -> dict[str, Any]:
+    """``freeze``: the start-up heap frozen before the hellos, as the service does
+    (``ops.gc_freeze``): a full collection walks what the sessions added, and little else."""
     mqtt = FakePublisher()
     metrics = Metrics()
     settings = Settings(
@@ -101,6 +114,9 @@ async def measure() -> dict[str, Any]:
         await asyncio.sleep(0)
     gc.collect()
     before = census()
+    empty = collections()[0]
+    if freeze:
+        gc.freeze()
     for msg in messages:
         handle(msg)
     for _ in range(3):  # whatever the sessions start runs its first step
@@ -109,16 +125,15 @@ async def measure() -> dict[str, Any]:
     assert all(chat.device(dev) is not None for dev in devs)
     gc.collect()
     after = census()
-    pauses = []
-    for _ in range(COLLECTIONS):
-        t0 = time.perf_counter()
-        gc.collect()
-        pauses.append((time.perf_counter() - t0) * 1000)
+    walked = len(gc.get_objects())  # the permanent (frozen) generation is not in it
+    pauses, cpus = collections()
+    gc.unfreeze()
     delta = after - before
     runner.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await runner
     return {
+        "walked_by_a_full_collection": walked,
         "tracked_total": sum(after.values()),
         "tracked_before_hellos": sum(before.values()),
         "per_session": round((sum(after.values()) - sum(before.values())) / SESSIONS, 1),
@@ -129,6 +144,8 @@ async def measure() -> dict[str, Any]:
             "p50": round(quantile(pauses, 0.5), 1),
             "min": round(min(pauses), 1),
             "max": round(max(pauses), 1),
+            "cpu_p50": round(quantile(cpus, 0.5), 1),
+            "before_hellos_p50": round(quantile(empty, 0.5), 1),
         },
     }
 
@@ -144,6 +161,7 @@ def commit() -> str:
 
 def run(label: str) -> dict[str, Any]:
     result = asyncio.run(measure())
+    frozen = asyncio.run(measure(freeze=True))
     return {
         "benchmark": "GC-tracked objects per open Xiaozhi+CHAT session, and one full "
         f"gc.collect() at {SESSIONS} open sessions (in-process, no broker)",
@@ -151,6 +169,10 @@ def run(label: str) -> dict[str, Any]:
         "label": label,
         "commit": commit(),
         **result,
+        "startup_frozen": {
+            "walked_by_a_full_collection": frozen["walked_by_a_full_collection"],
+            "gc_collect_ms": frozen["gc_collect_ms"],
+        },
         "machine": {"python": platform.python_version(), "cpu": platform.machine()},
     }
 
@@ -161,17 +183,26 @@ def markdown(runs: list[dict[str, Any]], note: str) -> str:
         "",
         f"{runs[0]['benchmark']}. `python -m bench.session_footprint`.",
         "",
-        "| code | tracked objects | per open session | gc.collect() p50 ms | min | max |",
-        "|---|---|---|---|---|---|",
+        "Full collection: `gc.collect()` with 1,000 sessions open; as the service runs (start-up "
+        "heap frozen first, `ops.gc_freeze`) and with nothing frozen. Wall ms p50 (min-max) and "
+        "CPU ms p50 of 15 collections.",
+        "",
+        "| code | tracked objects | per open session | frozen start-up: walked objects "
+        "| frozen: wall p50 (min-max) | frozen: CPU p50 | nothing frozen: wall p50 (min-max) "
+        "| nothing frozen: CPU p50 | empty heap (no session): wall p50 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
-        gcm = r["gc_collect_ms"]
+        gcm, fz = r["gc_collect_ms"], r["startup_frozen"]
+        fzm = fz["gc_collect_ms"]
         lines.append(
             f"| {r['label']} ({r['commit']}) | {r['tracked_total']} | {r['per_session']} "
-            f"| {gcm['p50']} | {gcm['min']} | {gcm['max']} |"
+            f"| {fz['walked_by_a_full_collection']} | {fzm['p50']} ({fzm['min']}-{fzm['max']}) "
+            f"| {fzm['cpu_p50']} | {gcm['p50']} ({gcm['min']}-{gcm['max']}) | {gcm['cpu_p50']} "
+            f"| {gcm['before_hellos_p50']} |"
         )
     lines += ["", "Largest per-session types (objects per open session):", ""]
-    for r in runs:
+    for r in {r["label"]: r for r in runs}.values():
         types = ", ".join(f"{k} {v:g}" for k, v in r["top_types_per_session"].items())
         lines.append(f"- {r['label']}: {types}")
     lines += ["", note, ""]
@@ -179,14 +210,15 @@ def markdown(runs: list[dict[str, Any]], note: str) -> str:
 
 
 def main() -> None:
-    """``python -m bench.session_footprint LABEL [NOTE…]``: measures this checkout and writes
-    the results next to the runs already recorded under other labels (before/after)."""
+    """``python -m bench.session_footprint LABEL [NOTE…]``: measures this checkout and adds
+    the run to the ones already recorded (alternate before/after runs; delete the JSON to start
+    a new series)."""
     label = sys.argv[1] if len(sys.argv) > 1 else "this checkout"
     note = " ".join(sys.argv[2:]) or "Machine shared with other work while measured."
     result = run(label)
     path = RESULTS / "session_footprint.json"
     runs = json.loads(path.read_text()).get("runs", []) if path.exists() else []
-    runs = [r for r in runs if r["label"] != label] + [result]
+    runs = [*runs, result]
     record("session_footprint", {"runs": runs}, markdown(runs, note))
 
 
