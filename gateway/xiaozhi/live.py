@@ -27,8 +27,31 @@ class LiveSession:
     pipeline: AudioPipeline
     bucket: TokenBucket
     rebind_bucket: TokenBucket  # REBIND candidates only: they never spend ``bucket``
-    address_known: asyncio.Event = field(default_factory=asyncio.Event)
-    speaking: asyncio.Lock = field(default_factory=asyncio.Lock)
+    address_known: bool = False  # an authentic uplink datagram came: downlink has a target
+    # Made only when used (most sessions never speak a lesson's TTS): no Event or Lock per open
+    # session for the garbage collector to walk.
+    _address_event: asyncio.Event | None = field(default=None, repr=False)
+    _speaking: asyncio.Lock | None = field(default=None, repr=False)
+
+    def address_seen(self) -> None:
+        self.address_known = True
+        if self._address_event is not None:
+            self._address_event.set()
+
+    async def wait_address(self) -> None:
+        """Until :meth:`address_seen` (at once if it was)."""
+        if self.address_known:
+            return
+        if self._address_event is None:
+            self._address_event = asyncio.Event()
+        await self._address_event.wait()
+
+    @property
+    def speaking(self) -> asyncio.Lock:
+        """One utterance at a time per session (made at the first one)."""
+        if self._speaking is None:
+            self._speaking = asyncio.Lock()
+        return self._speaking
 
     @property
     def dev(self) -> str:

@@ -116,13 +116,14 @@ class AudioPipeline:
         self._capacity = capacity
         self._carry_lost = 0  # frames dropped on overflow, added to the next frame's gap
         self._batch = batch
-        self._ready = asyncio.Event()
         # With a channel's AudioPump (pump.py) the pump drains this pipeline; without one,
-        # ``run`` does (a task of its own).
+        # ``run`` does (a task of its own, woken by ``_ready``: no Event with a pump).
         self._notify = notify
+        self._ready = asyncio.Event() if notify is None else None
         self.listening = listening
-        # Every frame taken while listening (decrypted), as it came (CHAT bridges it upstream).
-        self.tap: Callable[[Frame], None] | None = None
+        # Every frame taken while listening (decrypted), as it came, with this pipeline's device
+        # and session (CHAT bridges it upstream): one shared callable, no closure per session.
+        self.tap: Callable[[str, str, Frame], None] | None = None
 
     def offer(self, frame: Frame) -> None:
         """Called from ``datagram_received``: O(1), never blocks. A frame that arrives while
@@ -136,7 +137,7 @@ class AudioPipeline:
             return
         frame = Frame(opus, seq, lost_before)
         if self.tap is not None:
-            self.tap(frame)
+            self.tap(self.dev, self.session_id, frame)
         queue = self._queue
         queue.append(frame)
         if len(queue) > self._capacity:
@@ -145,7 +146,7 @@ class AudioPipeline:
             self._counters.queue_dropped(1)
         if self._notify is not None:
             self._notify(self)
-        else:
+        elif self._ready is not None:
             self._ready.set()
 
     def set_listening(self, listening: bool) -> None:
@@ -164,11 +165,15 @@ class AudioPipeline:
         return len(self._queue)
 
     async def run(self) -> None:
-        """The session's audio task; runs until cancelled."""
+        """The session's audio task (a pipeline built without ``notify``); runs until
+        cancelled."""
+        ready = self._ready
+        if ready is None:
+            raise RuntimeError("this pipeline is drained by its channel's AudioPump")
         while True:
             if not self._queue:
-                self._ready.clear()
-                await self._ready.wait()
+                ready.clear()
+                await ready.wait()
             self.drain(self._batch)
             await asyncio.sleep(0)  # yield: fairness between sessions and the socket
 

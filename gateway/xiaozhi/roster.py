@@ -130,9 +130,7 @@ class SessionRoster:
     def _opened(self, live: LiveSession, received: float | None) -> None:
         session, dev = live.session, live.dev
         self._live[session.ssrc] = live
-        if self._tap is not None:
-            tap, sid = self._tap, session.session_id
-            live.pipeline.tap = lambda frame: tap(dev, sid, frame)
+        live.pipeline.tap = self._tap  # called with the pipeline's own dev and session id
         self._stats.sessions_open.set(len(self._core))
         self.opened.set()
         host, port = self._udp_address()

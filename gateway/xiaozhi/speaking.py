@@ -47,7 +47,7 @@ class SessionSpeaker:
         dev = live.dev
         try:
             async with asyncio.timeout(self._address_wait_s):
-                await live.address_known.wait()
+                await live.wait_address()
         except TimeoutError:
             raise NoSession(dev, "device address unknown (no uplink datagram yet)") from None
         send, is_current = self._send, self._is_current

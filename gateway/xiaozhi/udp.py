@@ -241,11 +241,11 @@ class UdpEndpoint(asyncio.DatagramProtocol):
             decrypt = pipeline.listening or not binding.tocs
             payload, lost_before = receiver.advance(data, seq, decrypt=decrypt)
         binding.commit(source, now, admission, payload)
-        if admission is not Admission.SAME:  # SAME: committed before, the event is set
+        if admission is not Admission.SAME:  # SAME: committed before, the address seen
             if admission is Admission.REBIND:
                 self._stats.udp_rebinds.inc()
                 log.info("session %s of %s moved to %s", live.session_id, live.dev, source)
-            live.address_known.set()
+            live.address_seen()
         self._on_activity(live.session, now)
         pipeline.receive(payload, seq, lost_before)
 

@@ -198,6 +198,15 @@ async def test_run_processes_in_batches_and_yields() -> None:
     assert len(decoder.calls) == 5
 
 
+async def test_with_a_pump_the_pipeline_notifies_it_and_has_no_task_of_its_own() -> None:
+    notified: list[AudioPipeline] = []
+    p, _, _, _ = pipeline(notify=notified.append)
+    p.offer(Frame(b"x", 1, 0))
+    assert notified == [p]
+    with pytest.raises(RuntimeError, match="AudioPump"):
+        await p.run()
+
+
 @pytest.mark.integration
 def test_real_decoder_and_vad_find_real_utterances() -> None:
     timeline = speech.compose([600, "Good morning.", 900, "How are you today?", 900])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import struct
@@ -61,9 +62,22 @@ def test_first_valid_datagram_binds_and_reaches_pipeline() -> None:
     live, device = rig.open(DEV)
     rig.feed(seal(device, b"opus-1"), HOME)
     assert live.binding.address == HOME
-    assert live.address_known.is_set()
+    assert live.address_known
     assert live.pipeline.queued == 1
     assert sample(rig.metrics, "xiaozhi_udp_packets_in_total") == 1
+
+
+async def test_a_speaker_waits_for_the_first_datagram_then_never_again() -> None:
+    rig = UdpRig()
+    live, device = rig.open(DEV)
+    waiter = asyncio.create_task(live.wait_address(), name="test.wait-address")
+    await asyncio.sleep(0)
+    assert not waiter.done()  # no datagram yet: the downlink has no target
+    rig.feed(seal(device, b"opus-1"), HOME)
+    async with asyncio.timeout(5):
+        await waiter
+    async with asyncio.timeout(5):
+        await live.wait_address()  # known: at once
 
 
 def test_replay_and_duplicate_are_dropped() -> None:
