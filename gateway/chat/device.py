@@ -1,15 +1,14 @@
 """One device's CHAT shell: feeds the voice-session core, performs its effects.
 
-Everything here runs on the loop and is synchronous; no task lives as long as the device. The
-downlink (:class:`Player`) is callbacks on the loop, and the core's deadline is one
-``loop.call_at`` handle re-armed to ``core.next_deadline()`` after every handled event, whose
-firing hands the core a ``Tick`` (as the task actor's timer, :mod:`gateway.tasks.actor`). Only
-the per-session upstream link or per-turn answer task is a task, owned by the chat component's
-TaskGroup. Effects may cause events (a goodbye closes the session, which reports
-``session_closed``): those are queued and handled after the current one, never re-entered.
-A ``Tick`` or downlink item whose handling raises is logged and counted
-(``snlpgw_chat_callback_failures``); the device goes on and no other device is touched — a
-deadline whose ``Tick`` raised is not retried until the core's deadline changes (no spin).
+All of it runs on the loop, synchronously; no task lives as long as the device. The downlink
+(:class:`Player`) is loop callbacks, and the core's deadline one ``loop.call_at`` handle
+re-armed to ``core.next_deadline()`` after every handled event, whose firing hands the core a
+``Tick`` (as the task actor's timer). Tasks: only the upstream link (per session) or the
+embedded answer (per turn), in the chat component's TaskGroup. Effects may cause events (a
+goodbye closes the session, which reports ``session_closed``): queued and handled after the
+current one, never re-entered. A ``Tick`` or downlink item that raises is logged and counted
+(``snlpgw_chat_callback_failures``), the device goes on; that deadline is not retried until the
+core's deadline changes (no spin).
 """
 
 from __future__ import annotations
@@ -78,8 +77,7 @@ class DeviceChat:
         return self.session_id is None and not self._busy
 
     def close(self) -> None:
-        """Forget this device: its upstream link closed, its downlink and timer stopped; nothing
-        of it runs afterwards (a new hello makes a new :class:`DeviceChat`)."""
+        """Forget this device: nothing of it runs afterwards (a new hello makes a new one)."""
         self._closed = True
         if self.bridge is not None:
             self.bridge.close()
@@ -202,13 +200,10 @@ class DeviceChat:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = deadline
-        self._timer = (
-            None
-            if deadline is None
-            else self._loop.call_at(
-                self._loop.time() + deadline / 1000.0 - self._p.clock(), self._fire
-            )
-        )
+        self._timer = None
+        if deadline is not None:
+            when = self._loop.time() + deadline / 1000.0 - self._p.clock()
+            self._timer = self._loop.call_at(when, self._fire)
 
     def _fire(self) -> None:
         deadline = self._timer_at
@@ -297,10 +292,12 @@ class DeviceChat:
             log.exception("embedded chat engine failed for %s", self.dev)
             self._p.metrics.upstream.labels("engine_error").inc()
             return  # the core's reply timeout sends the device to standby
-        if self.core.turn != turn or self.core.state is not v.ChatState.THINKING:
-            return  # aborted, closed or suspended meanwhile
-        if sid != self.session_id:
-            return
+        if (
+            self.core.turn != turn
+            or self.core.state is not v.ChatState.THINKING
+            or sid != self.session_id
+        ):
+            return  # aborted, closed, suspended or a new session meanwhile
         if answer.heard:
             self.player.json(messages.stt(sid, answer.heard))
             self.handle(v.ServerStt())
