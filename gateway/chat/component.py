@@ -114,8 +114,15 @@ class ChatComponent:
                 self._tg = None
                 self._ports = None
                 self._ready.clear()
-                for chat in self._devices.values():  # their timers and downlinks stop here
-                    chat.close()
+                # Their timers and downlinks stop here; none is handed out again (a hello
+                # during shutdown finds no closed device), and one failing close stops no other.
+                devices, self._devices = self._devices, {}
+                self._metrics.sessions.set(0)
+                for chat in devices.values():
+                    try:
+                        chat.close()
+                    except Exception:
+                        log.exception("closing %s's chat failed", chat.dev)
 
     async def wait_ready(self) -> None:
         await self._ready.wait()

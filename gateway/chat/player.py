@@ -15,8 +15,9 @@ never dropped: more than ``control_capacity`` messages waiting means the upstrea
 queued audio (abort, a task starting, session gone).
 
 No task per device: the player is callbacks on the loop (as the task actor,
-:mod:`gateway.tasks.actor`). A new item on an empty queue, :meth:`clear` and :meth:`reset`
-schedule a drain for the next turn of the loop (what a task's wake-up took); the drain sends
+:mod:`gateway.tasks.actor`). A new item while no timer is armed, and :meth:`clear` when
+control stays queued, schedule a drain for the next turn of the loop (what a task's wake-up
+took; :meth:`reset` empties the queue and only disarms); the drain sends
 every item that is due and arms ONE ``loop.call_at`` handle for the head item's due time, whose
 firing drains again. An item whose sending raises is logged and counted (``count_failure``);
 the next items still go and no other device is touched. After :meth:`close` nothing runs.

@@ -190,3 +190,14 @@ async def test_server_ending_the_chat_says_goodbye_after_its_audio(
         assert rig.device.downlink_audio == reply  # the goodbye waited for the audio
         assert rig.lesson.metric('chat_upstream_ends_total{reason="ended"}') == 1
         assert rig.lesson.metric('ops_alarms_total{alarm="chat_upstream_lost"}') == 0
+
+
+async def test_a_stopped_chat_hands_out_no_closed_device(broker: Broker, tmp_path: Path) -> None:
+    """At stop every device's chat is closed AND forgotten: a hello racing the shutdown must not
+    reach a closed DeviceChat (its timers and downlink gone)."""
+    async with chat_rig(broker, tmp_path) as rig:
+        await _listening(rig)
+        chat = rig.lesson.gw.chat
+        assert chat is not None
+        assert chat.device(rig.dev) is not None
+    assert chat.device(rig.dev) is None

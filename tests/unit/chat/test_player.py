@@ -245,6 +245,7 @@ def test_close_cancels_a_scheduled_drain() -> None:
     p, loop = player(sink)
     p.json(b"a")
     p.close()
+    assert loop.live() == []  # the drain itself is cancelled, not only the queue emptied
     loop.run_until(START + 1)
     assert sink.out == []
 
