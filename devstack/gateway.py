@@ -46,7 +46,9 @@ _TUNING: dict[Use, dict[str, dict[str, Any]]] = {
         # every later test's cycles it holds (test_service checks the freeze itself).
         "ops": {"metrics_interval_s": 0.2, "shutdown_timeout_s": 2.0, "gc_freeze": False},
     },
-    Use.DEMO: {"ops": {"shutdown_timeout_s": 3.0}},
+    # The demo's gateway shares its process with the simulators and lives for one lesson:
+    # nothing to gain from a frozen heap, and the test that runs the demo must not leave one.
+    Use.DEMO: {"ops": {"shutdown_timeout_s": 3.0, "gc_freeze": False}},
     Use.LOAD: {
         "asr": {"engine": "none"},
         "ops": {"metrics_interval_s": 60.0, "log_level": "WARNING", "shutdown_timeout_s": 5.0},
