@@ -162,10 +162,9 @@ def hellos_section(h: dict[str, Any]) -> list[str]:
         )
     gc_full = h.get("gateway_gc_full_pause_ms") or {}
     if gc_full:
-        rows.append(
-            f"Full garbage collections in the gateway (all phases): {int(gc_full.get('count', 0))}, "
-            f"longest {gc_full.get('max', 0):.1f} ms."
-        )
+        count = int(gc_full.get("count", 0))
+        longest = f", longest {gc_full.get('max', 0):.1f} ms" if count else ""
+        rows.append(f"Full garbage collections in the gateway (all phases): {count}{longest}.")
     rows.append(
         "\nDevice publish → reply received, on the device's clock. Target: p99 ≤ 20 ms at "
         "1,000 sessions (staggered: every session open, hellos at a steady rate).\n"
