@@ -41,29 +41,38 @@ class SilentTransport(asyncio.DatagramTransport):
         return ("127.0.0.1", 48884) if name == "sockname" else default
 
 
-def run() -> dict[str, Any]:
-    mqtt = FakePublisher()
-    settings = Settings(
+def bench_settings(sessions: int = SESSIONS) -> Settings:
+    """UDP on any port, room and hello budget for ``sessions`` sessions opened at once."""
+    return Settings(
         udp={"port": 0, "public_host": "gw.example", "public_port": 8884},
-        xiaozhi={"max_sessions": SESSIONS, "hello_burst": 1000, "hellos_per_minute": 60_000},
+        xiaozhi={"max_sessions": sessions, "hello_burst": 1000, "hellos_per_minute": 60_000},
     )
-    channel = XiaozhiChannel(settings=settings, mqtt=mqtt, metrics=Metrics(), http=None, admin=None)
-    channel.udp_endpoint.connection_made(SilentTransport())
-    channel.bound()
-    ((_, handle, _),) = mqtt.routes
-    devs = [f"a6_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(SESSIONS)]
+
+
+def hello_messages(sessions: int = SESSIONS) -> list[Inbound]:
+    """One hello each from ``sessions`` devices, as the MQTT client hands them over."""
     body = hello_json()
-    messages = [
+    return [
         Inbound(
-            topic=f"device-server/{dev}",
+            topic=f"device-server/a6_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}",
             payload=body,
             qos=0,
             retain=False,
             received_mono=0.0,
             received_ms=0,
         )
-        for dev in devs
+        for i in range(sessions)
     ]
+
+
+def run() -> dict[str, Any]:
+    mqtt = FakePublisher()
+    settings = bench_settings()
+    channel = XiaozhiChannel(settings=settings, mqtt=mqtt, metrics=Metrics(), http=None, admin=None)
+    channel.udp_endpoint.connection_made(SilentTransport())
+    channel.bound()
+    ((_, handle, _),) = mqtt.routes
+    messages = hello_messages()
     for msg in messages:  # warm-up: 1,000 sessions open
         handle(msg)
     assert len(channel.core) == SESSIONS

@@ -25,31 +25,17 @@ from collections import Counter
 from types import SimpleNamespace
 from typing import Any, cast
 
-from bench.hello_core_bench import SilentTransport
+from bench.hello_core_bench import SilentTransport, bench_settings, hello_messages
 from bench.stats import RESULTS, quantile, record
 from gateway.chat.component import ChatComponent
 from gateway.metrics import Metrics
-from gateway.mqtt_edge import Inbound
 from gateway.service import Context
-from gateway.settings import Settings
-from gateway.simulators.xiaozhi import hello_json
 from gateway.xiaozhi.channel import XiaozhiChannel
+from gateway.xiaozhi.live import NullVoice
 from tests.support.fake_mqtt import FakePublisher
 
 SESSIONS = 1000
 COLLECTIONS = 15
-
-
-class NullSink:
-    """The task runtime's voice sink: never reached (CHAT owns every device here)."""
-
-    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
-        return None
-
-    def speech_stopped(
-        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
-    ) -> None:
-        return None
 
 
 def census() -> Counter[str]:
@@ -72,14 +58,11 @@ async def measure(*, freeze: bool = False) -> dict[str, Any]:
     (``ops.gc_freeze``): a full collection walks what the sessions added, and little else."""
     mqtt = FakePublisher()
     metrics = Metrics()
-    settings = Settings(
-        udp={"port": 0, "public_host": "gw.example", "public_port": 8884},
-        xiaozhi={"max_sessions": SESSIONS, "hello_burst": 1000, "hellos_per_minute": 60_000},
-    )
+    settings = bench_settings(SESSIONS)
     ops = SimpleNamespace(alarm=lambda *a, **k: None)
     ctx = cast(Context, SimpleNamespace(ops=ops, metrics=metrics))
     chat = ChatComponent(
-        ctx=ctx, settings=settings.chat, inner=NullSink(), asr=None, start_task=None
+        ctx=ctx, settings=settings.chat, inner=NullVoice(), asr=None, start_task=None
     )
     channel = XiaozhiChannel(
         settings=settings,
@@ -97,19 +80,8 @@ async def measure(*, freeze: bool = False) -> dict[str, Any]:
     channel.udp_endpoint.connection_made(SilentTransport())
     channel.bound()
     ((_, handle, _),) = mqtt.routes
-    devs = [f"a6_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(SESSIONS)]
-    body = hello_json()
-    messages = [
-        Inbound(
-            topic=f"device-server/{dev}",
-            payload=body,
-            qos=0,
-            retain=False,
-            received_mono=0.0,
-            received_ms=0,
-        )
-        for dev in devs
-    ]
+    messages = hello_messages(SESSIONS)
+    devs = [msg.topic.removeprefix("device-server/") for msg in messages]
     for _ in range(3):
         await asyncio.sleep(0)
     gc.collect()

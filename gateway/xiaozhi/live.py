@@ -84,7 +84,7 @@ class LiveFactory:
         pipeline = AudioPipeline(
             dev=session.dev,
             session_id=session.session_id,
-            sink=self.voice or _NullVoice(),
+            sink=self.voice or NullVoice(),
             decoder=OpusStreamDecoder(),
             new_segmenter=self.new_segmenter,
             counters=self.counters,
@@ -103,7 +103,9 @@ class LiveFactory:
         )
 
 
-class _NullVoice:
+class NullVoice:
+    """A voice sink that drops every utterance (no task runtime behind the channel)."""
+
     def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
         return None
 
