@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import hellos, lessons, stream
+from bench.load.floor import floor
 from bench.load.plots import cpu_vs_n, latency_cdf
 from bench.load.procs import load_conditions
 from bench.load.report import markdown
@@ -79,7 +80,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         runs, floors = [], []
         passes = {"passes": 5, "warmup": 1} if args.quick else {}
         for k in args.stream:  # the floor before every run and after the last (stream.py)
-            floors.append(stream.floor(**passes))
+            floors.append(floor(**passes))
             with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:
                 prof = None if args.profile is None else args.profile / f"stream-{k}.txt"
                 run = await bounded(stream.gateway_run(k, Path(tmp), args.stream_measure_s,
@@ -88,7 +89,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if "error" not in run:
                 run["floor_index"] = len(floors) - 1  # the one before it; the next is after
                 runs.append(run)
-        floors.append(stream.floor(**passes))
+        floors.append(floor(**passes))
         doc["stream"] = stream.summarize(floors, runs)
     if "lessons" in phases:
         doc["lessons"] = []

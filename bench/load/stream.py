@@ -1,9 +1,9 @@
 """Streaming capacity: the floor (the libraries called directly) vs the gateway's real path.
 
-*Floor*: per 60 ms frame, AES-128-CTR via ``cryptography`` (one CTR context per datagram, as
-the protocol's per-datagram counter block requires), ``opus_decode`` through plain ctypes into
-one preallocated buffer, two 30 ms ``webrtcvad`` decisions, in a bare loop over real speech.
-CPU time per frame (process time, median of passes) → sessions per core = 60 ms / that.
+*Floor* (:mod:`bench.load.floor`): per 60 ms frame, AES-128-CTR, ``opus_decode`` via ctypes,
+two 30 ms ``webrtcvad`` decisions, in a bare loop over real speech; measured before each run
+and after the last, and *in the window* by a probe process sampling it while the gateway is
+measured (same seconds, same host conditions). Sessions per core = 60 ms / CPU per frame.
 
 *Gateway*: K simulated devices stream the same kind of speech in real time
 (:mod:`bench.scale_sender` in its own process: hellos over MQTT, then AES-CTR datagrams over
@@ -15,93 +15,52 @@ datagrams sent vs received, every drop counter. Sessions per core at K = K / (CP
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-import functools
-import statistics
+import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import webrtcvad
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-
+from bench.load.floor import FRAME_MS
 from bench.load.procs import Meter
-from bench.scale_sender import running_sender, speech_loop
-from codec.udp import UplinkSender
+from bench.scale_sender import running_sender
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_sections
 from devstack.process import gateway_process
 
-FRAME_MS = 60
 WARMUP_S = 3.0
-KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
-FLOOR_PASSES = 41
-FLOOR_WARMUP = 3
+PROBE_READY_S = 120.0  # the in-window floor probe's start-up (speech synthesis, first pass)
 
 
 def device_ids(k: int) -> list[str]:
     return [f"a2_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(k)]
 
 
-@functools.cache
-def _wire() -> tuple[bytes, ...]:
-    """The floor's datagrams: the sender's speech loop (the frames the gateway decodes), sealed
-    as a device seals them; built once per process (speech synthesis is not measured)."""
-    sender = UplinkSender(key=KEY, ssrc=0x1234)
-    return tuple(sender.seal(p, i * FRAME_MS) for i, p in enumerate(speech_loop() * 4))
+async def start_probe(seconds: float) -> asyncio.subprocess.Process:
+    """The in-window floor probe (:mod:`bench.load.floor`), started and ready: it measures
+    once :func:`release_probe` lets it go."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.load.floor", str(seconds),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    async with asyncio.timeout(PROBE_READY_S):
+        line = await proc.stdout.readline()
+    if line.strip() != b"ready":
+        raise RuntimeError(f"floor probe did not start: {line!r}")
+    return proc
 
 
-def floor(passes: int = FLOOR_PASSES, warmup: int = FLOOR_WARMUP) -> dict[str, Any]:
-    """µs of CPU per frame for decrypt + decode + VAD with no gateway code in between.
+def release_probe(proc: asyncio.subprocess.Process) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(b"go\n")
 
-    Each pass decodes the whole speech loop once (~30 ms of CPU); ``warmup`` passes run first
-    and are not counted (a fresh decoder state, cold caches). CPU time is this thread's
-    (``thread_time``: nothing else the harness process runs is counted)."""
-    wire = _wire()
-    lib = ctypes.CDLL(ctypes.util.find_library("opus") or "libopus.so.0")
-    lib.opus_decoder_create.restype = ctypes.c_void_p
-    lib.opus_decoder_create.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int))
-    lib.opus_decoder_destroy.argtypes = (ctypes.c_void_p,)
-    decode = lib.opus_decode
-    decode.restype = ctypes.c_int
-    decode.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32,
-                       ctypes.POINTER(ctypes.c_int16), ctypes.c_int, ctypes.c_int)  # fmt: skip
-    err = ctypes.c_int()
-    state = lib.opus_decoder_create(16000, 1, ctypes.byref(err))
-    buf = (ctypes.c_int16 * 1920)()
-    vad = webrtcvad.Vad(2)
-    aes = algorithms.AES(KEY)
-    string_at, is_speech, clock = ctypes.string_at, vad.is_speech, time.thread_time
 
-    def one_pass() -> float:
-        t0 = clock()
-        for d in wire:
-            payload = Cipher(aes, modes.CTR(d[:16])).encryptor().update(d[16:])
-            n = decode(state, payload, len(payload), buf, 1920, 0)
-            pcm = string_at(buf, 2 * n)
-            is_speech(pcm[:960], 16000)
-            is_speech(pcm[960:], 16000)
-        return (clock() - t0) / len(wire) * 1e6
-
-    try:
-        for _ in range(warmup):
-            one_pass()
-        samples = sorted(one_pass() for _ in range(passes))
-    finally:
-        lib.opus_decoder_destroy(state)
-    median = statistics.median(samples)
-    return {
-        "measured_utc": time.strftime("%H:%M:%SZ", time.gmtime()),
-        "frames_per_pass": len(wire),
-        "passes": passes,
-        "warmup_passes": warmup,
-        "us_per_frame_median": round(median, 2),
-        "us_per_frame_best": round(samples[0], 2),
-        "us_per_frame_p90": round(samples[int(0.9 * (len(samples) - 1))], 2),
-        "sessions_per_core": int(FRAME_MS * 1000 / median),
-    }
+async def probe_result(proc: asyncio.subprocess.Process) -> dict[str, Any]:
+    assert proc.stdout is not None
+    line = await proc.stdout.readline()
+    await proc.wait()
+    result: dict[str, Any] = json.loads(line)
+    return result
 
 
 async def start_profiler(
@@ -140,15 +99,23 @@ async def gateway_run(
                 seconds=WARMUP_S + measure_s + 1.0, ready_s=240,
             ) as proc:  # fmt: skip
                 ready = proc.ready
-                await asyncio.sleep(WARMUP_S)
-                meter = Meter(
-                    {"gateway": gw.pid, "broker": broker.local_pid, "sender": proc.proc.pid}
-                )
-                before = await asyncio.to_thread(gw.metrics)
-                meter.start()
-                spy = await start_profiler(gw.pid, measure_s, profile)
-                await asyncio.sleep(measure_s)
-                cpu = meter.stop()
+                probe = await start_probe(measure_s)
+                try:
+                    await asyncio.sleep(WARMUP_S)
+                    meter = Meter(
+                        {"gateway": gw.pid, "broker": broker.local_pid, "sender": proc.proc.pid}
+                    )
+                    before = await asyncio.to_thread(gw.metrics)
+                    meter.start()
+                    release_probe(probe)
+                    spy = await start_profiler(gw.pid, measure_s, profile)
+                    await asyncio.sleep(measure_s)
+                    window_floor = await probe_result(probe)  # it stops as the window ends
+                    cpu = meter.stop({"floor_probe": window_floor["cpu_s"]})
+                finally:
+                    if probe.returncode is None:
+                        probe.kill()
+                        await probe.wait()
                 if spy is not None:
                     await spy.wait()
                 after = await asyncio.to_thread(gw.metrics)
@@ -175,6 +142,12 @@ async def gateway_run(
         "audio_queue_dropped": queue_dropped,
         "zero_drops": lost == 0 and not drops and queue_dropped == 0,
         "sender_late_ticks": sent["late_ticks"],
+        "window_floor": window_floor,
+        "window_ratio": round(
+            window_floor["us_per_frame_mean"] / (cpu["gateway_cpu_s"] * 1e6 / frames), 2
+        )
+        if frames and cpu["gateway_cpu_s"]
+        else None,
     }
 
 
@@ -183,7 +156,9 @@ def summarize(floors: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[
     per frame). ``floors``: the floor measured before each run and after the last, interleaved
     with the sweep so every run has one on each side; the fastest of them is THE floor (the
     stricter comparison), and each run is also compared with the faster of its two neighbours
-    (``adjacent``: same machine conditions, give or take a few seconds)."""
+    (``adjacent``: same machine conditions, give or take a few seconds). Each run also carries
+    ``window_ratio``: against the floor the probe sampled during that run's own window; the
+    best of those among drop-free runs is ``window_ratio_best``."""
     floor_ = min(floors, key=lambda f: f["us_per_frame_median"])
     ok = [r for r in runs if r["zero_drops"] and r["gateway_us_per_frame"]]
     best = min(ok or runs, key=lambda r: r["gateway_us_per_frame"] or float("inf"))
@@ -196,6 +171,8 @@ def summarize(floors: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[
         run_us = r["gateway_us_per_frame"]
         ratio = round(near / run_us, 2) if run_us else None
         adjacent.append({"sessions": r["sessions"], "floor_us": near, "ratio": ratio})
+    in_window = [r for r in ok if r.get("window_ratio")]
+    window_best = max(in_window, key=lambda r: r["window_ratio"], default=None)
     return {
         "floor": floor_,
         "floor_before": floors[0],
@@ -209,4 +186,7 @@ def summarize(floors: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[
         "gateway_sessions_per_core": gateway_per_core,
         "ratio_to_floor": round(gateway_per_core / floor_["sessions_per_core"], 2),
         "largest_k_zero_drops": max((r["sessions"] for r in ok), default=0),
+        # The same comparison against the floor sampled in each run's own window (floor.py).
+        "window_ratio_best": window_best["window_ratio"] if window_best else None,
+        "window_ratio_best_sessions": window_best["sessions"] if window_best else None,
     }
