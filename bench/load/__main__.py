@@ -45,7 +45,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sessions", type=int, default=1000, help="Xiaozhi devices saying hello")
     p.add_argument("--hellos-per-device", type=int, default=3)
     p.add_argument("--hello-span-s", type=float, default=15.0)
-    p.add_argument("--stream", type=ints, default=[100, 200, 400, 800])
+    p.add_argument("--stream", type=ints, default=[100, 200, 400, 600, 800])
     p.add_argument("--stream-measure-s", type=float, default=8.0)
     p.add_argument("--workers", type=int, default=2, help="board/device worker processes")
     p.add_argument("--profile", type=Path, help="py-spy collapsed stacks of the gateway here")

@@ -15,8 +15,10 @@ datagrams sent vs received, every drop counter. Sessions per core at K = K / (CP
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +37,26 @@ def device_ids(k: int) -> list[str]:
     return [f"a2_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(k)]
 
 
-async def start_probe(seconds: float) -> asyncio.subprocess.Process:
-    """The in-window floor probe (:mod:`bench.load.floor`), started and ready: it measures
-    once :func:`release_probe` lets it go."""
+@contextlib.asynccontextmanager
+async def floor_probe(seconds: float) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The in-window floor probe (:mod:`bench.load.floor`), started and ready (before the
+    sender, so its start-up costs the sender's timing nothing); it measures once
+    :func:`release_probe` lets it go, and is killed on the way out if still running."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.load.floor", str(seconds),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    assert proc.stdout is not None
-    async with asyncio.timeout(PROBE_READY_S):
-        line = await proc.stdout.readline()
-    if line.strip() != b"ready":
-        raise RuntimeError(f"floor probe did not start: {line!r}")
-    return proc
+    try:
+        assert proc.stdout is not None
+        async with asyncio.timeout(PROBE_READY_S):
+            line = await proc.stdout.readline()
+        if line.strip() != b"ready":
+            raise RuntimeError(f"floor probe did not start: {line!r}")
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 def release_probe(proc: asyncio.subprocess.Process) -> None:
@@ -92,30 +101,27 @@ async def gateway_run(
     async with local_broker(root / "data") as broker:
         settings = gateway_sections(broker, gateway_id="load-gw", use=Use.LOAD)
         devs = device_ids(k)
-        async with gateway_process(root, settings, listen=devs) as gw:
+        async with (
+            gateway_process(root, settings, listen=devs) as gw,
+            floor_probe(measure_s) as probe,
+        ):
             async with running_sender(
                 root / "sender.json", host=broker.host, port=broker.port,
                 password=settings["mqtt"]["password"], devices=devs,
                 seconds=WARMUP_S + measure_s + 1.0, ready_s=240,
             ) as proc:  # fmt: skip
                 ready = proc.ready
-                probe = await start_probe(measure_s)
-                try:
-                    await asyncio.sleep(WARMUP_S)
-                    meter = Meter(
-                        {"gateway": gw.pid, "broker": broker.local_pid, "sender": proc.proc.pid}
-                    )
-                    before = await asyncio.to_thread(gw.metrics)
-                    meter.start()
-                    release_probe(probe)
-                    spy = await start_profiler(gw.pid, measure_s, profile)
-                    await asyncio.sleep(measure_s)
-                    window_floor = await probe_result(probe)  # it stops as the window ends
-                    cpu = meter.stop({"floor_probe": window_floor["cpu_s"]})
-                finally:
-                    if probe.returncode is None:
-                        probe.kill()
-                        await probe.wait()
+                await asyncio.sleep(WARMUP_S)
+                meter = Meter(
+                    {"gateway": gw.pid, "broker": broker.local_pid, "sender": proc.proc.pid}
+                )
+                before = await asyncio.to_thread(gw.metrics)
+                meter.start()
+                release_probe(probe)
+                spy = await start_profiler(gw.pid, measure_s, profile)
+                await asyncio.sleep(measure_s)
+                window_floor = await probe_result(probe)  # it stops as the window ends
+                cpu = meter.stop({"floor_probe": window_floor["cpu_s"]})
                 if spy is not None:
                     await spy.wait()
                 after = await asyncio.to_thread(gw.metrics)
