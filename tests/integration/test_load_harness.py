@@ -60,8 +60,13 @@ def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     assert run["frames_decoded_in_window"] > 0
     assert stream["floor"]["sessions_per_core"] > 0
     assert stream["ratio_to_floor"] > 0
+    # The floor sampled in the run's own window by the probe process (bench/load/floor.py).
+    assert run["window_floor"]["passes"] > 0
+    assert run["window_floor"]["us_per_frame_mean"] > 0
+    assert run["window_ratio"] > 0
 
     text = (out / "load.md").read_text()
+    assert "floor in window" in text
     for heading in ("## Streaming", "## Lessons", "## Xiaozhi hello"):
         assert heading in text
     for png in ("latency_cdf.png", "cpu_vs_n.png"):
