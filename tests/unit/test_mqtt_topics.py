@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway import mqtt_topics
 from gateway.mqtt_topics import TopicMatcher, matches
 
 
@@ -35,9 +36,22 @@ def test_every_matching_route_in_the_order_added() -> None:
     matcher.add("snlp/v1/+/evt", 0)
     matcher.add("snlp/#", 1)
     matcher.add("other/+", 2)
-    assert matcher.match("snlp/v1/x/evt") == [0, 1]
-    assert matcher.match("other/y") == [2]
-    assert matcher.match("nothing") == []
+    assert matcher.match("snlp/v1/x/evt") == (0, 1)
+    assert matcher.match("other/y") == (2,)
+    assert matcher.match("nothing") == ()
+
+
+def test_a_topic_is_matched_again_after_a_new_route_and_past_the_cache_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    matcher = TopicMatcher()
+    matcher.add("a/+", 0)
+    assert matcher.match("a/x") == (0,)
+    matcher.add("+/x", 1)  # a route added later: remembered answers are dropped
+    assert matcher.match("a/x") == (0, 1)
+    monkeypatch.setattr(mqtt_topics, "CACHE_LIMIT", 2)
+    assert [matcher.match(t) for t in ("a/y", "b/x", "a/x", "a/x")] == [(0,), (1,), (0, 1), (0, 1)]
+    assert len(matcher._known) <= 2
 
 
 @pytest.mark.parametrize("bad", ["a/#/b", "a/b#", "a+/b", "a/+b"])
