@@ -24,6 +24,7 @@ from topics import (
     parse_xiaozhi_downlink,
 )
 from topics.errors import excerpt
+from topics.wire import load_object
 
 from .samples import SAMPLES
 
@@ -276,3 +277,17 @@ def test_firmware_accepts_our_hello() -> None:
 )
 def test_firmware_rejects_broken_hello(path: str, value: Any) -> None:
     assert not firmware_accepts_hello(_broken(path, value))
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16-le", "utf-16-be", "utf-32"])
+def test_load_object_reads_every_encoding_json_loads_reads(encoding: str) -> None:
+    text = '{"ref": "c\\u00e9", "n": [1, 2.5, true, null], "s": "\u4f60\u597d"}'
+    payload = text.encode(encoding)
+    assert load_object(payload) == json.loads(payload)
+
+
+@pytest.mark.parametrize("payload", [b'{"a":"\xff"}', b'{"a":Infinity}', b'{"a":-Infinity}'])
+def test_load_object_refuses_what_json_loads_with_no_constants_refuses(payload: bytes) -> None:
+    with pytest.raises(PayloadError) as info:
+        load_object(payload)
+    assert info.value.reason is R.MALFORMED_JSON
