@@ -73,7 +73,10 @@ class OutboundQueue:
         self._window = window
         self._counters = counters
         # Bounded by ``_limits`` (CONTROL: refuse newest; EVENTS: drop oldest), both counted.
-        self._lanes: dict[Lane, deque[Outbound]] = {Lane.CONTROL: deque(), Lane.EVENTS: deque()}
+        # The hot path reaches the two deques by attribute (an Enum key hashes in Python).
+        self._control: deque[Outbound] = deque()
+        self._events: deque[Outbound] = deque()
+        self._lanes = {Lane.CONTROL: self._control, Lane.EVENTS: self._events}
         # Written and not confirmed yet, in send order (QoS 1 only; at most ``window``).
         self._in_flight: dict[int, Outbound] = {}
         self._tokens = itertools.count()
@@ -82,7 +85,7 @@ class OutboundQueue:
         self._limit = window  # the window, capped by the broker's Receive Maximum
 
     def __len__(self) -> int:
-        return len(self._lanes[Lane.CONTROL]) + len(self._lanes[Lane.EVENTS]) + len(self._in_flight)
+        return len(self._control) + len(self._events) + len(self._in_flight)
 
     def queued(self, lane: Lane | None = None) -> list[Outbound]:
         """What waits to go out (one lane, or CONTROL then EVENTS), oldest first (a copy)."""
@@ -91,9 +94,10 @@ class OutboundQueue:
 
     def put(self, msg: Outbound) -> bool:
         """Queue ``msg`` in its lane; ``False`` if CONTROL was full and refused it (counted)."""
-        lane = self._lanes[msg.lane]
+        control = msg.lane is Lane.CONTROL
+        lane = self._control if control else self._events
         if len(lane) >= self._limits[msg.lane]:
-            if msg.lane is Lane.CONTROL:
+            if control:
                 self._counters.refused(msg)
                 return False
             self._counters.dropped(lane.popleft())
@@ -104,7 +108,7 @@ class OutboundQueue:
             # gone; the pump ends and puts back what was not confirmed.
             with contextlib.suppress(MqttError):
                 self._send_ready(client)
-        if self._lanes[Lane.CONTROL] or self._lanes[Lane.EVENTS]:
+        if self._control or self._events:
             self._ready.set()
         return True
 
@@ -113,7 +117,7 @@ class OutboundQueue:
         connection is gone, and puts back whatever was not confirmed, however it ends."""
         self._limit = max(1, min(self._window, client.broker_receive_maximum))
         self._client = client
-        control, events = self._lanes[Lane.CONTROL], self._lanes[Lane.EVENTS]
+        control, events = self._control, self._events
         try:
             while True:
                 self._ready.clear()
@@ -128,7 +132,7 @@ class OutboundQueue:
 
     def _send_ready(self, client: Client) -> None:
         """Write queued publishes, CONTROL first, while the window and the socket have room."""
-        control, events = self._lanes[Lane.CONTROL], self._lanes[Lane.EVENTS]
+        control, events = self._control, self._events
         while (control or events) and len(self._in_flight) < self._limit:
             if not client.writable.is_set():
                 return
@@ -160,7 +164,7 @@ class OutboundQueue:
     def _confirmed(self, token: int) -> None:
         if self._in_flight.pop(token, None) is not None:
             self._counters.published()
-            if self._lanes[Lane.CONTROL] or self._lanes[Lane.EVENTS]:
+            if self._control or self._events:
                 self._ready.set()  # a slot for what waits
 
     def _put_back(self) -> None:
