@@ -89,6 +89,14 @@ class _Counter(Counter):
     def labels(self, *values: object, **named: object) -> _Counter:
         return _cached_labels(self, Counter, *values, **named)
 
+    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
+        """``Counter.inc`` minus two calls of checks where they cannot fail (a child or an
+        unlabelled counter, a non-negative amount, no exemplar): every hot-path count."""
+        if exemplar is None and amount >= 0 and (not self._labelnames or self._labelvalues):
+            self._value.inc(amount)
+        else:
+            super().inc(amount, exemplar)
+
 
 class _Gauge(Gauge):
     def labels(self, *values: object, **named: object) -> _Gauge:

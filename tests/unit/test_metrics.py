@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from gateway.metrics import Metrics
 
 
@@ -32,3 +34,22 @@ def test_snapshot_and_exposition_carry_labelled_counters() -> None:
     assert m.snapshot()['snlpgw_udp_dropped_total{reason="replay"}'] == 3.0
     assert b'snlpgw_udp_dropped_total{reason="replay"} 3.0' in m.exposition()
     assert b"_created" not in m.exposition()
+
+
+def test_counter_inc_keeps_prometheus_checks() -> None:
+    m = Metrics()
+    plain = m.counter("plain", "unlabelled")
+    plain.inc()
+    plain.inc(2.5)
+    labelled = m.counter("labelled", "labelled", ["kind"])
+    labelled.labels("a").inc()
+    labelled.labels("a").inc(0)
+    labelled.labels("b").inc(1, exemplar={"trace": "t1"})  # the checked path, exemplar kept
+    snap = m.snapshot()
+    assert snap["snlpgw_plain_total"] == 3.5
+    assert snap['snlpgw_labelled_total{kind="a"}'] == 1.0
+    assert snap['snlpgw_labelled_total{kind="b"}'] == 1.0
+    with pytest.raises(ValueError, match="missing label values"):
+        labelled.inc()  # the parent of labelled children counts nothing
+    with pytest.raises(ValueError, match="non-negative"):
+        plain.inc(-1)
