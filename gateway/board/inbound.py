@@ -90,7 +90,7 @@ class BoardUplink:
             self._table.out.m.unmatched.labels("ack").inc()
             log.info("board %s: ack for no pending command %s", device.dev, excerpt(ack.ref, 40))
             return
-        self._table.apply(device, effects)
+        self._table.apply(device, effects, reschedule=False)  # handle() reschedules at its end
 
     def _on_report(self, device: Device, report: BoardReport) -> None:
         m = self._table.out.m

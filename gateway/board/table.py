@@ -114,7 +114,7 @@ class BoardTable:
             if device is None or deadlines.get(dev, now + 1) > now:
                 continue  # forgotten, or rescheduled by a board handled earlier in this tick
             self.presence(device, device.presence.tick(now))
-            self.apply(device, device.outbox.tick(now))
+            self.apply(device, device.outbox.tick(now), reschedule=False)
             self.reschedule(device)
 
     def reschedule(self, device: Device) -> None:
@@ -132,7 +132,11 @@ class BoardTable:
                     self._heap = [(at, dev) for dev, at in self._deadlines.items()]
                     heapq.heapify(self._heap)
 
-    def apply(self, device: Device, effects: list[OutboxEffect]) -> None:
+    def apply(
+        self, device: Device, effects: list[OutboxEffect], *, reschedule: bool = True
+    ) -> None:
+        """Perform the outbox's effects; ``reschedule=False``: the caller reschedules ``device``
+        once when it is done with it (a board message's handler, the tick)."""
         for effect in effects:
             if isinstance(effect, Send):
                 self.out.command(
@@ -143,7 +147,8 @@ class BoardTable:
                 )
             else:
                 self._done(device, effect.envelope, effect.outcome)
-        self.reschedule(device)
+        if reschedule:
+            self.reschedule(device)
 
     def _on_sent(self, dev: str, command_id: str, sends: int) -> Callable[[], None]:
         def sent() -> None:  # the publish left the gateway: its ack deadline starts now
