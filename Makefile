@@ -74,6 +74,7 @@ bench: setup
 	$(BIN)/python -m bench.hello_bench
 	$(BIN)/python -m bench.hello_core_bench
 	$(BIN)/python -m bench.session_footprint "make bench"
+	$(BIN)/python -m bench.stream_path_bench "make bench"
 	$(BIN)/python -m bench.ota_bench
 	$(BIN)/python -m bench.asr_bench
 	$(BIN)/python -m bench.assessment_bench
