@@ -29,6 +29,7 @@ DeliveryResult rules (SPEC §3 "Command delivery"; the README's board section st
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
@@ -179,9 +180,11 @@ class Outbox:
         """The earliest ttl or ack deadline (called after every board message: no lists)."""
         if not self._entries:
             return None
-        earliest = min(e.expires_at for e in self._entries)
-        for i in range(self._in_flight):
-            earliest = min(earliest, self._entries[i].ack_due)
+        earliest = math.inf
+        for i, entry in enumerate(self._entries):  # in flight first: indexes < _in_flight
+            earliest = min(earliest, entry.expires_at)
+            if i < self._in_flight and entry.ack_due < earliest:
+                earliest = entry.ack_due
         return earliest
 
     def cancel_all(self) -> list[OutboxEffect]:
