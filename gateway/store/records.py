@@ -108,6 +108,8 @@ def metrics_to_list(metrics: tuple[StoredMetric, ...]) -> list[dict[str, object]
 
 
 def metrics_to_text(metrics: tuple[StoredMetric, ...]) -> str:
+    if not metrics:  # every row the runtime writes (metrics come from the side path)
+        return "[]"
     return json.dumps(metrics_to_list(metrics), separators=(",", ":"), allow_nan=False)
 
 

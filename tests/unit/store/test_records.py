@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -99,3 +100,9 @@ def test_json_views_carry_spec_names_and_no_verdicts() -> None:
     assert sj["metrics"] == [{"method": "text_similarity_v0", "value": 0.5}]
     assert {"prompt_text", "expected_text", "asr_text", "assessed_at"} <= set(sj)
     assert not (set(ij) | set(sj)) & VERDICTS
+
+
+def test_no_metrics_is_the_empty_list_the_upsert_keeps_stored_metrics_for() -> None:
+    # schema.UPSERT_STEP keeps the stored metrics when the new row's are exactly '[]'
+    assert metrics_to_text(()) == "[]" == json.dumps([], separators=(",", ":"))
+    assert metrics_from_text(metrics_to_text(())) == ()
