@@ -175,17 +175,16 @@ class DeviceActor:
                 self._gap_from = {effect.command_id: closed_at}
                 closed_at = None
             self._perform(effect)
-            self._tell_modes(effect)
 
-    def _tell_modes(self, effect: RuntimeEffect) -> None:
+    def _tell_modes(self, effect: PublishTaskEvent | ReturnToChat) -> None:
         """CHAT is suspended while a task owns the device and resumes when it returns."""
         modes = self._ports.modes
         if modes is None:
             return
-        if isinstance(effect, PublishTaskEvent) and effect.event in _TASK_TAKES_DEVICE:
-            modes.task_started(self.device)
-        elif isinstance(effect, ReturnToChat):
+        if isinstance(effect, ReturnToChat):
             modes.back_to_chat(self.device)
+        elif effect.event in _TASK_TAKES_DEVICE:
+            modes.task_started(self.device)
 
     def _perform(self, effect: RuntimeEffect) -> None:
         p = self._ports
@@ -208,6 +207,7 @@ class DeviceActor:
             case PublishTaskEvent():
                 self._count(effect)
                 p.publish_task_event(self.device, effect)
+                self._tell_modes(effect)
             case StoreInstance():
                 p.recorder.save_instance(effect.record)
             case StoreStep():
@@ -227,6 +227,7 @@ class DeviceActor:
             case ReturnToChat():
                 p.mic.set_listening(self.device, False)
                 self._log.info("instance %s ended; back to CHAT", effect.instance_id)
+                self._tell_modes(effect)
             case Ignored():
                 # The reason may name a command id: it goes to the log, never into a label.
                 self._m.ignored.labels(labels.bounded(effect.event, labels.RUNTIME_EVENTS)).inc()
