@@ -44,6 +44,7 @@ from gateway.tasks.core import (
     SubmitUtterance,
     TimerFired,
     WindowLateness,
+    outcome_matters,
 )
 
 INBOX_LIMIT = 256
@@ -245,7 +246,8 @@ class DeviceActor:
         closed_at = self._gap_from.pop(ref, None)
         if closed_at is not None and outcome is DeliveryResult.ACKED:
             self._m.next_clip_gap.observe(asyncio.get_running_loop().time() * 1000.0 - closed_at)
-        self.post(CommandOutcome(ref, outcome))
+        if outcome_matters(outcome):  # an acked command changes nothing: no turn for it
+            self.post(CommandOutcome(ref, outcome))
 
     def _submit(self, effect: SubmitUtterance) -> None:
         pcm = self._utterances.pop(effect.utterance_id, b"")

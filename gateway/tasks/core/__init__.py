@@ -35,6 +35,7 @@ from gateway.tasks.core.events import (
     TimerFired,
     UtteranceStarted,
     UtteranceStopped,
+    outcome_matters,
 )
 from gateway.tasks.core.expected import (
     ReadText,
@@ -114,6 +115,7 @@ __all__ = [
     "listen_window_ms",
     "load_catalog",
     "normalise",
+    "outcome_matters",
     "resolve_expected_text",
     "resolve_with_source",
     "resource_reader",

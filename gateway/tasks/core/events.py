@@ -75,6 +75,14 @@ class CommandOutcome:
     outcome: DeliveryResult
 
 
+def outcome_matters(outcome: DeliveryResult) -> bool:
+    """Whether a command's outcome can change anything in the runtime: an acked command
+    changes nothing (stepping follows board events and timers); one not delivered fails the
+    step whose clip it played, or is ignored. A shell need not hand over the others (three
+    per clip step)."""
+    return outcome is not DeliveryResult.ACKED
+
+
 @dataclass(frozen=True, slots=True)
 class ButtonPress:
     kind: str  # "long" exits the task; other kinds are ignored by the runtime

@@ -25,10 +25,10 @@ from gateway.tasks.core.effects import (
 from gateway.tasks.core.events import (
     AudioPhase,
     CommandOutcome,
-    DeliveryResult,
     PlaybackEvent,
     UtteranceStarted,
     UtteranceStopped,
+    outcome_matters,
 )
 from gateway.tasks.core.expected import resolve_expected_text
 from gateway.tasks.core.instance import ActiveInstance, IllegalEvent, RuntimeState
@@ -200,13 +200,11 @@ class Stepper(RuntimeBase):
         return self._open_window(listen_window_ms(duration, inst.ratio, min_window), now)
 
     def _on_outcome(self, ev: CommandOutcome, now: float) -> list[RuntimeEffect]:
+        if not outcome_matters(ev.outcome):
+            return []
         inst = self._inst
         if inst is not None and ev.ref == inst.play_ref and self._state is RuntimeState.PLAYING:
-            if ev.outcome is DeliveryResult.ACKED:
-                return []
             return self._fail_step(f"play_{ev.outcome}", now, stop=False)
-        if ev.outcome is DeliveryResult.ACKED:
-            return []
         return [Ignored(self._state.name, "CommandOutcome", f"{ev.outcome} for {ev.ref}")]
 
     def _on_speech(self, ev: UtteranceStarted | UtteranceStopped) -> list[RuntimeEffect]:

@@ -12,7 +12,15 @@ from typing import Any, cast
 from gateway.metrics import Metrics
 from gateway.tasks.actor import INBOX_LIMIT, DeviceActor
 from gateway.tasks.actor_parts import ActorMetrics, Ports
-from gateway.tasks.core import ButtonPress, DeviceRuntime, RuntimeEvent, TimerFired
+from gateway.tasks.core import (
+    ButtonPress,
+    CommandOutcome,
+    DeliveryResult,
+    DeviceRuntime,
+    RuntimeEvent,
+    TimerFired,
+    outcome_matters,
+)
 
 DEV = "aa_bb_cc_dd_ee_01"
 
@@ -104,3 +112,16 @@ async def test_a_full_inbox_drops_the_new_event_counted() -> None:
     assert metrics.snapshot()["snlpgw_runtime_inbox_dropped_total"] == 1.0
     await asyncio.sleep(0)
     assert len(runtime.seen) == INBOX_LIMIT
+
+
+async def test_only_an_outcome_that_can_change_the_runtime_reaches_it() -> None:
+    a, runtime, _ = actor()
+    a._on_outcome("c1", DeliveryResult.ACKED)  # changes nothing: no turn for it
+    a._on_outcome("c2", DeliveryResult.EXPIRED)
+    await asyncio.sleep(0)
+    assert [e for e, _ in runtime.seen] == [CommandOutcome("c2", DeliveryResult.EXPIRED)]
+    assert [r for r in DeliveryResult if outcome_matters(r)] == [
+        DeliveryResult.EXPIRED,
+        DeliveryResult.FAILED,
+        DeliveryResult.REJECTED,
+    ]
