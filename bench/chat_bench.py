@@ -32,7 +32,6 @@ from bench.stats import quantile, record
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_settings, running_gateway
 from gateway.chat.component import ChatComponent
-from gateway.xiaozhi.pipeline import Frame
 
 SIZES = (10, 50, 100, 200)
 WARMUP_S = 3.0
@@ -83,11 +82,11 @@ async def _run_size(  # noqa: PLR0915 - one linear scenario
         phase = "warmup"  # warmup → measure → tail (the tail is neither counted nor timed)
         inner = ChatComponent.uplink
 
-        def tap(self: ChatComponent, dev: str, sid: str, frame: Frame) -> None:
+        def tap(self: ChatComponent, dev: str, sid: str, opus: bytes) -> None:
             at = time.monotonic()
             device = self.device(dev)
             forwarded = device is not None and device.core.uplink_open
-            inner(self, dev, sid, frame)
+            inner(self, dev, sid, opus)
             if forwarded and phase == "measure":
                 taken.setdefault(dev, []).append(at)
             elif forwarded and phase == "warmup":

@@ -26,7 +26,7 @@ from gateway.chat.upstream import UpstreamConfig
 from gateway.chat.voice import ChatState, VoiceConfig
 from gateway.service import Context
 from gateway.settings import ChatSettings
-from gateway.xiaozhi.pipeline import Frame, VoiceSink
+from gateway.xiaozhi.pipeline import VoiceSink
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +161,10 @@ class ChatComponent:
 
     # -- uplink tap and VoiceSink ------------------------------------------------------------
 
-    def uplink(self, dev: str, session_id: str, frame: Frame) -> None:
+    def uplink(self, dev: str, session_id: str, opus: bytes) -> None:
         chat = self._devices.get(dev)
         if chat is not None:
-            chat.frame(session_id, frame.opus)
+            chat.frame(session_id, opus)
 
     def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
         chat = self._in_chat(dev)

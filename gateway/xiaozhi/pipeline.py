@@ -34,8 +34,9 @@ FRAME_MS = 60
 
 
 class Frame(NamedTuple):
-    """One uplink frame as the queue holds it (immutable; a tuple, so the hot path builds it
-    at a tuple's cost, not a frozen dataclass's per-field ``__setattr__``)."""
+    """One uplink frame, as :meth:`AudioPipeline.offer` takes it. The queue holds the same
+    fields as a plain tuple: the hot path (``receive``) builds one per datagram, and a
+    NamedTuple's constructor costs ~9x a tuple's."""
 
     opus: bytes
     seq: int
@@ -112,7 +113,7 @@ class AudioPipeline:
         self._counters = counters
         # Bounded (capacity frames = 3 s at the default 50); overflow drops the OLDEST frame,
         # counted, and its time is concealed through the next frame's lost_before.
-        self._queue: deque[Frame] = deque()
+        self._queue: deque[tuple[bytes, int, int]] = deque()  # Frame fields
         self._capacity = capacity
         self._carry_lost = 0  # frames dropped on overflow, added to the next frame's gap
         self._batch = batch
@@ -121,9 +122,10 @@ class AudioPipeline:
         self._notify = notify
         self._ready = asyncio.Event() if notify is None else None
         self.listening = listening
-        # Every frame taken while listening (decrypted), as it came, with this pipeline's device
-        # and session (CHAT bridges it upstream): one shared callable, no closure per session.
-        self.tap: Callable[[str, str, Frame], None] | None = None
+        # Every frame taken while listening (its decrypted Opus packet), as it came, with this
+        # pipeline's device and session (CHAT bridges it upstream): one shared callable, no
+        # closure per session.
+        self.tap: Callable[[str, str, bytes], None] | None = None
 
     def offer(self, frame: Frame) -> None:
         """Called from ``datagram_received``: O(1), never blocks. A frame that arrives while
@@ -135,11 +137,10 @@ class AudioPipeline:
         if not self.listening:
             self._counters.frames_skipped(1)
             return
-        frame = Frame(opus, seq, lost_before)
         if self.tap is not None:
-            self.tap(self.dev, self.session_id, frame)
+            self.tap(self.dev, self.session_id, opus)
         queue = self._queue
-        queue.append(frame)
+        queue.append((opus, seq, lost_before))  # a Frame's fields (a NamedTuple costs 9x more)
         if len(queue) > self._capacity:
             dropped = queue.popleft()
             self._carry_lost += dropped[2] + 1

@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.live import LiveFactory, LiveSession
-from gateway.xiaozhi.pipeline import Frame
 from gateway.xiaozhi.pump import AudioPump
 from gateway.xiaozhi.sessions import (
     ControlRefused,
@@ -32,7 +31,7 @@ from gateway.xiaozhi.stats import ChannelStats
 
 log = logging.getLogger(__name__)
 
-UplinkTap = Callable[[str, str, Frame], None]  # dev, session_id, accepted uplink frame
+UplinkTap = Callable[[str, str, bytes], None]  # dev, session_id, an accepted frame's Opus
 Publish = Callable[[str, bytes], None]  # dev, payload → the device's downlink topic
 
 
