@@ -10,10 +10,14 @@ Two ways to measure it:
 * :func:`floor`: passes back to back (warm-up first), before and after each gateway run;
 * the *in-window probe* (``python -m bench.load.floor SECONDS``): a process of its own that,
   while the gateway is measured, runs one warm-up pass and one measured pass every
-  ``INTERVAL_S`` on the other core, so the floor is sampled in the same seconds, under the
-  same host conditions, as the gateway's CPU per frame (this host runs at two speeds that
-  change within seconds; a floor read before or after a run can be in the other one). Its
-  figure is total CPU / total frames over the window, the statistic the gateway's figure is.
+  ``INTERVAL_S`` on the other core: the floor in the same seconds as the gateway's CPU per
+  frame (this host's speed changes within seconds), as total CPU / total frames over the
+  window, the statistic the gateway's figure is. It is *not* the gateway's conditions: on this
+  VM a busy neighbour core slows a core's work ~1.5x (the floor read 55-64 µs alone and
+  86-89 µs beside a busy loop, same minutes), and the probe always runs beside the busy
+  gateway while the gateway mostly runs beside an idle core (the sender, the broker and the
+  probe use ~20 % of it). So the ratio against the probe's floor over-states (an upper bound);
+  the ratio against :func:`floor` measured alone under-states a little (a lower bound).
 """
 
 from __future__ import annotations

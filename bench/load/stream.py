@@ -2,8 +2,9 @@
 
 *Floor* (:mod:`bench.load.floor`): per 60 ms frame, AES-128-CTR, ``opus_decode`` via ctypes,
 two 30 ms ``webrtcvad`` decisions, in a bare loop over real speech; measured before each run
-and after the last, and *in the window* by a probe process sampling it while the gateway is
-measured (same seconds, same host conditions). Sessions per core = 60 ms / CPU per frame.
+and after the last (alone: the strict comparison), and *in the window* by a probe process
+sampling it beside the running gateway (an upper bound of the ratio, see
+:mod:`bench.load.floor`). Sessions per core = 60 ms / CPU per frame.
 
 *Gateway*: K simulated devices stream the same kind of speech in real time
 (:mod:`bench.scale_sender` in its own process: hellos over MQTT, then AES-CTR datagrams over
@@ -163,8 +164,9 @@ def summarize(floors: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[
     with the sweep so every run has one on each side; the fastest of them is THE floor (the
     stricter comparison), and each run is also compared with the faster of its two neighbours
     (``adjacent``: same machine conditions, give or take a few seconds). Each run also carries
-    ``window_ratio``: against the floor the probe sampled during that run's own window; the
-    best of those among drop-free runs is ``window_ratio_best``."""
+    ``window_ratio``: against the floor the probe sampled beside the gateway during that run's
+    own window (an upper bound, :mod:`bench.load.floor`); the best of those among drop-free
+    runs is ``window_ratio_best``."""
     floor_ = min(floors, key=lambda f: f["us_per_frame_median"])
     ok = [r for r in runs if r["zero_drops"] and r["gateway_us_per_frame"]]
     best = min(ok or runs, key=lambda r: r["gateway_us_per_frame"] or float("inf"))

@@ -66,7 +66,7 @@ def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     assert run["window_ratio"] > 0
 
     text = (out / "load.md").read_text()
-    assert "floor in window" in text
+    assert "floor beside gateway" in text
     for heading in ("## Streaming", "## Lessons", "## Xiaozhi hello"):
         assert heading in text
     for png in ("latency_cdf.png", "cpu_vs_n.png"):
