@@ -23,7 +23,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from codec.opus import DecoderCounters
 from codec.vad import SpeechStarted, VadEvent
@@ -31,16 +31,6 @@ from codec.vad import SpeechStarted, VadEvent
 log = logging.getLogger(__name__)
 
 FRAME_MS = 60
-
-
-class Frame(NamedTuple):
-    """One uplink frame, as :meth:`AudioPipeline.offer` takes it. The queue holds the same
-    fields as a plain tuple: the hot path (``receive``) builds one per datagram, and a
-    NamedTuple's constructor costs ~9x a tuple's."""
-
-    opus: bytes
-    seq: int
-    lost_before: int
 
 
 class Segmenter(Protocol):
@@ -113,7 +103,7 @@ class AudioPipeline:
         self._counters = counters
         # Bounded (capacity frames = 3 s at the default 50); overflow drops the OLDEST frame,
         # counted, and its time is concealed through the next frame's lost_before.
-        self._queue: deque[tuple[bytes, int, int]] = deque()  # Frame fields
+        self._queue: deque[tuple[bytes, int, int]] = deque()  # (opus, seq, lost_before)
         self._capacity = capacity
         self._carry_lost = 0  # frames dropped on overflow, added to the next frame's gap
         self._batch = batch
@@ -127,20 +117,17 @@ class AudioPipeline:
         # closure per session.
         self.tap: Callable[[str, str, bytes], None] | None = None
 
-    def offer(self, frame: Frame) -> None:
-        """Called from ``datagram_received``: O(1), never blocks. A frame that arrives while
-        nobody listens is only counted (its sequence was already accounted by the receiver)."""
-        self.receive(*frame)
-
     def receive(self, opus: bytes, seq: int, lost_before: int) -> None:
-        """:meth:`offer` of a frame's fields (the UDP endpoint's hot path)."""
+        """One accepted uplink frame (the UDP endpoint's hot path): O(1), never blocks. A frame
+        that arrives while nobody listens is only counted (its sequence was already accounted
+        by the receiver)."""
         if not self.listening:
             self._counters.frames_skipped(1)
             return
         if self.tap is not None:
             self.tap(self.dev, self.session_id, opus)
         queue = self._queue
-        queue.append((opus, seq, lost_before))  # a Frame's fields (a NamedTuple costs 9x more)
+        queue.append((opus, seq, lost_before))  # a plain tuple: a NamedTuple costs ~9x to build
         if len(queue) > self._capacity:
             dropped = queue.popleft()
             self._carry_lost += dropped[2] + 1

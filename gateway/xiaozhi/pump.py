@@ -49,7 +49,7 @@ class AudioPump:
         self._parked: asyncio.Future[None] | None = None  # what run() waits on
 
     def notify(self, pipeline: Drainable) -> None:
-        """``pipeline`` has queued frames (called from its ``offer``; O(1))."""
+        """``pipeline`` has queued frames (called from its ``receive``; O(1))."""
         self._ready[pipeline] = None
         if self._handle is None and self._loop is not None:
             self._handle = self._loop.call_soon(self._serve)

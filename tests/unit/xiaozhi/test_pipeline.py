@@ -10,7 +10,7 @@ import pytest
 
 from codec.opus import DecoderCounters, OpusStreamDecoder
 from codec.vad import SpeechStarted, SpeechStopped, VadEvent, VadSegmenter
-from gateway.xiaozhi.pipeline import AudioPipeline, Frame, PipelineCounters, utterance_id
+from gateway.xiaozhi.pipeline import AudioPipeline, PipelineCounters, utterance_id
 from tests.support import speech
 from tests.support.opus_stream import encode
 
@@ -106,7 +106,7 @@ def pipeline(**kwargs: object) -> tuple[AudioPipeline, FakeDecoder, PipelineSink
 def test_stream_time_comes_from_sequence_numbers() -> None:
     p, _, sink, tally = pipeline()
     for seq in (11, 12, 13):  # the segmenter starts at frame 11 → 600 ms of session time
-        p.offer(Frame(b"x", seq, 0))
+        p.receive(b"x", seq, 0)
     assert p.drain() == 3
     assert sink.events == [("start", "d", "s", 600.0), ("stop", "d", "s", 600.0, 780.0, 10)]
     assert tally.values == {"decoded": 3, "segments": 1}
@@ -115,7 +115,7 @@ def test_stream_time_comes_from_sequence_numbers() -> None:
 def test_overflow_drops_oldest_and_conceals_the_gap() -> None:
     p, decoder, _, tally = pipeline(capacity=3)
     for seq in range(1, 7):
-        p.offer(Frame(bytes([seq]), seq, 0))
+        p.receive(bytes([seq]), seq, 0)
     assert p.queued == 3
     assert tally.values["dropped"] == 3
     p.drain()
@@ -125,21 +125,21 @@ def test_overflow_drops_oldest_and_conceals_the_gap() -> None:
 
 def test_rejected_packets_count_as_errors_and_concealment() -> None:
     p, _, _, tally = pipeline()
-    p.offer(Frame(b"ok", 1, 0))
-    p.offer(Frame(b"bad", 2, 0))
-    p.offer(Frame(b"ok", 5, 2))
+    p.receive(b"ok", 1, 0)
+    p.receive(b"bad", 2, 0)
+    p.receive(b"ok", 5, 2)
     p.drain()
     assert tally.values == {"decoded": 2, "concealed": 3, "errors": 1}
 
 
 def test_not_listening_skips_decoding_and_restarts_segmenter() -> None:
     p, decoder, sink, tally = pipeline(listening=False)
-    p.offer(Frame(b"a", 1, 0))
+    p.receive(b"a", 1, 0)
     p.drain()
     assert decoder.calls == []
     assert tally.values == {"skipped": 1}
     p.set_listening(True)
-    p.offer(Frame(b"b", 5, 2))  # two frames lost before seq 5: the stretch starts at seq 3
+    p.receive(b"b", 5, 2)  # two frames lost before seq 5: the stretch starts at seq 3
     p.drain()
     assert decoder.calls == [(b"b", 2)]
     # 3 frames of PCM (2 concealed + 1) in one push; the stretch's time base is seq 3 → 120 ms.
@@ -148,8 +148,8 @@ def test_not_listening_skips_decoding_and_restarts_segmenter() -> None:
 
 def test_finish_processes_the_queue_and_closes_the_open_utterance() -> None:
     p, decoder, sink, _ = pipeline()
-    p.offer(Frame(b"x", 1, 0))
-    p.offer(Frame(b"y", 2, 0))
+    p.receive(b"x", 1, 0)
+    p.receive(b"y", 2, 0)
     p.finish()
     assert len(decoder.calls) == 2
     assert p.queued == 0
@@ -160,9 +160,9 @@ def test_finish_processes_the_queue_and_closes_the_open_utterance() -> None:
 
 def test_listening_off_flushes_the_open_utterance_to_the_sink() -> None:
     p, decoder, sink, _ = pipeline()
-    p.offer(Frame(b"x", 1, 0))
+    p.receive(b"x", 1, 0)
     p.drain()
-    p.offer(Frame(b"y", 2, 0))  # queued, not yet processed
+    p.receive(b"y", 2, 0)  # queued, not yet processed
     p.set_listening(False)
     assert len(decoder.calls) == 2
     assert sink.events == [("start", "d", "s", 0.0), ("stop", "d", "s", 0.0, 99.0, 1)]
@@ -178,7 +178,7 @@ def test_sink_failure_is_contained() -> None:
 
     p, _, _, tally = pipeline(sink=BrokenSink())
     for seq in (1, 2, 3):
-        p.offer(Frame(b"x", seq, 0))
+        p.receive(b"x", seq, 0)
     assert p.drain() == 3
     assert tally.values["segments"] == 1
 
@@ -188,7 +188,7 @@ async def test_run_processes_in_batches_and_yields() -> None:
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(p.run(), name="test.pipeline")
         for seq in range(1, 6):
-            p.offer(Frame(b"x", seq, 0))
+            p.receive(b"x", seq, 0)
         seen = []
         for _ in range(3):
             await asyncio.sleep(0)  # one turn of the task: at most one batch, then it yields
@@ -201,7 +201,7 @@ async def test_run_processes_in_batches_and_yields() -> None:
 async def test_with_a_pump_the_pipeline_notifies_it_and_has_no_task_of_its_own() -> None:
     notified: list[AudioPipeline] = []
     p, _, _, _ = pipeline(notify=notified.append)
-    p.offer(Frame(b"x", 1, 0))
+    p.receive(b"x", 1, 0)
     assert notified == [p]
     with pytest.raises(RuntimeError, match="AudioPump"):
         await p.run()
@@ -213,7 +213,7 @@ def test_real_decoder_and_vad_find_real_utterances() -> None:
     packets = encode(timeline.pcm)
     p, _, sink, _ = pipeline(decoder=OpusStreamDecoder(), new_segmenter=VadSegmenter)
     for seq, packet in enumerate(packets, start=1):
-        p.offer(Frame(packet, seq, 0))
+        p.receive(packet, seq, 0)
         p.drain()
     stops = [e for e in sink.events if e[0] == "stop"]
     assert len(stops) == len(timeline.utterances)

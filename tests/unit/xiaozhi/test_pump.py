@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from gateway.xiaozhi.pipeline import Frame
 from gateway.xiaozhi.pump import AudioPump
 from tests.unit.xiaozhi.test_pipeline import pipeline
 
@@ -27,8 +26,8 @@ def test_a_turn_gives_each_ready_pipeline_one_batch_round_robin() -> None:
     busy, busy_decoder, _, _ = pipeline(notify=pump.notify)
     quiet, quiet_decoder, _, _ = pipeline(notify=pump.notify)
     for seq in range(1, 6):
-        busy.offer(Frame(b"x", seq, 0))
-    quiet.offer(Frame(b"x", 1, 0))
+        busy.receive(b"x", seq, 0)
+    quiet.receive(b"x", 1, 0)
     assert pump.pending == 2
     assert pump.turn() == 3  # 2 of the backlog, then the other session's 1
     assert (len(busy_decoder.calls), len(quiet_decoder.calls)) == (2, 1)
@@ -43,7 +42,7 @@ def test_a_turn_stops_when_its_time_is_used_and_the_rest_wait_their_turn() -> No
     pump = AudioPump(batch=1, turn_s=0.010, clock=StepClock(0.004))
     pipes = [pipeline(notify=pump.notify)[0] for _ in range(5)]
     for p in pipes:
-        p.offer(Frame(b"x", 1, 0))
+        p.receive(b"x", 1, 0)
     # Readings at 4, 8, 12, 16 ms: the deadline (4 + 10 ms) has passed after the third.
     assert pump.turn() == 3
     assert [p.queued for p in pipes] == [0, 0, 0, 1, 1]
@@ -54,7 +53,7 @@ def test_a_turn_stops_when_its_time_is_used_and_the_rest_wait_their_turn() -> No
 def test_a_finished_session_is_forgotten() -> None:
     pump = AudioPump()
     p, decoder, _, _ = pipeline(notify=pump.notify)
-    p.offer(Frame(b"x", 1, 0))
+    p.receive(b"x", 1, 0)
     p.finish()
     pump.forget(p)
     pump.forget(p)  # twice is harmless
@@ -69,7 +68,7 @@ async def test_run_serves_offers_and_yields_between_turns() -> None:
         task = tg.create_task(pump.run(), name="test.pump")
         await asyncio.sleep(0)  # parked: nothing to do
         for seq in range(1, 6):
-            p.offer(Frame(b"x", seq, 0))
+            p.receive(b"x", seq, 0)
         seen = []
         for _ in range(4):
             await asyncio.sleep(0)
@@ -83,7 +82,7 @@ async def test_run_serves_offers_and_yields_between_turns() -> None:
 def test_serve_does_nothing_until_run_starts() -> None:
     pump = AudioPump()
     p, decoder, _, _ = pipeline(notify=pump.notify)
-    p.offer(Frame(b"x", 1, 0))
+    p.receive(b"x", 1, 0)
     pump.serve()
     assert decoder.calls == []
     assert pump.turn() == 1
@@ -96,7 +95,7 @@ async def test_serve_runs_a_turn_at_once_and_folds_the_scheduled_one() -> None:
         task = tg.create_task(pump.run(), name="test.pump")
         await asyncio.sleep(0)
         for seq in range(1, 4):
-            p.offer(Frame(b"x", seq, 0))  # schedules a turn
+            p.receive(b"x", seq, 0)  # schedules a turn
         pump.serve()  # ... which runs now instead: one batch, in this callback
         assert len(decoder.calls) == 2
         await asyncio.sleep(0)  # the rest in the next turn, scheduled once
@@ -126,7 +125,7 @@ def test_each_turn_ends_with_after_turn() -> None:
     ends: list[int] = []
     pump = AudioPump(after_turn=lambda: ends.append(1))
     p, _, _, _ = pipeline(notify=pump.notify)
-    p.offer(Frame(b"x", 1, 0))
+    p.receive(b"x", 1, 0)
     assert pump.turn() == 1
     assert pump.turn() == 0
     assert ends == [1, 1]
