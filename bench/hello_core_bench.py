@@ -65,12 +65,20 @@ def hello_messages(sessions: int = SESSIONS) -> list[Inbound]:
     ]
 
 
-def run() -> dict[str, Any]:
+def bench_channel(sessions: int = SESSIONS) -> tuple[XiaozhiChannel, FakePublisher]:
+    """The Xiaozhi channel built as in production, serving, with a recording publisher and a
+    UDP transport that sends nothing (no broker, no socket)."""
     mqtt = FakePublisher()
-    settings = bench_settings()
-    channel = XiaozhiChannel(settings=settings, mqtt=mqtt, metrics=Metrics(), http=None, admin=None)
+    channel = XiaozhiChannel(
+        settings=bench_settings(sessions), mqtt=mqtt, metrics=Metrics(), http=None, admin=None
+    )
     channel.udp_endpoint.connection_made(SilentTransport())
     channel.bound()
+    return channel, mqtt
+
+
+def run() -> dict[str, Any]:
+    channel, mqtt = bench_channel()
     ((_, handle, _),) = mqtt.routes
     messages = hello_messages()
     for msg in messages:  # warm-up: 1,000 sessions open

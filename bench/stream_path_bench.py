@@ -27,15 +27,13 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-from bench.hello_core_bench import SilentTransport, bench_settings, hello_messages
+from bench.hello_core_bench import bench_channel, hello_messages
 from bench.load.floor import floor_loop, wire
 from bench.scale_sender import speech_loop
 from bench.stats import record
 from codec.udp import UplinkSender
-from gateway.metrics import Metrics
 from gateway.simulators.xiaozhi import parse_server_hello
 from gateway.xiaozhi.channel import XiaozhiChannel
 from tests.support.fake_mqtt import FakePublisher
@@ -69,13 +67,8 @@ class PathRig:
 
     def __init__(self, mode: str, k: int) -> None:
         self.mode = mode
-        mqtt = FakePublisher()
-        channel = XiaozhiChannel(
-            settings=bench_settings(k), mqtt=mqtt, metrics=Metrics(), http=None, admin=None
-        )
+        channel, mqtt = bench_channel(k)
         self.endpoint = channel.udp_endpoint
-        self.endpoint.connection_made(SilentTransport())
-        channel.bound()
         self.pump = channel._pump
         senders = open_sessions(channel, mqtt, k)
         frames = speech_loop()
@@ -200,9 +193,9 @@ def markdown(result: dict[str, Any], note: str) -> str:
     return "\n".join(rows)
 
 
-def main(argv: Callable[[], list[str]] = lambda: sys.argv[1:]) -> None:
+def main() -> None:
     result = run_all()
-    note = " ".join(argv()) or "Machine shared with other work while measured."
+    note = " ".join(sys.argv[1:]) or "Machine shared with other work while measured."
     record("stream_path", result, markdown(result, note))
 
 
