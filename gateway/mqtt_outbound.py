@@ -69,10 +69,10 @@ class OutboundQueue:
     ) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
-        self._limits = {Lane.CONTROL: control_limit, Lane.EVENTS: events_limit}
+        self._control_limit, self._events_limit = control_limit, events_limit
         self._window = window
         self._counters = counters
-        # Bounded by ``_limits`` (CONTROL: refuse newest; EVENTS: drop oldest), both counted.
+        # Bounded by the two limits (CONTROL: refuse newest; EVENTS: drop oldest), both counted.
         # The hot path reaches the two deques by attribute (an Enum key hashes in Python).
         self._control: deque[Outbound] = deque()
         self._events: deque[Outbound] = deque()
@@ -95,8 +95,10 @@ class OutboundQueue:
     def put(self, msg: Outbound) -> bool:
         """Queue ``msg`` in its lane; ``False`` if CONTROL was full and refused it (counted)."""
         control = msg.lane is Lane.CONTROL
-        lane = self._control if control else self._events
-        if len(lane) >= self._limits[msg.lane]:
+        lane, limit = (
+            (self._control, self._control_limit) if control else (self._events, self._events_limit)
+        )
+        if len(lane) >= limit:
             if control:
                 self._counters.refused(msg)
                 return False
