@@ -67,11 +67,15 @@ def store(files: BrokerFiles, registry: UserRegistry, hashes: dict[str, str]) ->
     roles = {name: entry.role for name, entry in registry.users.items()}
     devices = {u: h for u, h in hashes.items() if roles.get(u) is Role.DEVICE}
     others = {u: h for u, h in hashes.items() if u not in devices}
-    # Split files first, the full one last: `load` reads the full one back.
+    # The ACL before any password file: one Mosquitto reload reads the password files, then
+    # the ACL, so a reload that runs between these writes and lets a new user in has its ACL
+    # lines too. (The other order let a user in with none: subscriptions refused, messages to
+    # it dropped, until some later reload.) Split files next, the full one last: `load` reads
+    # the full one back.
+    write_atomic(files.acl_file, render_acl(roles), mode=0o600)
     write_atomic(files.device_listener_passwd, render_passwd(devices), mode=0o600)
     write_atomic(files.gateway_listener_passwd, render_passwd(others), mode=0o600)
     write_atomic(files.password_file, render_passwd(hashes), mode=0o600)
-    write_atomic(files.acl_file, render_acl(roles), mode=0o600)
 
 
 def ensure_gateway_user(files: BrokerFiles, registry: UserRegistry, hashes: dict[str, str]) -> None:

@@ -7,8 +7,10 @@ created or its hash replaced (``gateway.broker.credentials.ensure_password``) an
 Mosquitto re-reads its password file on SIGHUP in its own loop, a moment after the signal; a
 device that connects within that moment would be refused and (on real firmware) wait about
 10 s to retry. So after a change the provisioner probes with an MQTT CONNECT as the device
-(distinct client id) until CONNACK 0 or ``verify_s``. Blocking: the OTA endpoint runs it on
-its own small executor.
+(distinct client id) until CONNACK 0 or ``verify_s``. Mosquitto clears its reload flag when a
+reload ends, so a SIGHUP that arrives during another reload (two boards activating at once) is
+lost; while the probe is refused the provisioner signals again every ``_RESIGNAL_S``.
+Blocking: the OTA endpoint runs it on its own small executor.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ Provisioner = Callable[[str, str], None]
 idempotent; raises when it cannot)."""
 
 _RETRY_GAP_S = 0.02
+# A reload takes milliseconds: refused this long after a signal, the signal was lost.
+_RESIGNAL_S = 0.5
 
 
 def unconfigured(dev: str, password: str) -> None:
@@ -95,7 +99,11 @@ def broker_provisioner(
         if not changed or verify_s <= 0:
             return
         deadline = time.monotonic() + verify_s
+        signalled = time.monotonic()
         while time.monotonic() < deadline:
+            if time.monotonic() - signalled >= _RESIGNAL_S:
+                reloader()
+                signalled = time.monotonic()
             if broker_accepts(
                 host=mqtt.host,
                 port=mqtt.port,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.broker import registry
 from gateway.broker.credentials import (
     BrokerFiles,
     device_listener_port,
@@ -206,6 +207,37 @@ def test_concurrent_provisioning_loses_nobody(tmp_path: Path) -> None:
         assert verify_password(creds.password, hashes[creds.username])
     users = json.loads(BrokerFiles.at(tmp_path).registry.read_text())["users"]
     assert set(ids) <= set(users)
+
+
+def test_a_reload_between_the_writes_never_admits_a_user_without_its_acl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mosquitto's reload reads the password files, then the ACL (and a SIGHUP that arrives
+    during a reload is lost). Race: a reload that runs while ``provision`` writes its files.
+    Any state of the password files, paired with the same or any later state of the ACL, must
+    give every role user it admits that user's ACL block."""
+    files = BrokerFiles.at(tmp_path)
+    init_broker_files(tmp_path)
+    states: list[tuple[set[str], str]] = []  # (users the password files admit, the ACL)
+    real_write = registry.write_atomic
+
+    def write_and_look(path: Path, text: str, *, mode: int) -> None:
+        real_write(path, text, mode=mode)
+        admitted = set(_hashes(tmp_path))
+        for split in (files.gateway_listener_passwd, files.device_listener_passwd):
+            if split.exists():
+                admitted |= set(parse_passwd(split.read_text()))
+        acl = files.acl_file.read_text() if files.acl_file.exists() else ""
+        states.append((admitted, acl))
+
+    monkeypatch.setattr(registry, "write_atomic", write_and_look)
+    provision(tmp_path, "backend-one", role="backend", reload=None)
+    provision(tmp_path, "ops-one", role="ops", reload=None)
+    assert states
+    for k, (admitted, _) in enumerate(states):
+        for _, acl in states[k:]:
+            for user in admitted - {GATEWAY_USERNAME}:
+                assert f"user {user}\n" in acl, (user, k)
 
 
 def test_pid_file_reloader_never_signals_a_stranger(tmp_path: Path) -> None:
