@@ -35,6 +35,8 @@ from gateway.devrun import StartError, mosquitto_command
 from gateway.probe import connack
 
 READY_TIMEOUT_S = 15.0
+# A reload takes milliseconds: still refused this long after a signal, the signal was lost.
+RESIGNAL_S = 0.5
 STOP_TIMEOUT_S = 10.0
 BackendName = Literal["local", "container", "auto"]
 
@@ -126,11 +128,15 @@ class Broker:
         backend: BrokerBackend,
         files: BrokerFiles,
         device_port: int | None = None,
+        *,
+        devices_on_main: bool = True,
     ) -> None:
         self.data_dir = data_dir
         self.port = port
         # The listener boards are sent to in production: client id forced to the user name.
         self.device_port = device_port
+        # Whether device users may also log in on the first listener (not on a split broker).
+        self.devices_on_main = devices_on_main
         self.files = files
         self._backend = backend
 
@@ -170,7 +176,23 @@ class Broker:
         return self._backend.reload_command()
 
     def provision(self, name: str, role: Role | RoleName = "device") -> Credentials:
-        return provision(self.data_dir, name, role=role, reload=self.reload)
+        """Create ``name`` (or rotate its password) and return once the broker accepts it (a
+        connect as the user on the first listener, signalling again if the reload was lost:
+        Mosquitto drops a SIGHUP that arrives during another reload). The ACL is written before
+        the password files, so accepted means its ACL lines are loaded too. Devices of a split
+        broker cannot log in there and are not waited for."""
+        creds = provision(self.data_dir, name, role=role, reload=self.reload)
+        if creds.password is not None and (creds.role is not Role.DEVICE or self.devices_on_main):
+            wait_ready(
+                self.host,
+                self.port,
+                creds.username,
+                creds.password,
+                alive=self.check_alive,
+                reload=self.reload,
+                gap_s=0.01,
+            )
+        return creds
 
     def gateway_credentials(self) -> Credentials:
         grants = GRANTS[Role.GATEWAY]
@@ -219,18 +241,25 @@ def wait_ready(
     alive: Callable[[], None] = lambda: None,
     ca_file: Path | None = None,
     timeout_s: float = READY_TIMEOUT_S,
+    reload: Callable[[], None] | None = None,
+    gap_s: float = 0.05,
 ) -> None:
     """Return once ``username`` completes an MQTT CONNECT (after a start or a credentials
-    reload); ``alive`` raises if the broker died meanwhile."""
+    reload); ``alive`` raises if the broker died meanwhile. ``reload``: signalled again each
+    :data:`RESIGNAL_S` of refusals (the broker lost the first signal)."""
     deadline = time.monotonic() + timeout_s
+    signalled = time.monotonic()
     last: int | None = None
     while time.monotonic() < deadline:
         alive()
         last = connack(host, port, username, password, ca_file=ca_file, timeout_s=2.0)
         if last == 0:
             return
+        if reload is not None and time.monotonic() - signalled >= RESIGNAL_S:
+            reload()
+            signalled = time.monotonic()
         # A connect attempt is the wait; this short pause only spaces refused attempts.
-        time.sleep(0.05)
+        time.sleep(gap_s)
     raise StackError(f"broker on port {port} not ready: last CONNACK {last}")
 
 
@@ -303,7 +332,7 @@ def start_broker(
         chosen = ContainerMosquitto(files, port, device_port, split=split)
     else:
         chosen = LocalMosquitto(files.config)
-    broker = Broker(data_dir, port, chosen, files, device_port)
+    broker = Broker(data_dir, port, chosen, files, device_port, devices_on_main=not split)
     broker.start()
     return broker
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,11 @@ import aiomqtt
 import pytest
 
 from devstack.broker import Broker, LocalMosquitto, free_port, wait_ready
+from devstack.gateway import gateway_settings
 from gateway.broker.credentials import Credentials, gateway_password, init_broker_files, provision
 from gateway.broker.rules import GATEWAY_USERNAME, Role
 from gateway.probe import connack
+from gateway.xiaozhi.provisioning import broker_provisioner
 from tests.support.broker import new_device_id
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
 from tests.support.tls import make_server_certs
@@ -106,6 +109,43 @@ async def test_concurrent_provisioning_all_connect(broker: Broker) -> None:
         )
     )
     assert codes == [0] * len(ids)
+
+
+class LostFirstSignal:
+    """A reloader whose first signal goes nowhere, as when it reaches Mosquitto during another
+    reload (the broker clears its reload flag when a reload ends, dropping the new signal)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls > 1:
+            self.broker.reload()
+
+
+def test_ota_provisioner_signals_again_when_a_reload_is_lost(broker: Broker) -> None:
+    """Race: two boards activate at once and the second SIGHUP lands during the first reload.
+    Without a second signal the board's password stays unknown until some later reload (the
+    board is refused and retries every ~10 s, forever if no other board activates)."""
+    dev, password = new_device_id(), secrets.token_urlsafe(24)
+    reload = LostFirstSignal(broker)
+    mqtt = gateway_settings(broker).mqtt
+    broker_provisioner(data_dir=broker.data_dir, mqtt=mqtt, reload=reload)(dev, password)
+    assert reload.calls == 2
+    assert connack(broker.host, broker.port, dev, password) == 0
+
+
+def test_harness_provisioning_signals_again_when_a_reload_is_lost(broker: Broker) -> None:
+    """The same race in the tests' own provisioning (the rig's ops client once connected before
+    its ACL lines were loaded, and never saw the alarm it waited for)."""
+    reload = LostFirstSignal(broker)
+    creds = provision(broker.data_dir, f"ops-{secrets.token_hex(4)}", role="ops", reload=reload)
+    assert creds.password is not None
+    assert connack(broker.host, broker.port, creds.username, creds.password) != 0
+    wait_ready(broker.host, broker.port, creds.username, creds.password, reload=reload)
+    assert reload.calls == 2
 
 
 async def test_restart_keeps_port_users_and_retained(fresh_broker: Broker, device_id: str) -> None:

@@ -334,9 +334,10 @@ async def lesson_rig(
         mqtt_client(broker, ops_creds) as ops,
         asyncio.TaskGroup() as tg,
     ):
+        # A refused subscription (SUBACK >= 128) fails here, not as a wait that times out.
         for kind in ("reply", "task", "assessment"):
-            await backend.subscribe(f"snlpgw/v1/{kind}/{dev}")
-        await ops.subscribe(f"snlpgw/v1/ops/{settings.gateway_id}/events")
+            assert max(await backend.subscribe(f"snlpgw/v1/{kind}/{dev}")) < 128, kind
+        assert max(await ops.subscribe(f"snlpgw/v1/ops/{settings.gateway_id}/events")) < 128
         rig = LessonRig(broker, dev, settings, board, backend, ops, tg, watch=watch)
         helpers = [
             tg.create_task(rig._pump(backend), name=f"rig[{dev}].backend"),
