@@ -104,3 +104,49 @@ def connack(
         return None
     finally:
         probe.close()
+
+
+# Mosquitto clears its reload flag when a reload ends, so a SIGHUP that lands during another
+# reload is lost. A reload takes milliseconds: still the old answer this long after a signal,
+# the signal was lost and is sent again.
+RESIGNAL_S = 0.5
+
+
+def await_login(
+    host: str,
+    port: int,
+    username: str | None,
+    password: str | None,
+    *,
+    within_s: float,
+    accepted: bool = True,
+    tls: bool = False,
+    ca_file: Path | None = None,
+    reload: Callable[[], None] | None = None,
+    alive: Callable[[], None] | None = None,
+    gap_s: float = 0.02,
+) -> int | None:
+    """After a credentials change and its reload signal: connect as ``username`` until the
+    broker answers as the reload makes it (CONNACK 0 when ``accepted``, a refusal otherwise)
+    or ``within_s`` passed; ``reload`` is signalled again each :data:`RESIGNAL_S` of the old
+    answer, ``alive`` may raise to stop early (a broker that exited). The last answer (None:
+    nobody answered)."""
+    deadline = time.monotonic() + within_s
+    signalled = time.monotonic()
+    answer: int | None = None
+    while True:
+        if alive is not None:
+            alive()
+        remaining = deadline - time.monotonic()
+        answer = connack(
+            host, port, username, password, tls=tls, ca_file=ca_file,
+            timeout_s=max(0.1, min(2.0, remaining)),
+        )  # fmt: skip
+        if answer is not None and (answer == 0) == accepted:
+            return answer
+        if time.monotonic() >= deadline:
+            return answer
+        if reload is not None and time.monotonic() - signalled >= RESIGNAL_S:
+            reload()
+            signalled = time.monotonic()
+        time.sleep(gap_s)  # spaces attempts; a connect attempt is the wait itself

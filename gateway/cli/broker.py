@@ -12,12 +12,15 @@ import json
 import sys
 from pathlib import Path
 
-from gateway.broker.credentials import init_broker_files, provision
-from gateway.broker.io import reloader_for
-from gateway.broker.layout import BrokerFiles, local_broker_url
+from gateway.broker.credentials import Credentials, init_broker_files, provision
+from gateway.broker.io import Reloader, reloader_for
+from gateway.broker.layout import BrokerFiles, device_listener_port, local_broker_url
 from gateway.broker.rules import CredentialsError, Role
 from gateway.cli.subcommands import Subparsers
+from gateway.probe import await_login, connack
 from gateway.settings import load_settings
+
+VERIFY_S = 3.0
 
 
 def add_credentials_commands(subparsers: Subparsers) -> None:
@@ -87,17 +90,39 @@ def cmd_broker_init(args: argparse.Namespace) -> int:
 def cmd_provision(args: argparse.Namespace) -> int:
     data_dir = _data_dir(args)
     files = BrokerFiles.at(data_dir)
+    reload = reloader_for(args.reload_command, files.pid_file)
     try:
         creds = provision(
-            data_dir,
-            args.name,
-            role=Role(args.role),
-            rotate=not args.no_rotate,
-            reload=reloader_for(args.reload_command, files.pid_file),
+            data_dir, args.name, role=Role(args.role), rotate=not args.no_rotate, reload=reload
         )
     except CredentialsError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    if creds.password is not None and not _accepted(data_dir, creds, reload):
+        sys.stderr.write(
+            f"warning: the broker has not accepted the new password of {creds.username} within "
+            f"{VERIFY_S:.0f}s; it will once the broker reloads {files.config.parent}\n"
+        )
     url = args.broker_url or local_broker_url(data_dir) or "mqtt://127.0.0.1:1883"
     sys.stdout.write(json.dumps(creds.as_dict(broker_url=url), indent=2) + "\n")
     return 0
+
+
+def _accepted(data_dir: Path, creds: Credentials, reload: Reloader) -> bool:
+    """Whether the local broker of the generated config accepts ``creds`` now, waiting up to
+    :data:`VERIFY_S` for its reload (signalling again if one was lost), so printed credentials
+    work at once. True when there is no such broker to ask (no generated config, not running)."""
+    url = local_broker_url(data_dir)
+    if url is None or creds.password is None:
+        return True
+    host, _, port_text = url.removeprefix("mqtt://").rpartition(":")
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104 - a listener address
+    port = int(port_text)
+    if creds.role is Role.DEVICE:
+        port = device_listener_port(data_dir) or port  # boards' listener, when there is one
+    if connack(host, port, creds.username, creds.password, timeout_s=2.0) is None:
+        return True  # no broker answers there: it reads the files when it starts
+    answer = await_login(
+        host, port, creds.username, creds.password, within_s=VERIFY_S, reload=reload
+    )
+    return answer == 0

@@ -11,24 +11,17 @@ import contextlib
 import secrets
 import time
 
-from gateway.broker.credentials import (
-    BrokerFiles,
-    device_listener_port,
-    gateway_mqtt_password,
-    provision,
-    revoke,
-)
+from gateway.broker.credentials import BrokerFiles, gateway_mqtt_password, provision, revoke
 from gateway.broker.io import Reloader
 from gateway.doctor.network import Findings
 from gateway.doctor.report import Row, fail, ok, skip
 from gateway.probe import Probe
 from gateway.settings import Settings
-from gateway.xiaozhi.ota_wire import mqtt_endpoint
+from gateway.xiaozhi.provisioning import device_endpoint
 
 NAME = "ACL isolation"
 WAIT_S = 5.0
 _DENIED = 0x80  # SUBACK / PUBACK reason codes at or above this are refusals
-_FIRMWARE_TLS_PORT = 8883
 
 
 def throwaway_device_id() -> str:
@@ -53,16 +46,6 @@ def check_acl(settings: Settings, found: Findings, reload: Reloader) -> Row:
     finally:
         with contextlib.suppress(Exception):
             revoke(data_dir, me, reload=reload)
-
-
-def device_endpoint(settings: Settings) -> tuple[str, int, bool]:
-    """(host, port, tls) boards are sent to: the OTA endpoint (TLS exactly on 8883, as the
-    firmware does), else the generated config's device listener, else the gateway's broker."""
-    endpoint = mqtt_endpoint(settings, device_listener_port(settings.data_dir))
-    host, _, port = endpoint.rpartition(":")
-    if settings.xiaozhi.ota_mqtt_endpoint:
-        return host, int(port), int(port) == _FIRMWARE_TLS_PORT
-    return settings.mqtt.host, int(port), settings.mqtt.tls
 
 
 def _login(

@@ -48,7 +48,7 @@ def serve_ota(
     through the broker files under ``data_dir`` unless ``provision`` is given."""
     ota = OtaEndpoint(
         settings=settings,
-        provision=provision or broker_provisioner(data_dir=settings.data_dir, mqtt=settings.mqtt),
+        provision=provision or broker_provisioner(settings),
         revoke=broker_revoker(data_dir=settings.data_dir),
         stats=stats,
         http=http,

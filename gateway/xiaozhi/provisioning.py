@@ -6,30 +6,32 @@ a bound board asking OTA again costs one locked read of the files. Otherwise the
 created or its hash replaced (``gateway.broker.credentials.ensure_password``) and the broker reloaded.
 Mosquitto re-reads its password file on SIGHUP in its own loop, a moment after the signal; a
 device that connects within that moment would be refused and (on real firmware) wait about
-10 s to retry. So after a change the provisioner probes with an MQTT CONNECT as the device
-(distinct client id) until CONNACK 0 or ``verify_s``. Mosquitto clears its reload flag when a
-reload ends, so a SIGHUP that arrives during another reload (two boards activating at once) is
-lost; while the probe is refused the provisioner signals again every ``_RESIGNAL_S``.
-Blocking: the OTA endpoint runs it on its own small executor.
+10 s to retry. So after a change the provisioner connects as the device where boards are sent
+(:func:`device_endpoint`: on a split broker the gateway's listener admits no device user)
+until CONNACK 0 or ``verify_s``, signalling again while refused: Mosquitto clears its reload
+flag when a reload ends, so a SIGHUP that lands during another reload (two boards activating
+at once) is lost (:func:`gateway.probe.await_login`). Blocking: the OTA endpoint runs it on
+its own small executor.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from paho.mqtt.client import Client, ConnectFlags
-from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
-from paho.mqtt.properties import Properties
-from paho.mqtt.reasoncodes import ReasonCode
-
-from gateway.broker.credentials import BrokerFiles, Reloader, ensure_password, revoke
+from gateway.broker.credentials import (
+    BrokerFiles,
+    Reloader,
+    device_listener_port,
+    ensure_password,
+    revoke,
+)
 from gateway.broker.io import pid_file_reloader
-from gateway.settings import MqttSettings
+from gateway.probe import RESIGNAL_S, await_login
+from gateway.settings import Settings
+from gateway.xiaozhi.ota_wire import mqtt_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +39,7 @@ Provisioner = Callable[[str, str], None]
 """``(dev, password)``: make the broker accept ``password`` for device ``dev`` (blocking,
 idempotent; raises when it cannot)."""
 
-_RETRY_GAP_S = 0.02
-# A reload takes milliseconds: refused this long after a signal, the signal was lost.
-_RESIGNAL_S = 0.5
+_FIRMWARE_TLS_PORT = 8883
 
 
 def unconfigured(dev: str, password: str) -> None:
@@ -47,83 +47,76 @@ def unconfigured(dev: str, password: str) -> None:
     raise RuntimeError("device provisioning is not configured")
 
 
-def broker_accepts(
-    *, host: str, port: int, tls: bool, username: str, password: str, timeout_s: float = 2.0
-) -> bool:
-    """One MQTT 3.1.1 CONNECT as ``username``; True on CONNACK 0."""
-    result: list[ReasonCode] = []
-
-    def on_connect(
-        client: Client,
-        userdata: object,
-        flags: ConnectFlags,
-        rc: ReasonCode,
-        props: Properties | None,
-    ) -> None:
-        result.append(rc)
-
-    client = Client(
-        CallbackAPIVersion.VERSION2,
-        client_id=f"snlpgw-ota-check-{secrets.token_hex(6)}",
-        protocol=MQTTProtocolVersion.MQTTv311,
-    )
-    client.username_pw_set(username, password)
-    if tls:
-        client.tls_set()
-    client.on_connect = on_connect
-    try:
-        client.connect(host, port, keepalive=10)
-        deadline = time.monotonic() + timeout_s
-        while not result and time.monotonic() < deadline:
-            if client.loop(timeout=0.05) != 0:  # connection closed without a CONNACK
-                break
-    except OSError:
-        return False
-    finally:
-        client.disconnect()
-    return bool(result) and not result[0].is_failure
+def device_endpoint(settings: Settings) -> tuple[str, int, bool]:
+    """(host, port, tls) boards are sent to: the OTA endpoint (TLS exactly on 8883, as the
+    firmware does), else the generated config's device listener, else the gateway's broker."""
+    endpoint = mqtt_endpoint(settings, device_listener_port(settings.data_dir))
+    host, _, port = endpoint.rpartition(":")
+    if settings.xiaozhi.ota_mqtt_endpoint:
+        return host, int(port), int(port) == _FIRMWARE_TLS_PORT
+    return settings.mqtt.host, int(port), settings.mqtt.tls
 
 
 def broker_provisioner(
-    *,
-    data_dir: Path,
-    mqtt: MqttSettings,
-    reload: Reloader | None = None,
-    verify_s: float = 3.0,
+    settings: Settings, *, reload: Reloader | None = None, verify_s: float = 3.0
 ) -> Provisioner:
-    """A :data:`Provisioner` over the gateway's broker files."""
+    """A :data:`Provisioner` over the broker files under ``settings.data_dir``."""
+    data_dir = settings.data_dir
     reloader = reload or pid_file_reloader(BrokerFiles.at(data_dir).pid_file)
 
     def provision_device(dev: str, password: str) -> None:
         changed = ensure_password(data_dir, dev, password, reload=reloader)
         if not changed or verify_s <= 0:
             return
-        deadline = time.monotonic() + verify_s
-        signalled = time.monotonic()
-        while time.monotonic() < deadline:
-            if time.monotonic() - signalled >= _RESIGNAL_S:
-                reloader()
-                signalled = time.monotonic()
-            if broker_accepts(
-                host=mqtt.host,
-                port=mqtt.port,
-                tls=mqtt.tls,
-                username=dev,
-                password=password,
-                timeout_s=max(0.1, deadline - time.monotonic()),
-            ):
-                return
-            threading.Event().wait(_RETRY_GAP_S)  # worker thread: spaces refused attempts
-        log.warning("broker did not accept the new password of %s within %.1fs", dev, verify_s)
+        host, port, tls = device_endpoint(settings)
+        answer = await_login(host, port, dev, password, within_s=verify_s, tls=tls, reload=reloader)
+        if answer != 0:
+            log.warning("broker did not accept the new password of %s within %.1fs", dev, verify_s)
 
     return provision_device
 
 
-def broker_revoker(*, data_dir: Path, reload: Reloader | None = None) -> Callable[[str], bool]:
-    """Delete a device's broker user and reload the broker (blocking)."""
+class _SignalAgain:
+    """One more reload signal :data:`RESIGNAL_S` after a revoke, on a timer thread (the OTA
+    workers are not held); revokes meanwhile share it. A revoke has no password to probe the
+    broker with, and a first signal lost during another reload would leave a forgotten device
+    able to log in until some later reload."""
+
+    def __init__(self, reload: Reloader, delay_s: float) -> None:
+        self._reload = reload
+        self._delay_s = delay_s
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(self._delay_s, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self._timer = None
+        try:
+            self._reload()
+        except Exception:
+            log.exception("signalling the broker again after a revoke failed")
+
+
+def broker_revoker(
+    *, data_dir: Path, reload: Reloader | None = None, resignal_s: float = RESIGNAL_S
+) -> Callable[[str], bool]:
+    """Delete a device's broker user and reload the broker (blocking), signalling once more
+    ``resignal_s`` later (:class:`_SignalAgain`)."""
     reloader = reload or pid_file_reloader(BrokerFiles.at(data_dir).pid_file)
+    again = _SignalAgain(reloader, resignal_s)
 
     def revoke_device(dev: str) -> bool:
-        return revoke(data_dir, dev, reload=reloader)
+        removed = revoke(data_dir, dev, reload=reloader)
+        if removed:
+            again()
+        return removed
 
     return revoke_device

@@ -6,16 +6,20 @@ gateway's listener a password file without device users (`per_listener_settings 
 
 from __future__ import annotations
 
+import logging
+import secrets
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from devstack.gateway import gateway_settings
 from gateway.broker.credentials import Credentials, revoke
-from gateway.probe import connack
+from gateway.probe import await_login, connack
+from gateway.xiaozhi.provisioning import broker_provisioner
 from tests.adversarial.peers import Peer, wait_for
-from tests.support.broker import Broker, new_device_id, start_broker
+from tests.support.broker import Broker, LostFirstSignal, new_device_id, start_broker
 
 pytestmark = pytest.mark.integration
 
@@ -121,5 +125,25 @@ def test_each_listener_admits_only_its_users_and_follows_provisioning(
     assert connack(host, gw_port, None, None) == NOT_AUTHORIZED
     assert connack(host, dev_port, None, None) == NOT_AUTHORIZED
     assert revoke(broker.data_dir, device.username, reload=broker.reload)
-    code = connack(host, dev_port, device.username, device.password)
+    # The reload runs in the broker's loop, a moment after the signal: wait for it.
+    code = await_login(
+        host, dev_port, device.username, device.password, accepted=False, within_s=10
+    )
     assert code == NOT_AUTHORIZED
+
+
+def test_ota_provisioning_confirms_on_the_listener_boards_use(
+    split_broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fault found by attacking the reload race: the OTA provisioner confirmed a new board's
+    password by logging in on the gateway's listener, which on this broker (the deployed
+    config) admits no device user. Every activation waited out its 3 s, logged a warning and
+    never noticed a lost reload. It logs in where OTA sends boards: the device listener."""
+    broker = split_broker
+    dev, password = new_device_id(), secrets.token_urlsafe(24)
+    reload = LostFirstSignal(broker)
+    with caplog.at_level(logging.WARNING, logger="gateway.xiaozhi.provisioning"):
+        broker_provisioner(gateway_settings(broker), reload=reload)(dev, password)
+    assert "did not accept" not in caplog.text
+    assert reload.calls == 2  # the lost signal was noticed and sent again
+    assert connack(broker.host, broker.device_port, dev, password) == 0

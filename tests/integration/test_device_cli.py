@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.probe import connack
+from gateway.probe import await_login, connack
 from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
 from tests.integration.xiaozhi_support import XiaozhiGateway, new_mac, running_gateway
 from tests.support.broker import Broker
@@ -70,7 +70,12 @@ async def test_first_contact_provisions_and_the_cli_approves_a_new_client_id(
         assert (await cli(gw, "approve", "12345"))[0] == 1  # malformed: 400
         status, out, _ = await cli(gw, "forget", info.username)
         assert (status, json.loads(out)["forgotten"]) == (0, True)
-        assert connack(broker.host, broker.port, info.username, info.password) == 135
+        # The broker drops the user on its reload, a moment after the signal: wait for it.
+        refused = await asyncio.to_thread(
+            await_login, broker.host, broker.port, info.username, info.password,
+            accepted=False, within_s=10,
+        )  # fmt: skip
+        assert refused == 135
     status, _, err = await cli(gw, "list")
     assert status == 2
     assert "cannot reach" in err

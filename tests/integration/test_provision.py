@@ -20,9 +20,9 @@ from devstack.broker import Broker, LocalMosquitto, free_port, wait_ready
 from devstack.gateway import gateway_settings
 from gateway.broker.credentials import Credentials, gateway_password, init_broker_files, provision
 from gateway.broker.rules import GATEWAY_USERNAME, Role
-from gateway.probe import connack
-from gateway.xiaozhi.provisioning import broker_provisioner
-from tests.support.broker import new_device_id
+from gateway.probe import await_login, connack
+from gateway.xiaozhi.provisioning import broker_provisioner, broker_revoker
+from tests.support.broker import LostFirstSignal, new_device_id
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
 from tests.support.tls import make_server_certs
 
@@ -111,30 +111,29 @@ async def test_concurrent_provisioning_all_connect(broker: Broker) -> None:
     assert codes == [0] * len(ids)
 
 
-class LostFirstSignal:
-    """A reloader whose first signal goes nowhere, as when it reaches Mosquitto during another
-    reload (the broker clears its reload flag when a reload ends, dropping the new signal)."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.calls = 0
-
-    def __call__(self) -> None:
-        self.calls += 1
-        if self.calls > 1:
-            self.broker.reload()
-
-
 def test_ota_provisioner_signals_again_when_a_reload_is_lost(broker: Broker) -> None:
     """Race: two boards activate at once and the second SIGHUP lands during the first reload.
     Without a second signal the board's password stays unknown until some later reload (the
     board is refused and retries every ~10 s, forever if no other board activates)."""
     dev, password = new_device_id(), secrets.token_urlsafe(24)
     reload = LostFirstSignal(broker)
-    mqtt = gateway_settings(broker).mqtt
-    broker_provisioner(data_dir=broker.data_dir, mqtt=mqtt, reload=reload)(dev, password)
+    broker_provisioner(gateway_settings(broker), reload=reload)(dev, password)
     assert reload.calls == 2
     assert connack(broker.host, broker.port, dev, password) == 0
+
+
+def test_forgetting_a_device_survives_a_lost_reload(broker: Broker) -> None:
+    """Race: an operator forgets a device while another reload runs; the signal is lost. With
+    no password to probe, the revoker signals once more half a second later: the device is
+    locked out, not left able to log in until some later reload."""
+    creds = broker.provision(new_device_id())
+    reload = LostFirstSignal(broker)
+    assert broker_revoker(data_dir=broker.data_dir, reload=reload)(creds.username)
+    answer = await_login(
+        broker.host, broker.port, creds.username, creds.password, accepted=False, within_s=10
+    )
+    assert answer == NOT_AUTHORIZED
+    assert reload.calls == 2
 
 
 def test_harness_provisioning_signals_again_when_a_reload_is_lost(broker: Broker) -> None:

@@ -133,7 +133,7 @@ def recorded_channel(
         events=recorder,
         provision=None
         if production_provisioner
-        else broker_provisioner(data_dir=broker.data_dir, mqtt=settings.mqtt, reload=broker.reload),
+        else broker_provisioner(settings, reload=broker.reload),
         **{"udp_rate_pps": FAST_STREAM_PPS, **options},
     )
     return channel, recorder
