@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Literal, Protocol
@@ -32,11 +31,9 @@ from gateway.broker.credentials import (
 )
 from gateway.broker.rules import GATEWAY_USERNAME, GRANTS, Role
 from gateway.devrun import StartError, mosquitto_command
-from gateway.probe import connack
+from gateway.probe import await_login
 
 READY_TIMEOUT_S = 15.0
-# A reload takes milliseconds: still refused this long after a signal, the signal was lost.
-RESIGNAL_S = 0.5
 STOP_TIMEOUT_S = 10.0
 BackendName = Literal["local", "container", "auto"]
 
@@ -177,22 +174,25 @@ class Broker:
 
     def provision(self, name: str, role: Role | RoleName = "device") -> Credentials:
         """Create ``name`` (or rotate its password) and return once the broker accepts it (a
-        connect as the user on the first listener, signalling again if the reload was lost:
+        connect as the user where it logs in, signalling again if the reload was lost:
         Mosquitto drops a SIGHUP that arrives during another reload). The ACL is written before
         the password files, so accepted means its ACL lines are loaded too. Devices of a split
-        broker cannot log in there and are not waited for."""
+        broker are probed on the device listener (a new user: no session to take over)."""
         creds = provision(self.data_dir, name, role=role, reload=self.reload)
-        if creds.password is not None and (creds.role is not Role.DEVICE or self.devices_on_main):
+        if creds.password is not None:
+            port = self.login_port(creds.role)
             wait_ready(
-                self.host,
-                self.port,
-                creds.username,
-                creds.password,
-                alive=self.check_alive,
-                reload=self.reload,
-                gap_s=0.01,
-            )
+                self.host, port, creds.username, creds.password, alive=self.check_alive,
+                reload=self.reload, gap_s=0.01,
+            )  # fmt: skip
         return creds
+
+    def login_port(self, role: Role) -> int:
+        """The listener a user of ``role`` logs in on: the device listener for devices of a
+        split broker, else the first one."""
+        if role is Role.DEVICE and not self.devices_on_main and self.device_port is not None:
+            return self.device_port
+        return self.port
 
     def gateway_credentials(self) -> Credentials:
         grants = GRANTS[Role.GATEWAY]
@@ -245,22 +245,14 @@ def wait_ready(
     gap_s: float = 0.05,
 ) -> None:
     """Return once ``username`` completes an MQTT CONNECT (after a start or a credentials
-    reload); ``alive`` raises if the broker died meanwhile. ``reload``: signalled again each
-    :data:`RESIGNAL_S` of refusals (the broker lost the first signal)."""
-    deadline = time.monotonic() + timeout_s
-    signalled = time.monotonic()
-    last: int | None = None
-    while time.monotonic() < deadline:
-        alive()
-        last = connack(host, port, username, password, ca_file=ca_file, timeout_s=2.0)
-        if last == 0:
-            return
-        if reload is not None and time.monotonic() - signalled >= RESIGNAL_S:
-            reload()
-            signalled = time.monotonic()
-        # A connect attempt is the wait; this short pause only spaces refused attempts.
-        time.sleep(gap_s)
-    raise StackError(f"broker on port {port} not ready: last CONNACK {last}")
+    reload); ``alive`` raises if the broker died meanwhile; ``reload`` is signalled again
+    while refused (:func:`gateway.probe.await_login`)."""
+    last = await_login(
+        host, port, username, password, within_s=timeout_s, ca_file=ca_file, reload=reload,
+        alive=alive, gap_s=gap_s,
+    )  # fmt: skip
+    if last != 0:
+        raise StackError(f"broker on port {port} not ready: last CONNACK {last}")
 
 
 async def wait_connectable(broker: Broker, username: str, password: str | None) -> None:
