@@ -4,9 +4,10 @@
 limits) under a data dir and starts a broker: the local ``mosquitto`` binary
 (:class:`LocalMosquitto`: the argv of ``snlpgw dev-run``'s, :func:`gateway.devrun.mosquitto_command`), or ``eclipse-mosquitto:2.0`` through testcontainers
 (:mod:`devstack.broker_container`) when asked or, for ``backend="auto"``, when a Docker engine
-answers. It returns once the gateway user completes an MQTT CONNECT (:func:`gateway.probe.connack`,
-the one probe) — never after a sleep. :func:`local_broker` is the same for async code (demo,
-benchmarks), stopped when the block exits.
+answers. It returns once the gateway user completes an MQTT CONNECT (:func:`gateway.probe.await_login`,
+the one probe loop) — never after a sleep; :meth:`Broker.provision` likewise returns once the
+new user is accepted. :func:`local_broker` is the same for async code (demo, benchmarks),
+stopped when the block exits.
 """
 
 from __future__ import annotations
@@ -177,7 +178,8 @@ class Broker:
         connect as the user where it logs in, signalling again if the reload was lost:
         Mosquitto drops a SIGHUP that arrives during another reload). The ACL is written before
         the password files, so accepted means its ACL lines are loaded too. Devices of a split
-        broker are probed on the device listener (a new user: no session to take over)."""
+        broker are probed on the device listener (which names the probe after the user: a
+        rotated device's session ends on the reload anyway)."""
         creds = provision(self.data_dir, name, role=role, reload=self.reload)
         if creds.password is not None:
             port = self.login_port(creds.role)

@@ -135,10 +135,8 @@ def test_each_listener_admits_only_its_users_and_follows_provisioning(
 def test_ota_provisioning_confirms_on_the_listener_boards_use(
     split_broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Fault found by attacking the reload race: the OTA provisioner confirmed a new board's
-    password by logging in on the gateway's listener, which on this broker (the deployed
-    config) admits no device user. Every activation waited out its 3 s, logged a warning and
-    never noticed a lost reload. It logs in where OTA sends boards: the device listener."""
+    """Attack: a board activates over OTA on the deployed split-listener broker while another reload runs, so the reload signal for its new password is lost.
+    Defence: the provisioner confirms the password where OTA sends boards (the device listener; the gateway's admits no device user), sees it refused and signals again, so the board is accepted before OTA answers."""
     broker = split_broker
     dev, password = new_device_id(), secrets.token_urlsafe(24)
     reload = LostFirstSignal(broker)

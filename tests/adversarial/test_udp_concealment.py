@@ -24,13 +24,12 @@ async def test_forged_sequence_jumps_cost_one_frame_of_work_each(broker: Broker)
     """Attack: from the device's own address, an injector sends keyless datagrams that each
     jump the sequence 999 frames ahead, so the decoder would conceal 998 frames per datagram.
     Defence: a gap over 5 frames resets the decoder instead (decoder_resets counts each), so
-    no forged datagram costs more than its own frame, and stream time after the gap is exact.
-
-    A forged payload decrypts to random bytes, and about one in four is a packet libopus
-    decodes (into noise, with a ringing tail in the frames decoded after it). So the device
-    resumes after a gap of its own (a reset): continuing straight after the last forged frame
-    put that random noise, about 2.5 % of runs, into an utterance of its own or into the
-    speech's start, which is chance, not the defence."""
+    no forged datagram costs more than its own frame, and stream time after the gap is exact."""
+    # A forged payload decrypts to random bytes, and about one in four is a packet libopus
+    # decodes (into noise, with a ringing tail in the frames decoded after it). So the device
+    # resumes after a gap of its own (a reset): continuing straight after the last forged frame
+    # put that random noise, in about 2.5 % of runs, into an utterance of its own or into the
+    # speech's start, which is chance, not the defence.
     timeline = speech.compose([400, "Count me in.", 900])
     packets = encode_pcm(timeline.pcm)
     async with running_gateway(broker) as gw, provisioned_device(gw) as (dev, sim):
