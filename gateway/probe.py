@@ -1,5 +1,7 @@
-"""Synchronous broker probes (no threads): used by ``snlpgw dev-run``, ``snlpgw doctor`` and
-the dev stack (``devstack/``: demo, tests, benchmarks) — the one MQTT CONNECT probe.
+"""Synchronous broker probes (no threads): used by ``snlpgw dev-run``, ``snlpgw doctor``,
+``snlpgw provision``, the OTA provisioner (on its worker threads) and the dev stack
+(``devstack/``: demo, tests, benchmarks) — the one MQTT CONNECT probe, and
+:func:`await_login`, the one loop that waits for a credentials change to take effect.
 
 paho's network loop is driven by hand (``loop()``), so no thread is started: ``dev-run`` keeps
 its signals blocked for ``sigtimedwait`` and forks children, which threads would complicate.
@@ -128,9 +130,10 @@ def await_login(
 ) -> int | None:
     """After a credentials change and its reload signal: connect as ``username`` until the
     broker answers as the reload makes it (CONNACK 0 when ``accepted``, a refusal otherwise)
-    or ``within_s`` passed; ``reload`` is signalled again each :data:`RESIGNAL_S` of the old
-    answer, ``alive`` may raise to stop early (a broker that exited). The last answer (None:
-    nobody answered)."""
+    or ``within_s`` passed (plus one probe's connect); ``reload`` is signalled again each
+    :data:`RESIGNAL_S` of the old answer (not while nobody answers: that is no lost reload),
+    ``alive`` may raise to stop early (a broker that exited). The last answer (None: nobody
+    answered)."""
     deadline = time.monotonic() + within_s
     signalled = time.monotonic()
     answer: int | None = None
@@ -146,7 +149,7 @@ def await_login(
             return answer
         if time.monotonic() >= deadline:
             return answer
-        if reload is not None and time.monotonic() - signalled >= RESIGNAL_S:
+        if answer is not None and reload is not None and time.monotonic() - signalled >= RESIGNAL_S:
             reload()
             signalled = time.monotonic()
         time.sleep(gap_s)  # spaces attempts; a connect attempt is the wait itself

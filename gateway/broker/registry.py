@@ -70,8 +70,10 @@ def store(files: BrokerFiles, registry: UserRegistry, hashes: dict[str, str]) ->
     # The ACL before any password file: one Mosquitto reload reads the password files, then
     # the ACL, so a reload that runs between these writes and lets a new user in has its ACL
     # lines too. (The other order let a user in with none: subscriptions refused, messages to
-    # it dropped, until some later reload.) Split files next, the full one last: `load` reads
-    # the full one back.
+    # it dropped, until some later reload.) Removing a role user, the same window lets it in
+    # for one reload with no lines of its own, i.e. only the device patterns for its own name
+    # (topics no device has): harmless, and our own signal follows the writes. Split files
+    # next, the full one last: `load` reads the full one back.
     write_atomic(files.acl_file, render_acl(roles), mode=0o600)
     write_atomic(files.device_listener_passwd, render_passwd(devices), mode=0o600)
     write_atomic(files.gateway_listener_passwd, render_passwd(others), mode=0o600)

@@ -90,7 +90,7 @@ def cmd_broker_init(args: argparse.Namespace) -> int:
 def cmd_provision(args: argparse.Namespace) -> int:
     data_dir = _data_dir(args)
     files = BrokerFiles.at(data_dir)
-    reload = reloader_for(args.reload_command, files.pid_file)
+    reload = _Reload(reloader_for(args.reload_command, files.pid_file))
     try:
         creds = provision(
             data_dir, args.name, role=Role(args.role), rotate=not args.no_rotate, reload=reload
@@ -98,20 +98,41 @@ def cmd_provision(args: argparse.Namespace) -> int:
     except CredentialsError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
-    if creds.password is not None and not _accepted(data_dir, creds, reload):
+    # The files are written: whatever happens now, the new password is printed.
+    confirmed = reload.failed is not None or _accepted(data_dir, creds, reload)
+    if not confirmed:
         sys.stderr.write(
-            f"warning: the broker has not accepted the new password of {creds.username} within "
-            f"{VERIFY_S:.0f}s; it will once the broker reloads {files.config.parent}\n"
+            f"warning: could not confirm within {VERIFY_S:.0f}s that the broker accepts the new "
+            f"password of {creds.username}; it will once the broker reloads its files\n"
         )
+    if reload.failed is not None:
+        sys.stderr.write(f"warning: reloading the broker failed ({reload.failed}); reload it\n")
     url = args.broker_url or local_broker_url(data_dir) or "mqtt://127.0.0.1:1883"
     sys.stdout.write(json.dumps(creds.as_dict(broker_url=url), indent=2) + "\n")
     return 0
 
 
+class _Reload:
+    """The reloader, never raising: a failed reload is remembered and reported, so a rotated
+    password is still printed (the files already hold it)."""
+
+    def __init__(self, reload: Reloader) -> None:
+        self._reload = reload
+        self.failed: str | None = None
+
+    def __call__(self) -> None:
+        try:
+            self._reload()
+        except Exception as exc:
+            self.failed = str(exc) or type(exc).__name__
+
+
 def _accepted(data_dir: Path, creds: Credentials, reload: Reloader) -> bool:
     """Whether the local broker of the generated config accepts ``creds`` now, waiting up to
     :data:`VERIFY_S` for its reload (signalling again if one was lost), so printed credentials
-    work at once. True when there is no such broker to ask (no generated config, not running)."""
+    work at once. True when it cannot be asked here: no password (``--no-rotate``), no generated
+    config, no broker answering, or a device and no device listener in that config (a deployed
+    config may give devices a listener the generated file does not describe)."""
     url = local_broker_url(data_dir)
     if url is None or creds.password is None:
         return True
@@ -119,7 +140,10 @@ def _accepted(data_dir: Path, creds: Credentials, reload: Reloader) -> bool:
     host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104 - a listener address
     port = int(port_text)
     if creds.role is Role.DEVICE:
-        port = device_listener_port(data_dir) or port  # boards' listener, when there is one
+        device_port = device_listener_port(data_dir)
+        if device_port is None:
+            return True
+        port = device_port
     if connack(host, port, creds.username, creds.password, timeout_s=2.0) is None:
         return True  # no broker answers there: it reads the files when it starts
     answer = await_login(

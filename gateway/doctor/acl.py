@@ -15,7 +15,7 @@ from gateway.broker.credentials import BrokerFiles, gateway_mqtt_password, provi
 from gateway.broker.io import Reloader
 from gateway.doctor.network import Findings
 from gateway.doctor.report import Row, fail, ok, skip
-from gateway.probe import Probe
+from gateway.probe import Probe, await_login
 from gateway.settings import Settings
 from gateway.xiaozhi.provisioning import device_endpoint
 
@@ -42,6 +42,9 @@ def check_acl(settings: Settings, found: Findings, reload: Reloader) -> Row:
     except Exception as exc:
         return fail(NAME, f"cannot provision a test device: {exc}"[:200])
     try:
+        # Wait for the reload (signalling again if it was lost) before the isolation check.
+        host, port, tls = device_endpoint(settings)
+        await_login(host, port, me, creds.password, within_s=WAIT_S, tls=tls, reload=reload)
         return _probe(settings, me, other, creds.password)
     finally:
         with contextlib.suppress(Exception):

@@ -49,12 +49,21 @@ def unconfigured(dev: str, password: str) -> None:
 
 def device_endpoint(settings: Settings) -> tuple[str, int, bool]:
     """(host, port, tls) boards are sent to: the OTA endpoint (TLS exactly on 8883, as the
-    firmware does), else the generated config's device listener, else the gateway's broker."""
+    firmware does; 8883 when it names no port), else the generated config's device listener,
+    else the gateway's broker."""
     endpoint = mqtt_endpoint(settings, device_listener_port(settings.data_dir))
-    host, _, port = endpoint.rpartition(":")
+    host, port = split_endpoint(endpoint)
     if settings.xiaozhi.ota_mqtt_endpoint:
-        return host, int(port), int(port) == _FIRMWARE_TLS_PORT
-    return settings.mqtt.host, int(port), settings.mqtt.tls
+        return host, port, port == _FIRMWARE_TLS_PORT
+    return settings.mqtt.host, port, settings.mqtt.tls
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port`` or a bare host (the firmware's default port then, 8883)."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not port.isdigit() or (host.startswith("[") and not host.endswith("]")):
+        host, port = endpoint, str(_FIRMWARE_TLS_PORT)
+    return host.removeprefix("[").removesuffix("]"), int(port)
 
 
 def broker_provisioner(
@@ -68,9 +77,16 @@ def broker_provisioner(
         changed = ensure_password(data_dir, dev, password, reload=reloader)
         if not changed or verify_s <= 0:
             return
+        # Where the board will log in. On a device listener the client id is the user name, so
+        # this login displaces a session of the board's own: the reload already ended one on
+        # the old password, and the board learns the new one from an OTA answer (one that
+        # asked twice may connect from the second answer while this still probes: displaced
+        # once, it reconnects).
         host, port, tls = device_endpoint(settings)
         answer = await_login(host, port, dev, password, within_s=verify_s, tls=tls, reload=reloader)
-        if answer != 0:
+        if answer is None:
+            log.warning("could not reach the broker at %s:%d to confirm %s", host, port, dev)
+        elif answer != 0:
             log.warning("broker did not accept the new password of %s within %.1fs", dev, verify_s)
 
     return provision_device

@@ -334,7 +334,9 @@ async def lesson_rig(
         mqtt_client(broker, ops_creds) as ops,
         asyncio.TaskGroup() as tg,
     ):
-        # A refused subscription (SUBACK >= 128) fails here, not as a wait that times out.
+        # A refused subscription (SUBACK >= 128) fails here, not as a wait that times out. (An
+        # ACL that does not cover it is no refusal: Mosquitto grants it and filters at delivery;
+        # `broker.provision` waiting for the login is what keeps the ACL in place.)
         for kind in ("reply", "task", "assessment"):
             assert max(await backend.subscribe(f"snlpgw/v1/{kind}/{dev}")) < 128, kind
         assert max(await ops.subscribe(f"snlpgw/v1/ops/{settings.gateway_id}/events")) < 128
