@@ -36,7 +36,7 @@ from gateway.xiaozhi.roster import SessionEvents, SessionRoster, UplinkTap
 from gateway.xiaozhi.sessions import SessionCore
 from gateway.xiaozhi.speaking import NoSession, SessionSpeaker
 from gateway.xiaozhi.stats import ChannelStats
-from gateway.xiaozhi.udp import UdpEndpoint
+from gateway.xiaozhi.udp import COALESCE_S, UdpEndpoint
 from gateway.xiaozhi.udp_socket import open_socket
 from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
 
@@ -77,6 +77,7 @@ class XiaozhiChannel:
         tts_lead_s: float = 0.2,
         udp_rate_pps: float = 40.0,
         udp_burst: int = 80,
+        udp_coalesce_s: float = COALESCE_S,
     ) -> None:
         self._settings = settings
         self._mqtt = mqtt
@@ -130,6 +131,7 @@ class XiaozhiChannel:
             stats=stats,
             clock=clock,
             after_reads=self._pump.serve,  # decode in the callback that read (pump.py)
+            coalesce_s=udp_coalesce_s,
         )
         self._speaker = SessionSpeaker(
             publish=self.publish,
@@ -148,6 +150,7 @@ class XiaozhiChannel:
             owns=owns,
             stats=stats,
             clock=clock,
+            read_audio=self.udp_endpoint.read_pending,
         )
         mqtt.route(self.control.topic_filter, self.control.handle, qos=0)
         self.ota: OtaEndpoint | None = None  # None: this process serves no OTA

@@ -49,7 +49,10 @@ class ControlHandler:
         owns: Callable[[str], bool],
         stats: ChannelStats,
         clock: Callable[[], float],
+        read_audio: Callable[[], None] = lambda: None,
     ) -> None:
+        """``read_audio``: reads the uplink datagrams waiting in the socket, so a session's
+        control message never overtakes the frames the device sent before it."""
         self._uplink = validate_template(settings.uplink_topic)
         validate_template(settings.downlink_topic)
         self.topic_filter = xiaozhi_filter(settings.uplink_topic)
@@ -60,6 +63,7 @@ class ControlHandler:
         self._owns = owns
         self._stats = stats
         self._clock = clock
+        self._read_audio = read_audio
 
     def handle(self, inbound: Inbound) -> None:
         """MQTT route handler (runs on the loop; never raises for bad input)."""
@@ -89,8 +93,10 @@ class ControlHandler:
                 roster.apply(core.hello(dev, self._clock()), received=inbound.received_mono)
             case DeviceGoodbye(session_id=sid) | UdpTimeout(session_id=sid):
                 # udp_timeout (firmware forks): the device gave up on UDP; end like a goodbye.
+                self._read_audio()
                 roster.apply(core.goodbye(dev, sid))
             case Listen() | Abort():
+                self._read_audio()
                 effects = core.in_session(dev, msg.session_id, self._clock())
                 roster.apply(effects)
                 for effect in effects:

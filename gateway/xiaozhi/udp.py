@@ -48,6 +48,7 @@ DRAIN_LIMIT = 256
 # work. A frame therefore waits at most this long before it is read (its 60 ms of audio do not
 # notice); the first quiet read goes back to readiness events, so an idle socket costs nothing.
 COALESCE_S = 0.004
+_PENDING_BATCHES = 4  # read_pending: up to 4 x (DRAIN_LIMIT + 1) datagrams
 _READ_SIZE = MAX_DATAGRAM + 1  # a longer datagram arrives truncated and is still TOO_LARGE
 
 
@@ -163,6 +164,16 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         self._batch = 0
         self.datagram_received(data, addr)
         return self._batch
+
+    def read_pending(self) -> None:
+        """Read what waits in the socket now, before a device's control message is handled: a
+        goodbye or listen stop travels over MQTT and may arrive while the frames the device
+        sent before it still wait out the read coalescing (up to ``coalesce_s``); handled
+        first, it would close the session and count them as strays. Bounded: at most
+        ``_PENDING_BATCHES`` batches (a flood cannot keep the control message waiting)."""
+        for _ in range(_PENDING_BATCHES):
+            if self._read() <= DRAIN_LIMIT:
+                return
 
     def error_received(self, exc: Exception) -> None:
         # ICMP port unreachable from a device that went away: count, never stop serving.

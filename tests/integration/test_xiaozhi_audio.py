@@ -28,6 +28,7 @@ from tests.integration.xiaozhi_support import (
 )
 from tests.support import speech
 from tests.support.broker import Broker
+from tests.support.udp_watch import DatagramWatch
 from topics.xiaozhi import firmware_accepts_hello
 
 pytestmark = pytest.mark.integration
@@ -239,6 +240,32 @@ async def test_goodbye_right_after_speech_keeps_the_last_utterance(broker: Broke
             await sim.stream_pcm(timeline.pcm, speed=10)
             await sim.goodbye()
             await gw.recorder.wait_for(lambda: gw.channel.session_id(dev) is None)
+        assert_boundaries(gw, dev, timeline)
+
+
+async def test_a_goodbye_does_not_overtake_the_frames_sent_before_it(broker: Broker) -> None:
+    """The goodbye travels over MQTT, the frames before it over UDP, where the gateway reads on
+    a timer while datagrams flow (here 3 s, so the goodbye always arrives first). The control
+    message reads what waits in the socket before it ends the session: every frame is decoded
+    and the utterance kept, none is dropped as a stray of a closed session."""
+    timeline = speech.compose([300, "See you later."])
+    packets = encode_pcm(timeline.pcm)
+    async with running_gateway(broker, udp_coalesce_s=3.0) as gw:
+        async with provisioned_device(gw) as (dev, sim):
+            await sim.open_audio_channel()
+            await sim.listen_start("manual")
+            assert sim.crypto is not None
+            watch = DatagramWatch(gw.channel)
+            sim.send_datagram(sim.crypto.seal(packets[0]))
+            # Read on readiness; from now on the endpoint reads again only after 3 s.
+            await watch.until(lambda: gw.metric("xiaozhi_udp_packets_in_total") == 1)
+            for packet in packets[1:]:
+                sim.send_datagram(sim.crypto.seal(packet))
+            await sim.goodbye()
+            await gw.recorder.wait_for(lambda: gw.channel.session_id(dev) is None)
+            assert gw.metric("xiaozhi_udp_packets_in_total") == len(packets)
+        assert gw.metric("xiaozhi_udp_dropped_total", reason="unknown_ssrc") == 0
+        assert gw.metric("xiaozhi_opus_frames_decoded_total") == len(packets)
         assert_boundaries(gw, dev, timeline)
 
 

@@ -147,16 +147,21 @@ async def running_gateway(
     production_provisioner: bool = False,
     http: dict[str, Any] | None = None,
     use: Use = Use.TEST,
+    udp_coalesce_s: float | None = None,
     **xiaozhi: Any,
 ) -> AsyncIterator[XiaozhiGateway]:
     """``production_provisioner``: the channel's own default (broker files under data_dir,
     reload through the broker's pid file) instead of the harness's reload hook; ``http``:
     settings of the HTTP listeners (e.g. ``admin_token``); ``use``: the dev stack's tuning
-    (benchmarks pass ``Use.LOAD``); ``xiaozhi``: that section."""
+    (benchmarks pass ``Use.LOAD``); ``udp_coalesce_s``: the UDP endpoint's read coalescing
+    (default: the production one); ``xiaozhi``: that section."""
     settings = gateway_settings(broker, use=use, http=http or {}, xiaozhi=xiaozhi)
     ctx = Context.create(settings)
+    options: dict[str, Any] = {"udp_rate_pps": udp_rate_pps}
+    if udp_coalesce_s is not None:
+        options["udp_coalesce_s"] = udp_coalesce_s
     channel, recorder = recorded_channel(
-        broker, ctx, production_provisioner=production_provisioner, udp_rate_pps=udp_rate_pps
+        broker, ctx, production_provisioner=production_provisioner, **options
     )
     service = Service(ctx, [channel])
     async with serving(service, ready=(channel.wait_ready,)):
