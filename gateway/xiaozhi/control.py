@@ -51,8 +51,11 @@ class ControlHandler:
         clock: Callable[[], float],
         read_audio: Callable[[], None] = lambda: None,
     ) -> None:
-        """``read_audio``: reads the uplink datagrams waiting in the socket, so a session's
-        control message never overtakes the frames the device sent before it."""
+        """``read_audio``: reads the uplink datagrams waiting in the socket. A goodbye, listen
+        or abort travels over MQTT and may arrive while the frames the device sent before it
+        still wait out the UDP read coalescing; handled first, a goodbye would close the
+        session and count them as strays. (Bounded: at most 4 batches, so a flood cannot keep
+        the control message waiting.)"""
         self._uplink = validate_template(settings.uplink_topic)
         validate_template(settings.downlink_topic)
         self.topic_filter = xiaozhi_filter(settings.uplink_topic)

@@ -10,9 +10,9 @@ anything from it. A new address for a session whose source has been silent for
 ``xiaozhi.rebind_after_s`` is tried on a small budget of its own and adopted only if the
 datagram decrypts to a frame of the session's stream (see :mod:`binding`).
 
-The common case (a datagram from the bound source) runs as one straight function on the
-header's raw fields: no header, result or frame objects are built for it, drop counters are
-resolved once per reason, and the socket's traffic counters move once per batch of reads.
+The common case (a datagram from the bound source) runs as one straight function on the header's
+raw fields: no header, result or frame objects built, drop counters resolved once per reason,
+the socket's traffic counters moved once per batch of reads.
 """
 
 from __future__ import annotations
@@ -38,17 +38,13 @@ FOREIGN_SOURCE = "foreign_source"  # drop label beside codec's DropReason values
 NO_ADDRESS = "no_address"  # a send before the device's address is known
 RATE_LIMITED = "rate_limited"  # over the session's datagram rate (ratelimit.py)
 REBIND_LIMITED = "rebind_limited"  # over the tries a silent session allows a new source
-# Datagrams read per readiness event (the one asyncio delivers + up to this many more), so a
-# busy socket costs one loop iteration per batch, not per datagram; bounded so the loop still
-# turns (timers, MQTT) every few milliseconds under any load.
+# Datagrams read per readiness event beyond the first: one loop turn per batch, not per
+# datagram, and bounded so timers and MQTT still run every few milliseconds under any load.
 DRAIN_LIMIT = 256
-# While datagrams keep coming, the socket is read on a timer every COALESCE_S instead of on
-# every readiness event (see ``_readable``): at 100 sessions a datagram arrives every 0.6 ms,
-# and each loop wake-up (epoll, callback, a cold cache) costs more than the datagram's own
-# work. A frame therefore waits at most this long before it is read (its 60 ms of audio do not
-# notice); the first quiet read goes back to readiness events, so an idle socket costs nothing.
+# While datagrams flow, the socket is read every COALESCE_S, not on each readiness event: at 100
+# sessions one arrives every 0.6 ms, and a loop wake-up costs more than its work. A frame waits
+# at most this long; the first quiet read goes back to readiness events (``_readable``).
 COALESCE_S = 0.004
-_PENDING_BATCHES = 4  # read_pending: up to 4 x (DRAIN_LIMIT + 1) datagrams
 _READ_SIZE = MAX_DATAGRAM + 1  # a longer datagram arrives truncated and is still TOO_LARGE
 
 
@@ -166,12 +162,8 @@ class UdpEndpoint(asyncio.DatagramProtocol):
         return self._batch
 
     def read_pending(self) -> None:
-        """Read what waits in the socket now, before a device's control message is handled: a
-        goodbye or listen stop travels over MQTT and may arrive while the frames the device
-        sent before it still wait out the read coalescing (up to ``coalesce_s``); handled
-        first, it would close the session and count them as strays. Bounded: at most
-        ``_PENDING_BATCHES`` batches (a flood cannot keep the control message waiting)."""
-        for _ in range(_PENDING_BATCHES):
+        """Read what waits in the socket now, at most 4 batches (``ControlHandler``: why)."""
+        for _ in range(4):
             if self._read() <= DRAIN_LIMIT:
                 return
 
