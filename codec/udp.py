@@ -171,7 +171,7 @@ class UplinkReceiver:
         return open_payload(self._aes, datagram)
 
     def take(self, datagram: bytes, header: Header, *, decrypt: bool = True) -> Accepted:
-        """Accept a datagram :meth:`check` passed: account its sequence and decrypt it.
+        """Accept a datagram :meth:`check` let through: account its sequence and decrypt it.
         ``decrypt=False`` (nobody listens to this session's audio) skips only the AES and
         returns an empty payload."""
         payload, lost_before = self.advance(datagram, header.sequence, decrypt=decrypt)

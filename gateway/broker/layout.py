@@ -64,8 +64,8 @@ class BrokerFiles:
         )
 
 
-def local_broker_url(data_dir: Path) -> str | None:
-    """``mqtt://host:port`` of the listener in the generated config, if there is one."""
+def local_listener(data_dir: Path) -> tuple[str, int] | None:
+    """(host, port) of the first listener in the generated config, if there is one."""
     try:
         text = BrokerFiles.at(data_dir).config.read_text()
     except FileNotFoundError:
@@ -73,8 +73,14 @@ def local_broker_url(data_dir: Path) -> str | None:
     for line in text.splitlines():
         words = line.split()
         if len(words) == 3 and words[0] == "listener" and words[1].isdigit():
-            return f"mqtt://{words[2]}:{words[1]}"
+            return words[2], int(words[1])
     return None
+
+
+def local_broker_url(data_dir: Path) -> str | None:
+    """``mqtt://host:port`` of the listener in the generated config, if there is one."""
+    listener = local_listener(data_dir)
+    return None if listener is None else f"mqtt://{listener[0]}:{listener[1]}"
 
 
 def device_listener_port(data_dir: Path) -> int | None:

@@ -14,7 +14,12 @@ from pathlib import Path
 
 from gateway.broker.credentials import Credentials, init_broker_files, provision
 from gateway.broker.io import Reloader, reloader_for
-from gateway.broker.layout import BrokerFiles, device_listener_port, local_broker_url
+from gateway.broker.layout import (
+    BrokerFiles,
+    device_listener_port,
+    local_broker_url,
+    local_listener,
+)
 from gateway.broker.rules import CredentialsError, Role
 from gateway.cli.subcommands import Subparsers
 from gateway.probe import await_login, connack
@@ -133,19 +138,19 @@ def _accepted(data_dir: Path, creds: Credentials, reload: Reloader) -> bool:
     work at once. True when it cannot be asked here: no password (``--no-rotate``), no generated
     config, no broker answering, or a device and no device listener in that config (a deployed
     config may give devices a listener the generated file does not describe)."""
-    url = local_broker_url(data_dir)
-    if url is None or creds.password is None:
+    listener = local_listener(data_dir)
+    if listener is None or creds.password is None:
         return True
-    host, _, port_text = url.removeprefix("mqtt://").rpartition(":")
-    host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104 - a listener address
-    port = int(port_text)
+    host, port = listener
+    host = "127.0.0.1" if host == "0.0.0.0" else host  # noqa: S104 - a listener address
     if creds.role is Role.DEVICE:
         device_port = device_listener_port(data_dir)
         if device_port is None:
             return True
         port = device_port
-    if connack(host, port, creds.username, creds.password, timeout_s=2.0) is None:
-        return True  # no broker answers there: it reads the files when it starts
+    first = connack(host, port, creds.username, creds.password, timeout_s=2.0)
+    if first is None or first == 0:
+        return True  # accepted already, or no broker answers there (it reads the files at start)
     answer = await_login(
         host, port, creds.username, creds.password, within_s=VERIFY_S, reload=reload
     )

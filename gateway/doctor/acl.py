@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import time
 
 from gateway.broker.credentials import BrokerFiles, gateway_mqtt_password, provision, revoke
 from gateway.broker.io import Reloader
@@ -57,14 +56,13 @@ def _login(
     mqtt = settings.mqtt
     # With a device listener the gateway's listener admits no device user.
     host, port, tls = device_endpoint(settings) if device else (mqtt.host, mqtt.port, mqtt.tls)
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:  # the broker takes new users on its reload (SIGHUP)
-        probe = Probe(host, port, user, password, tls=tls)
-        with contextlib.suppress(OSError):
-            if probe.connect(WAIT_S) == 0:
-                return probe
-        probe.close()
-        time.sleep(0.1)
+    # One attempt: check_acl waited for the device's reload (await_login), and the gateway's
+    # login was checked before this row.
+    probe = Probe(host, port, user, password, tls=tls)
+    with contextlib.suppress(OSError):
+        if probe.connect(WAIT_S) == 0:
+            return probe
+    probe.close()
     return None
 
 

@@ -31,7 +31,6 @@ from gateway.broker.credentials import (
 from gateway.broker.io import pid_file_reloader
 from gateway.probe import RESIGNAL_S, await_login
 from gateway.settings import Settings
-from gateway.xiaozhi.ota_wire import mqtt_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +50,11 @@ def device_endpoint(settings: Settings) -> tuple[str, int, bool]:
     """(host, port, tls) boards are sent to: the OTA endpoint (TLS exactly on 8883, as the
     firmware does; 8883 when it names no port), else the generated config's device listener,
     else the gateway's broker."""
-    endpoint = mqtt_endpoint(settings, device_listener_port(settings.data_dir))
-    host, port = split_endpoint(endpoint)
     if settings.xiaozhi.ota_mqtt_endpoint:
+        host, port = split_endpoint(settings.xiaozhi.ota_mqtt_endpoint)
         return host, port, port == _FIRMWARE_TLS_PORT
-    return settings.mqtt.host, port, settings.mqtt.tls
+    mqtt = settings.mqtt  # ota_wire.mqtt_endpoint's default, as (host, port)
+    return mqtt.host, device_listener_port(settings.data_dir) or mqtt.port, mqtt.tls
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
