@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,10 @@ class GatewayProcess:
     listen: Sequence[str] = ()
     admin_port: int = 0
     udp_port: int = 0
+    # The child's module (``python -m MODULE SPEC.json``; a benchmark may wrap :func:`serve`)
+    # and what it adds to the spec file.
+    module: str = "devstack.process"
+    spec_extra: dict[str, Any] = field(default_factory=dict)
     killed_at_ms: int | None = None  # wall clock of a :meth:`kill`
     _proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
 
@@ -75,11 +79,13 @@ class GatewayProcess:
         first)."""
         self.root.mkdir(parents=True, exist_ok=True)
         spec = self.root / "gateway.json"
-        spec.write_text(json.dumps({"settings": self.settings, "listen": list(self.listen)}))
+        spec.write_text(
+            json.dumps({"settings": self.settings, "listen": list(self.listen), **self.spec_extra})
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("SNLPGW_")}
         with self.log_path.open("ab") as log:
             self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "devstack.process", str(spec), env=env, cwd=REPO_ROOT,
+                sys.executable, "-m", self.module, str(spec), env=env, cwd=REPO_ROOT,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log,
             )  # fmt: skip
         try:
@@ -143,10 +149,15 @@ class GatewayProcess:
 
 @contextlib.asynccontextmanager
 async def gateway_process(
-    root: Path, settings: dict[str, Any], *, listen: Sequence[str] = ()
+    root: Path,
+    settings: dict[str, Any],
+    *,
+    listen: Sequence[str] = (),
+    module: str = "devstack.process",
+    spec_extra: dict[str, Any] | None = None,
 ) -> AsyncIterator[GatewayProcess]:
     """A started :class:`GatewayProcess`, stopped when the block exits."""
-    gw = GatewayProcess(root, settings, listen)
+    gw = GatewayProcess(root, settings, listen, module=module, spec_extra=spec_extra or {})
     try:
         await gw.start()
         yield gw
@@ -161,7 +172,11 @@ def die_with_parent() -> None:
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-async def _serve(spec: dict[str, Any]) -> None:
+async def serve(
+    spec: dict[str, Any], *, on_ready: Callable[[asyncio.AbstractEventLoop], None] | None = None
+) -> None:
+    """The child's life: the gateway from ``spec``, its ports on stdout once it serves, until
+    SIGTERM/SIGINT. ``on_ready(loop)`` runs just before the ports are printed."""
     settings = load_settings(**spec["settings"])
     setup_logging(settings.ops.log_level, json_lines=settings.ops.log_json)
     stop = asyncio.Event()
@@ -171,6 +186,8 @@ async def _serve(spec: dict[str, Any]) -> None:
     async with running_gateway(settings) as gw:
         for dev in spec.get("listen", []):
             gw.xiaozhi.set_listening(dev, True)
+        if on_ready is not None:
+            on_ready(loop)
         ready = {"admin_port": gw.service.admin.port, "udp_port": gw.xiaozhi.udp_port}
         sys.stdout.write(json.dumps(ready) + "\n")
         sys.stdout.flush()
@@ -180,7 +197,7 @@ async def _serve(spec: dict[str, Any]) -> None:
 def main() -> int:
     """The child: ``python -m devstack.process SPEC.json``."""
     die_with_parent()
-    asyncio.run(_serve(json.loads(Path(sys.argv[1]).read_text())))
+    asyncio.run(serve(json.loads(Path(sys.argv[1]).read_text())))
     return 0
 
 

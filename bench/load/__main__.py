@@ -79,7 +79,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if "stream" in phases:
         runs, floors = [], []
         passes = {"passes": 5, "warmup": 1} if args.quick else {}
-        for k in args.stream:  # the floor before every run and after the last (stream.py)
+        for k in args.stream:  # the floor alone before every run and after the last
             floors.append(floor(**passes))
             with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:
                 prof = None if args.profile is None else args.profile / f"stream-{k}.txt"
@@ -87,7 +87,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                                        profile=prof), sessions=k)  # fmt: skip
             log(run)
             if "error" not in run:
-                run["floor_index"] = len(floors) - 1  # the one before it; the next is after
                 runs.append(run)
         floors.append(floor(**passes))
         doc["stream"] = stream.summarize(floors, runs)

@@ -7,31 +7,28 @@ time is the measuring thread's own (``thread_time``).
 
 Two ways to measure it:
 
-* :func:`floor`: passes back to back (warm-up first), before and after each gateway run;
-* the *in-window probe* (``python -m bench.load.floor SECONDS``): a process of its own that,
-  while the gateway is measured, runs one warm-up pass and one measured pass every
-  ``INTERVAL_S`` on the other core: the floor in the same seconds as the gateway's CPU per
-  frame (this host's speed changes within seconds), as total CPU / total frames over the
-  window, the statistic the gateway's figure is. It is *not* the gateway's conditions: on this
-  VM a busy neighbour core slows a core's work ~1.5x (the floor read 55-64 µs alone and
-  86-89 µs beside a busy loop, same minutes), and the probe always runs beside the busy
-  gateway while the gateway mostly runs beside an idle core (the sender, the broker and the
-  probe use ~20 % of it). So the ratio against the probe's floor over-states (an upper bound);
-  the ratio against :func:`floor` measured alone under-states a little (a lower bound).
+* :func:`floor`: passes back to back (warm-up first), alone, before and after each gateway run;
+* :class:`ThreadFloor`, *on the gateway's own thread* while it is measured
+  (:mod:`bench.load.gateway_floor`): a short pass of ``FRAMES_PER_TICK`` frames every
+  ``INTERVAL_S`` on the gateway's event loop, so the floor and the gateway's CPU per frame are
+  taken on the same core, in the same seconds, beside the same neighbours. This VM's speed
+  moves with what the other hardware thread of its core runs (the floor read 53-81 µs alone
+  within one day, and ~1.5x slower beside a busy loop), so only a floor measured in the
+  gateway's own conditions compares with the gateway. The ticks' CPU is reported and taken
+  out of the gateway's figure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import ctypes.util
 import functools
-import json
 import statistics
-import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import webrtcvad
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -43,7 +40,8 @@ FRAME_MS = 60
 KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
 FLOOR_PASSES = 41
 FLOOR_WARMUP = 3
-INTERVAL_S = 0.25  # the in-window probe: one warm-up + one measured pass (~60 ms) per interval
+INTERVAL_S = 0.5  # on the gateway's thread: one short pass per interval ...
+FRAMES_PER_TICK = 60  # ... of 60 frames (~4 ms of CPU: under 1 % of the gateway's loop)
 
 
 @functools.cache
@@ -54,10 +52,15 @@ def wire() -> tuple[bytes, ...]:
     return tuple(sender.seal(p, i * FRAME_MS) for i, p in enumerate(speech_loop() * 4))
 
 
+class FloorPass(Protocol):
+    def __call__(self, frames: int | None = None) -> float: ...
+
+
 @contextlib.contextmanager
-def floor_loop() -> Iterator[Callable[[], float]]:
-    """A bare loop over :func:`wire` with one decoder and one VAD: each call of the yielded
-    function decodes every datagram once and returns this thread's CPU µs per frame."""
+def floor_loop() -> Iterator[FloorPass]:
+    """A bare loop over :func:`wire` with one decoder and one VAD. Each call of the yielded
+    function decodes the next ``frames`` datagrams (the whole loop once by default; in order,
+    wrapping round) and returns this thread's CPU µs per frame."""
     datagrams = wire()
     lib = ctypes.CDLL(ctypes.util.find_library("opus") or "libopus.so.0")
     lib.opus_decoder_create.restype = ctypes.c_void_p
@@ -73,16 +76,21 @@ def floor_loop() -> Iterator[Callable[[], float]]:
     vad = webrtcvad.Vad(2)
     aes = algorithms.AES(KEY)
     string_at, is_speech, clock = ctypes.string_at, vad.is_speech, time.thread_time
+    cycle = datagrams * 2
+    at = 0
 
-    def one_pass() -> float:
+    def one_pass(frames: int | None = None) -> float:
+        nonlocal at
+        batch = datagrams if frames is None else cycle[at : at + min(frames, len(datagrams))]
+        at = (at + len(batch)) % len(datagrams)
         t0 = clock()
-        for d in datagrams:
+        for d in batch:
             payload = Cipher(aes, modes.CTR(d[:16])).encryptor().update(d[16:])
             n = decode(state, payload, len(payload), buf, 1920, 0)
             pcm = string_at(buf, 2 * n)
             is_speech(pcm[:960], 16000)
             is_speech(pcm[960:], 16000)
-        return (clock() - t0) / len(datagrams) * 1e6
+        return (clock() - t0) / len(batch) * 1e6
 
     try:
         yield one_pass
@@ -111,40 +119,47 @@ def floor(passes: int = FLOOR_PASSES, warmup: int = FLOOR_WARMUP) -> dict[str, A
     }
 
 
-def probe(seconds: float, interval_s: float = INTERVAL_S) -> dict[str, Any]:
-    """The in-window floor: for ``seconds``, a warm-up pass then a measured pass every
-    ``interval_s``; the mean over the measured passes (equal-sized, so total CPU / frames)."""
-    samples: list[float] = []
-    cpu0 = time.process_time()
-    with floor_loop() as one_pass:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            one_pass()
-            samples.append(one_pass())
-            time.sleep(interval_s)
-    mean = statistics.fmean(samples) if samples else 0.0
+class ThreadFloor:
+    """The floor measured on the calling thread (the gateway's event loop) every ``interval_s``:
+    ``samples`` are ``(monotonic start, CPU s, frames)`` per tick."""
+
+    def __init__(self, interval_s: float = INTERVAL_S, frames: int = FRAMES_PER_TICK) -> None:
+        self.interval_s, self.frames = interval_s, frames
+        self.samples: list[tuple[float, float, int]] = []
+        self._stack = contextlib.ExitStack()
+        self._pass = self._stack.enter_context(floor_loop())
+        self._pass(frames)  # first touch (decoder state, VAD, code) before any tick counts
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._handle = loop.call_later(self.interval_s, self._tick, loop)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._stack.close()
+
+    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        started = time.monotonic()
+        us = self._pass(self.frames)
+        self.samples.append((started, us * self.frames / 1e6, self.frames))
+        self._handle = loop.call_later(self.interval_s, self._tick, loop)
+
+
+def window_floor(samples: list[list[float]], start: float, end: float) -> dict[str, Any]:
+    """The ticks that started in ``[start, end)`` (monotonic): total CPU / total frames, the
+    statistic the gateway's figure is, and their CPU (to take out of the gateway's)."""
+    inside = [s for s in samples if start <= s[0] < end]
+    cpu = sum(s[1] for s in inside)
+    frames = sum(int(s[2]) for s in inside)
+    per_tick = [s[1] / s[2] * 1e6 for s in inside]
+    mean = cpu / frames * 1e6 if frames else 0.0
     return {
-        "passes": len(samples),
-        "interval_s": interval_s,
-        "cpu_s": round(time.process_time() - cpu0, 3),  # the probe's own load on the machine
+        "ticks": len(inside),
+        "frames": frames,
+        "cpu_s": round(cpu, 4),
         "us_per_frame_mean": round(mean, 2),
-        "us_per_frame_min": round(min(samples, default=0.0), 2),
-        "us_per_frame_max": round(max(samples, default=0.0), 2),
+        "us_per_frame_min": round(min(per_tick, default=0.0), 2),
+        "us_per_frame_max": round(max(per_tick, default=0.0), 2),
         "sessions_per_core": int(FRAME_MS * 1000 / mean) if mean else 0,
     }
-
-
-def main(argv: list[str]) -> int:
-    """``python -m bench.load.floor SECONDS``: prepares (speech, first pass), prints ``ready``,
-    waits for a line on stdin, then probes for SECONDS and prints the result as JSON."""
-    seconds = float(argv[0])
-    with floor_loop() as one_pass:
-        one_pass()
-    print("ready", flush=True)
-    sys.stdin.readline()
-    print(json.dumps(probe(seconds)), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
