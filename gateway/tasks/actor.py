@@ -50,7 +50,11 @@ from gateway.tasks.core import (
 INBOX_LIMIT = 256
 _TASK_TAKES_DEVICE = frozenset({"instance.started", "instance.restored"})
 UTTERANCES_KEPT = 8
-STEPS_KEPT = 64
+# An utterance is submitted for the step whose window is open (or closing): its texts were
+# stored with that step's first row. The last two steps' texts are kept (plain string tuples,
+# which the garbage collector stops tracking: a full collection walks every tracked object of
+# every actor, and 64 kept step rows per device made thousands of devices' pauses grow).
+STEPS_KEPT = 2
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,8 @@ class DeviceActor:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None  # the runtime deadline the timer is armed for
         self._utterances: OrderedDict[str, bytes] = OrderedDict()
-        self._steps: OrderedDict[tuple[str, int], StoreStep] = OrderedDict()
+        # (instance, step) → (prompt_text, expected_text) of the last STEPS_KEPT steps.
+        self._texts: OrderedDict[tuple[str, int], tuple[str | None, str | None]] = OrderedDict()
         self._log = DeviceLog(log, {"device": device})
         # The next clip's play command after a window close → that close (monotonic ms); at
         # most one entry lives at a time (one lesson per device), removed by its outcome.
@@ -212,12 +217,13 @@ class DeviceActor:
             case StoreInstance():
                 p.recorder.save_instance(effect.record)
             case StoreStep():
-                key = (effect.record.instance_id, effect.record.step_index)
-                self._steps[key] = effect
-                self._steps.move_to_end(key)
-                while len(self._steps) > STEPS_KEPT:
-                    self._steps.popitem(last=False)
-                p.recorder.save_step(effect.record)
+                record = effect.record
+                key = (record.instance_id, record.step_index)
+                self._texts[key] = (record.prompt_text, record.expected_text)
+                self._texts.move_to_end(key)
+                while len(self._texts) > STEPS_KEPT:
+                    self._texts.popitem(last=False)
+                p.recorder.save_step(record)
             case SubmitUtterance():
                 self._submit(effect)
             case WindowLateness():
@@ -255,7 +261,7 @@ class DeviceActor:
             self._m.utterances_missing.inc()
             self._log.warning("utterance %s has no audio; not assessed", effect.utterance_id)
             return
-        step = self._steps.get((effect.instance_id, effect.step_index))
+        prompt, expected = self._texts.get((effect.instance_id, effect.step_index), (None, None))
         inst = self.runtime.instance
         methods: tuple[str, ...] = ()
         hints: tuple[str, ...] = ()
@@ -269,8 +275,8 @@ class DeviceActor:
             step_index=effect.step_index,
             utterance_id=effect.utterance_id,
             pcm=pcm,
-            prompt_text=step.record.prompt_text if step else None,
-            expected_text=step.record.expected_text if step else None,
+            prompt_text=prompt,
+            expected_text=expected,
             methods=methods,
             hints=hints,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.metrics import Metrics
+from gateway.tasks.actor import STEPS_KEPT
 from gateway.tasks.service import TaskService
 from tests.support.fake_mqtt import FakePublisher
 from tests.unit.tasks.fakes import (
@@ -114,6 +116,23 @@ async def test_speech_in_window_is_submitted_with_expected_text(rig: TaskService
     assert job["pcm"] == b"\x01\x00" * 800
     assert job["methods"] == ("text_similarity_v0",)
     assert "See you later, alligator." in job["hints"]  # from the lesson's 04.txt
+
+
+async def test_a_device_keeps_two_steps_texts_which_the_gc_does_not_walk(
+    rig: TaskServiceRig,
+) -> None:
+    """What an actor keeps to label utterances with their step's texts is bounded (the last
+    two steps) and made of string tuples the garbage collector stops tracking: a full
+    collection walks every tracked object of every device (64 kept step rows per device made
+    the pause grow with lesson length)."""
+    _start(rig)
+    await rig.mqtt.wait_for(lambda: bool(_task_events(rig, "instance.completed")))
+    assert len(_task_events(rig, "window.closed")) == 4
+    texts = rig.svc._actors[DEV]._texts  # white box: the state this test is about
+    gc.collect()
+    assert len(texts) == STEPS_KEPT == 2
+    assert [key[1] for key in texts] == [2, 3]  # the last two steps, oldest first
+    assert not any(gc.is_tracked(k) or gc.is_tracked(v) for k, v in texts.items())
 
 
 async def test_invalid_control_is_refused_with_reason(rig: TaskServiceRig) -> None:
