@@ -12,7 +12,7 @@ Two ways to measure it:
   (:mod:`bench.load.gateway_floor`): a short pass of ``FRAMES_PER_TICK`` frames every
   ``INTERVAL_S`` on the gateway's event loop, so the floor and the gateway's CPU per frame are
   taken on the same core, in the same seconds, beside the same neighbours. This VM's speed
-  moves with what the other hardware thread of its core runs (the floor read 53-81 µs alone
+  moves with what the other hardware thread of its core runs (the floor read 53-93 µs alone
   within one day, and ~1.5x slower beside a busy loop), so only a floor measured in the
   gateway's own conditions compares with the gateway. The ticks' CPU is reported and taken
   out of the gateway's figure.
@@ -41,7 +41,7 @@ KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
 FLOOR_PASSES = 41
 FLOOR_WARMUP = 3
 INTERVAL_S = 0.5  # on the gateway's thread: one short pass per interval ...
-FRAMES_PER_TICK = 60  # ... of 60 frames (~4 ms of CPU: under 1 % of the gateway's loop)
+FRAMES_PER_TICK = 60  # ... of 60 frames (~5 ms of CPU: about 1 % of the gateway's loop)
 
 
 @functools.cache
@@ -124,6 +124,8 @@ class ThreadFloor:
     ``samples`` are ``(monotonic start, CPU s, frames)`` per tick."""
 
     def __init__(self, interval_s: float = INTERVAL_S, frames: int = FRAMES_PER_TICK) -> None:
+        if not 0 < frames <= len(wire()):
+            raise ValueError(f"frames must be 1..{len(wire())} (one pass of the loop at most)")
         self.interval_s, self.frames = interval_s, frames
         self.samples: list[tuple[float, float, int]] = []
         self._stack = contextlib.ExitStack()

@@ -1,7 +1,8 @@
 """The streaming benchmark's gateway process: the dev stack's (:func:`devstack.process.serve`)
 with the floor measured on its own event loop's thread (:class:`bench.load.floor.ThreadFloor`)
 while it serves. ``python -m bench.load.gateway_floor SPEC.json``; the floor's samples are
-written to the spec's ``floor_out`` as the process ends (SIGTERM)."""
+written to the spec's ``floor_out`` as the process ends (SIGTERM; a process killed instead
+writes none, and the harness reports the run without a floor)."""
 
 from __future__ import annotations
 

@@ -79,8 +79,9 @@ def cpu_vs_n(runs: list[dict[str, Any]], stream: dict[str, Any] | None, path: Pa
                 label="gateway CPU (share of a core)")  # fmt: skip
         ax.plot(ks, [r["others_core_share"] for r in runs_k], linestyle="--", color="grey",
                 alpha=0.6, label="other work on the machine (cores)")  # fmt: skip
-        floor_share = [k / stream["floor"]["sessions_per_core"] for k in ks]
-        ax.plot(ks, floor_share, linestyle=":", label="floor: the libraries, on its thread")
+        if stream["floor"]["sessions_per_core"]:  # 0: no floor tick fell in the window
+            floor_share = [k / stream["floor"]["sessions_per_core"] for k in ks]
+            ax.plot(ks, floor_share, linestyle=":", label="floor: the libraries, on its thread")
         bad = [r for r in runs_k if not r["zero_drops"]]
         if bad:
             ax.scatter([r["sessions"] for r in bad], [r["gateway_core_share"] for r in bad],

@@ -71,8 +71,13 @@ def stream_section(s: dict[str, Any]) -> list[str]:
         f"**Gateway: {s['gateway_sessions_per_core']} sessions/core "
         f"({s['gateway_us_per_frame']} µs per frame at {s['gateway_best_run_sessions']} sessions"
         f"{'' if s['gateway_best_run_zero_drops'] else ', NOT drop-free'}) = "
-        f"{s['ratio_to_floor']} x the floor on its thread ({f['us_per_frame_mean']} µs, "
-        f"{f['sessions_per_core']} sessions/core)** (target ≥ 0.75); against the floor measured "
+        + (
+            f"{s['ratio_to_floor']} x the floor on its thread ({f['us_per_frame_mean']} µs, "
+            f"{f['sessions_per_core']} sessions/core)**"
+            if s["ratio_to_floor"]
+            else "? x the floor: no floor pass fell in its window**"
+        )
+        + " (target ≥ 0.75); against the floor measured "
         f"alone, {s['ratio_to_floor_alone']} x. Largest K with zero drops: "
         f"{s['largest_k_zero_drops']}.\n",
         "Sessions/core = 60 ms / CPU time per decoded frame (process CPU time over the window, "

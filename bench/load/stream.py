@@ -50,6 +50,15 @@ async def start_profiler(
     )  # fmt: skip
 
 
+def _samples(path: Path) -> list[list[float]]:
+    """The thread floor's samples; none if the gateway was killed before it wrote them."""
+    try:
+        samples: list[list[float]] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return samples
+
+
 def _counter(m: dict[str, float], name: str) -> float:
     return m.get(f"snlpgw_xiaozhi_{name}_total", 0.0)
 
@@ -91,11 +100,10 @@ async def gateway_run(
                 sent = await proc.totals(120)
             total = await asyncio.to_thread(gw.metrics)
     # Written as the gateway ended; the ticks in the window, and their CPU out of the gateway's.
-    floor_ = window_floor(
-        json.loads(floor_out.read_text()), meter.wall0, meter.wall0 + cpu["wall_s"]
-    )
+    floor_ = window_floor(_samples(floor_out), meter.wall0, meter.wall0 + cpu["wall_s"])
     cpu["floor_ticks_cpu_s"] = floor_["cpu_s"]
     cpu["gateway_cpu_s"] = round(cpu["gateway_cpu_s"] - floor_["cpu_s"], 3)
+    cpu["gateway_core_share"] = round(cpu["gateway_cpu_s"] / cpu["wall_s"], 3)
     frames = _counter(after, "opus_frames_decoded") - _counter(before, "opus_frames_decoded")
     drops = _drops(total)
     queue_dropped = _counter(total, "audio_queue_dropped")
