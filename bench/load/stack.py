@@ -22,17 +22,21 @@ from devstack.gateway import REPO_ROOT
 class LoadWorker:
     """A harness worker process (boards or devices) driven over stdin/stdout JSON lines."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, stderr: Path) -> None:
         self.proc = proc
+        self.stderr = stderr  # the worker's own log: its traceback if it dies
 
     @classmethod
     async def start(cls, module: str, spec: dict[str, Any], path: Path) -> LoadWorker:
         await asyncio.to_thread(path.write_text, json.dumps(spec))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", module, str(path), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, cwd=REPO_ROOT, limit=64 * 1024 * 1024,
-        )  # fmt: skip
-        return cls(proc)
+        stderr = path.with_suffix(".err")
+        with stderr.open("wb") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", module, str(path), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=err, cwd=REPO_ROOT,
+                limit=64 * 1024 * 1024,
+            )  # fmt: skip
+        return cls(proc, stderr)
 
     @property
     def pid(self) -> int:
@@ -43,7 +47,9 @@ class LoadWorker:
         async with asyncio.timeout(timeout_s):
             raw = await self.proc.stdout.readline()
         if not raw:
-            raise RuntimeError(f"worker {self.pid} exited early ({await self.proc.wait()})")
+            code = await self.proc.wait()
+            tail = self.stderr.read_text(errors="replace")[-1500:] if self.stderr.exists() else ""
+            raise RuntimeError(f"worker {self.pid} exited early ({code}): {tail}")
         out: dict[str, Any] = json.loads(raw)
         return out
 
