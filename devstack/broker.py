@@ -258,10 +258,12 @@ def wait_ready(
 
 
 async def wait_connectable(broker: Broker, username: str, password: str | None) -> None:
-    """:func:`wait_ready` for async code (a device just provisioned, before it connects)."""
+    """:func:`wait_ready` for async code (a user just provisioned, before it connects),
+    signalling the broker's reload again while the user is refused (a lost SIGHUP)."""
     await asyncio.to_thread(
-        wait_ready, broker.host, broker.port, username, password, alive=broker.check_alive
-    )
+        wait_ready, broker.host, broker.port, username, password, alive=broker.check_alive,
+        reload=broker.reload,
+    )  # fmt: skip
 
 
 def docker_answers() -> bool:

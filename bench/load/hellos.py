@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.load.lessons import provision_all, quantile_stats
+from bench.load.lessons import provision_all, quantile_stats, wait_accepted
 from bench.load.procs import Meter
 from bench.load.stack import split, workers
 from bench.stats import summary
-from devstack.broker import local_broker, wait_connectable
+from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_sections
 from devstack.process import gateway_process
 
@@ -32,9 +32,11 @@ async def run(n: int, root: Path, *, per_device: int, span_s: float,
               worker_count: int, settings: dict[str, Any] | None = None,
               ) -> dict[str, Any]:  # fmt: skip
     async with local_broker(root / "data") as broker:
-        devs = await asyncio.to_thread(provision_all, broker, device_ids(n))
-        name, password = next(iter(devs.items()))
-        await wait_connectable(broker, name, password)
+        devs = await asyncio.to_thread(
+            provision_all, broker, dict.fromkeys(device_ids(n), "device")
+        )
+        last = device_ids(n)[-1]  # written last: accepted means every device was read
+        await wait_accepted(broker, {last: devs[last]})
         # Hello k of device i at (k·n + i)/(n·per_device) of the span: evenly spread, in rounds.
         total = n * per_device
         staggered = [[span_s * (k * n + i) / total for k in range(per_device)] for i in range(n)]

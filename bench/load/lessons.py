@@ -46,15 +46,24 @@ def write_catalog(path: Path, clips: int) -> list[str]:
     return [f"/{APP}/{TASK}/lessons/{LESSON}/{name}" for name in names]
 
 
-def provision_all(broker: Broker, names: list[str], role: str = "device") -> dict[str, str]:
-    """Broker accounts for every name with one reload at the end (not one per device)."""
+def provision_all(broker: Broker, roles: dict[str, str]) -> dict[str, str]:
+    """Broker accounts for every name (name → role) with one reload at the end (not one per
+    device; two reloads back to back can lose the second: Mosquitto drops a SIGHUP that lands
+    during a reload, which once left a board worker's backend refused)."""
     out = {}
-    for name in names:
+    for name, role in roles.items():
         password = provision(broker.data_dir, name, role=role, reload=None).password  # type: ignore[arg-type]
         assert password is not None
         out[name] = password
     broker.reload()
     return out
+
+
+async def wait_accepted(broker: Broker, users: dict[str, str]) -> None:
+    """Until the broker accepts each of ``users`` (name → password), signalling the reload
+    again while refused (:func:`devstack.broker.wait_connectable`)."""
+    for name, password in users.items():
+        await wait_connectable(broker, name, password)
 
 
 async def sample_rss(pid: int, out: list[int], period_s: float = 0.5) -> None:
@@ -71,12 +80,13 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
     deadline_s = spread_s + clips * step_s + 30.0
     async with local_broker(root / "data") as broker:
         paths = write_catalog(root / "catalog.json", clips)
-        devs = await asyncio.to_thread(provision_all, broker, device_ids(n))
-        backends = await asyncio.to_thread(
-            provision_all, broker, [f"load-backend-{w}" for w in range(worker_count)], "backend"
-        )
-        name, password = next(iter(backends.items()))
-        await wait_connectable(broker, name, password)
+        names = dict.fromkeys(device_ids(n), "device")
+        names |= {f"load-backend-{w}": "backend" for w in range(worker_count)}
+        accounts = await asyncio.to_thread(provision_all, broker, names)
+        devs = {d: accounts[d] for d in device_ids(n)}
+        backends = {name: accounts[name] for name in names if names[name] == "backend"}
+        last = device_ids(n)[-1]  # written last of the devices: accepted means all were read
+        await wait_accepted(broker, backends | {last: devs[last]})
         settings = gateway_sections(
             broker,
             gateway_id="load-gw",
