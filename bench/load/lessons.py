@@ -80,13 +80,13 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
     deadline_s = spread_s + clips * step_s + 30.0
     async with local_broker(root / "data") as broker:
         paths = write_catalog(root / "catalog.json", clips)
-        names = dict.fromkeys(device_ids(n), "device")
-        names |= {f"load-backend-{w}": "backend" for w in range(worker_count)}
+        backend_names = [f"load-backend-{w}" for w in range(worker_count)]
+        names = dict.fromkeys(device_ids(n), "device") | dict.fromkeys(backend_names, "backend")
         accounts = await asyncio.to_thread(provision_all, broker, names)
         devs = {d: accounts[d] for d in device_ids(n)}
-        backends = {name: accounts[name] for name in names if names[name] == "backend"}
-        last = device_ids(n)[-1]  # written last of the devices: accepted means all were read
-        await wait_accepted(broker, backends | {last: devs[last]})
+        backends = {b: accounts[b] for b in backend_names}
+        # Every worker's backend; the last is written last: accepted means every name was read.
+        await wait_accepted(broker, backends)
         settings = gateway_sections(
             broker,
             gateway_id="load-gw",

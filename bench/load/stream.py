@@ -109,15 +109,14 @@ async def gateway_run(
     queue_dropped = _counter(total, "audio_queue_dropped")
     received = _counter(total, "udp_packets_in")
     lost = sent["sent"] - received
+    us = cpu["gateway_cpu_s"] * 1e6 / frames if frames and cpu["gateway_cpu_s"] > 0 else None
     return {
         "sessions": k,
         "sessions_opened": ready["sessions"],
         **cpu,
         "frames_decoded_in_window": frames,
-        "gateway_us_per_frame": round(cpu["gateway_cpu_s"] * 1e6 / frames, 2) if frames else None,
-        "sessions_per_core": int(FRAME_MS * 1000 / (cpu["gateway_cpu_s"] * 1e6 / frames))
-        if frames and cpu["gateway_cpu_s"]
-        else None,
+        "gateway_us_per_frame": round(us, 2) if us else None,
+        "sessions_per_core": int(FRAME_MS * 1000 / us) if us else None,
         "datagrams_sent": sent["sent"],
         "datagrams_received": received,
         "lost_before_gateway": lost,
@@ -126,10 +125,8 @@ async def gateway_run(
         "zero_drops": lost == 0 and not drops and queue_dropped == 0,
         "sender_late_ticks": sent["late_ticks"],
         "thread_floor": floor_,
-        "thread_ratio": round(
-            floor_["us_per_frame_mean"] / (cpu["gateway_cpu_s"] * 1e6 / frames), 2
-        )
-        if frames and cpu["gateway_cpu_s"] and floor_["frames"]
+        "thread_ratio": round(floor_["us_per_frame_mean"] / us, 2)
+        if us and floor_["frames"]
         else None,
     }
 
