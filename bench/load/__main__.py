@@ -50,6 +50,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="board/device worker processes")
     p.add_argument("--profile", type=Path, help="py-spy collapsed stacks of the gateway here")
     p.add_argument(
+        "--shared-cores",
+        action="store_true",
+        help="leave the gateway on every CPU beside the broker and workers (default: one of its own)",
+    )
+    p.add_argument(
         "--gateway-settings",
         type=json.loads,
         default={},
@@ -68,6 +73,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     phases = args.phases.split(",")
+    place = not args.shared_cores
     doc: dict[str, Any] = {
         "bench": "load",
         "machine": f"{platform.machine()} {platform.system()} python {platform.python_version()}",
@@ -84,7 +90,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:
                 prof = None if args.profile is None else args.profile / f"stream-{k}.txt"
                 run = await bounded(stream.gateway_run(k, Path(tmp), args.stream_measure_s,
-                                                       profile=prof), sessions=k)  # fmt: skip
+                                                       profile=prof, place=place),
+                                    sessions=k)  # fmt: skip
             log(run)
             if "error" not in run:
                 runs.append(run)
@@ -100,7 +107,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     result = await bounded(lessons.run(n, start, Path(tmp), clips=args.clips,
                                                clip_ms=args.clip_ms, worker_count=args.workers,
-                                               profile=prof, settings=args.gateway_settings),
+                                               profile=prof, settings=args.gateway_settings,
+                                               place=place),
                                            lessons=n, start=start)  # fmt: skip
                 log(result)
                 (doc["lessons"] if "error" not in result else doc["failed"]).append(result)
@@ -109,7 +117,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             result = await bounded(hellos.run(
                 args.sessions, Path(tmp), per_device=args.hellos_per_device,
                 span_s=args.hello_span_s, worker_count=args.workers,
-                settings=args.gateway_settings,
+                settings=args.gateway_settings, place=place,
             ), sessions=args.sessions)  # fmt: skip
             if "error" in result:
                 doc["failed"].append(result)

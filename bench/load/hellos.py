@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load.lessons import provision_all, quantile_stats, wait_accepted
-from bench.load.procs import Meter
+from bench.load.procs import Meter, place_gateway
 from bench.load.stack import split, workers
 from bench.stats import summary
 from devstack.broker import local_broker
@@ -30,7 +30,7 @@ def device_ids(n: int) -> list[str]:
 
 async def run(n: int, root: Path, *, per_device: int, span_s: float,
               worker_count: int, settings: dict[str, Any] | None = None,
-              ) -> dict[str, Any]:  # fmt: skip
+              place: bool = True) -> dict[str, Any]:  # fmt: skip
     async with local_broker(root / "data") as broker:
         devs = await asyncio.to_thread(
             provision_all, broker, dict.fromkeys(device_ids(n), "device")
@@ -64,6 +64,7 @@ async def run(n: int, root: Path, *, per_device: int, span_s: float,
         ):
             for proc in procs:
                 await proc.line(180)
+            placement = place_gateway(gw.pid, [broker.local_pid, *(p.pid for p in procs)], on=place)
             # Workers exit right after their last report, so they measure their own CPU.
             pids = {"gateway": gw.pid, "broker": broker.local_pid}
             phases: dict[str, Any] = {}
@@ -87,6 +88,7 @@ async def run(n: int, root: Path, *, per_device: int, span_s: float,
             figures = await asyncio.to_thread(gw.metrics)
     out: dict[str, Any] = {
         "sessions": n,
+        "placement": placement,
         "gateway_handling_ms_last_2048": quantile_stats(figures, "xiaozhi_hello_handling_ms"),
         "gateway_gc_full_pause_ms": quantile_stats(figures, "gc_full_pause_ms"),
     }

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.load.procs import Meter, rss_bytes
+from bench.load.procs import Meter, place_gateway, rss_bytes
 from bench.load.stack import split, workers
 from bench.load.stream import start_profiler
 from bench.stats import summary
@@ -74,7 +74,7 @@ async def sample_rss(pid: int, out: list[int], period_s: float = 0.5) -> None:
 
 async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
               worker_count: int, profile: Path | None = None,
-              settings: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+              settings: dict[str, Any] | None = None, place: bool = True) -> dict[str, Any]:  # fmt: skip
     step_s = (clip_ms + listen_window_ms(clip_ms, RATIO, MIN_WINDOW_MS)) / 1000
     spread_s = step_s if pattern == "staggered" else 0.0
     deadline_s = spread_s + clips * step_s + 30.0
@@ -111,6 +111,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         ):
             for proc in procs:
                 await proc.line(180)
+            placement = place_gateway(gw.pid, [broker.local_pid, *(p.pid for p in procs)], on=place)
             rss_idle = rss_bytes(gw.pid)
             meter = Meter({"gateway": gw.pid, "broker": broker.local_pid})
             t0 = time.time() + START_LEAD_S
@@ -171,6 +172,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "gateway_cpu_ms_per_step": round(
             cpu["gateway_cpu_s"] * 1000 / max(1, len(to_play) + len(to_stop)), 2
         ),
+        "placement": placement,
         "board_workers": len(found),
         "board_workers_cpu_s": round(board_cpu, 2),
         **{k: v for k, v in cpu.items() if not k.startswith("boards")},

@@ -14,6 +14,21 @@ def _num(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.0f}"
 
 
+def placement_text(doc: dict[str, Any]) -> str:
+    runs = [*doc.get("stream", {}).get("runs", []), *doc.get("lessons", []), doc.get("hellos")]
+    where = next((r["placement"] for r in runs if r and "placement" in r), None)
+    if where is None:
+        return ""
+    if where["gateway_cpus"] == "shared":
+        return "The gateway shared every CPU with the broker and the workers (`--shared-cores`)."
+    return (
+        f"The gateway's process ran on CPU {where['gateway_cpus']} alone, the broker and the "
+        f"workers on CPU {where['others_cpus']}: the targets are per gateway core, and unplaced "
+        "the scheduler put the harness's own work on the gateway's CPU at times "
+        "(`--shared-cores` leaves it there; `procs.place_gateway`)."
+    )
+
+
 def markdown(doc: dict[str, Any]) -> str:
     lb, la = doc["load_before"], doc["load_after"]
     out = [
@@ -27,7 +42,9 @@ def markdown(doc: dict[str, Any]) -> str:
         + "\n",
         "Every phase: Mosquitto with the project's generated config, the gateway "
         "(`gateway.app.build_gateway`, ASR off) in its own process, simulated boards/devices in "
-        "worker processes with one real MQTT connection each; loopback only.\n",
+        "worker processes with one real MQTT connection each; loopback only. "
+        + placement_text(doc)
+        + "\n",
     ]
     if "stream" in doc:
         out += stream_section(doc["stream"])

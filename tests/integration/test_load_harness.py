@@ -5,11 +5,14 @@ the result files with the structure the README and plots rely on. No figure is j
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from bench.load.procs import place_gateway
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,9 +70,42 @@ def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     assert run["thread_ratio"] > 0
     assert run["floor_ticks_cpu_s"] == run["thread_floor"]["cpu_s"] > 0
 
+    placements = [r["placement"] for r in (*doc["lessons"], hellos, run)]
+    if len(os.sched_getaffinity(0)) > 1:  # the gateway on a CPU of its own in every phase
+        for where in placements:
+            assert where["gateway_cpus"]
+            assert not set(where["gateway_cpus"]) & set(where["others_cpus"])
+
     text = (out / "load.md").read_text()
     assert "floor on its thread" in text
     for heading in ("## Streaming", "## Lessons", "## Xiaozhi hello"):
         assert heading in text
     for png in ("latency_cdf.png", "cpu_vs_n.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to place")
+def test_place_gateway_moves_every_thread_and_leaves_the_harness_alone() -> None:
+    code = "import threading, sys; threading.Thread(target=sys.stdin.read).start(); print(1, flush=True); sys.stdin.read()"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        for _ in range(2)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            proc.stdout.readline()  # both threads are running
+        mine = os.sched_getaffinity(0)
+        where = place_gateway(procs[0].pid, [procs[1].pid])
+        for proc, cpus in zip(procs, (where["gateway_cpus"], where["others_cpus"]), strict=True):
+            tids = os.listdir(f"/proc/{proc.pid}/task")
+            assert len(tids) == 2
+            assert all(os.sched_getaffinity(int(t)) == set(cpus) for t in tids)  # type: ignore[arg-type]
+        assert os.sched_getaffinity(0) == mine
+        assert place_gateway(procs[0].pid, [], on=False)["gateway_cpus"] == "shared"
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.communicate()  # reaps it and closes its pipes
