@@ -52,7 +52,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--shared-cores",
         action="store_true",
-        help="leave the gateway on every CPU beside the broker and workers (default: one of its own)",
+        help="lessons and hellos: leave the gateway on every CPU beside the broker and workers "
+        "(default: a CPU of its own)",
     )
     p.add_argument(
         "--gateway-settings",
@@ -90,8 +91,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:
                 prof = None if args.profile is None else args.profile / f"stream-{k}.txt"
                 run = await bounded(stream.gateway_run(k, Path(tmp), args.stream_measure_s,
-                                                       profile=prof, place=place),
-                                    sessions=k)  # fmt: skip
+                                                       profile=prof), sessions=k)  # fmt: skip
             log(run)
             if "error" not in run:
                 runs.append(run)

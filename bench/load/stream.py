@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load.floor import FRAME_MS, window_floor
-from bench.load.procs import Meter, place_gateway
+from bench.load.procs import Meter
 from bench.scale_sender import running_sender
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_sections
@@ -69,7 +69,7 @@ def _drops(m: dict[str, float]) -> dict[str, float]:
 
 
 async def gateway_run(
-    k: int, root: Path, measure_s: float, *, profile: Path | None = None, place: bool = True
+    k: int, root: Path, measure_s: float, *, profile: Path | None = None
 ) -> dict[str, Any]:
     async with local_broker(root / "data") as broker:
         settings = gateway_sections(broker, gateway_id="load-gw", use=Use.LOAD)
@@ -85,7 +85,6 @@ async def gateway_run(
                 seconds=WARMUP_S + measure_s + 1.0, ready_s=240,
             ) as proc:  # fmt: skip
                 ready = proc.ready
-                placement = place_gateway(gw.pid, [broker.local_pid, proc.proc.pid], on=place)
                 await asyncio.sleep(WARMUP_S)
                 meter = Meter(
                     {"gateway": gw.pid, "broker": broker.local_pid, "sender": proc.proc.pid}
@@ -113,7 +112,6 @@ async def gateway_run(
     us = cpu["gateway_cpu_s"] * 1e6 / frames if frames and cpu["gateway_cpu_s"] > 0 else None
     return {
         "sessions": k,
-        "placement": placement,
         "sessions_opened": ready["sessions"],
         **cpu,
         "frames_decoded_in_window": frames,
