@@ -43,12 +43,18 @@ _TUNING: dict[Use, dict[str, dict[str, Any]]] = {
     Use.TEST: {
         "mqtt": {"reconnect_min_s": 0.05, "reconnect_max_s": 0.5},
         # gc_freeze off: a test process runs many gateways; one freezing the heap would keep
-        # every later test's cycles it holds (test_service checks the freeze itself).
-        "ops": {"metrics_interval_s": 0.2, "shutdown_timeout_s": 2.0, "gc_freeze": False},
+        # every later test's cycles it holds (test_service checks the freeze itself). The
+        # collector's thresholds are the process's too: left as pytest has them.
+        "ops": {
+            "metrics_interval_s": 0.2,
+            "shutdown_timeout_s": 2.0,
+            "gc_freeze": False,
+            "gc_thresholds": None,
+        },
     },
     # The demo's gateway shares its process with the simulators and lives for one lesson:
     # nothing to gain from a frozen heap, and the test that runs the demo must not leave one.
-    Use.DEMO: {"ops": {"shutdown_timeout_s": 3.0, "gc_freeze": False}},
+    Use.DEMO: {"ops": {"shutdown_timeout_s": 3.0, "gc_freeze": False, "gc_thresholds": None}},
     Use.LOAD: {
         "asr": {"engine": "none"},
         "ops": {"metrics_interval_s": 60.0, "log_level": "WARNING", "shutdown_timeout_s": 5.0},

@@ -22,6 +22,25 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
+def set_thresholds(thresholds: tuple[int, int, int] | None) -> tuple[int, int, int]:
+    """Apply the collector's thresholds (``ops.gc_thresholds``; ``None``: leave them) and
+    return those in force.
+
+    What sets off a full collection is the old generation's growth: objects that outlive a
+    middle-generation collection move there, and once they reach a quarter of it the next one
+    walks everything. With the interpreter's (700, 10, 10), a middle collection comes every
+    ~2 s at 1,000 lessons, and each moved the ~6,000 objects alive at that moment into the old
+    generation (census: the window and watchdog timers with their contexts, bound methods and
+    arguments, and the current step's row — each alive for one clip or window, ~2 s). That
+    set off a full collection (~50 ms) about every 20 s. With 100 young collections per middle
+    one (~17 s apart at that load) they die first; 20-clip runs of 1,000 lessons had no full
+    collection at all (bench/results/load/gc-ab.md)."""
+    if thresholds is not None:
+        gc.set_threshold(*thresholds)
+    first, second, third = gc.get_threshold()
+    return first, second, third
+
+
 class GcWatch:
     def __init__(self, metrics: Metrics) -> None:
         self.pauses = metrics.quantiles("gc_pause_ms", "Garbage collector pauses, all generations")

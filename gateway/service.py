@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.broker.credentials import gateway_mqtt_password
-from gateway.gcwatch import GcWatch, freeze_startup_heap
+from gateway.gcwatch import GcWatch, freeze_startup_heap, set_thresholds
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
 from gateway.mqtt import MqttConnection
@@ -147,6 +147,7 @@ class Service:
 
     async def run(self) -> None:
         """Run everything until cancelled."""
+        log.info("garbage collector thresholds %s", set_thresholds(self.settings.ops.gc_thresholds))
         if self.settings.ops.gc_freeze:
             frozen = freeze_startup_heap()
             log.info("start-up heap frozen out of the garbage collector (%d objects)", frozen)

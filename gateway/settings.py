@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PositiveInt,
     SecretStr,
     UrlConstraints,
     field_validator,
@@ -336,6 +337,14 @@ class OpsSettings(_Section):
         True,
         description="At start, freeze the heap built so far out of the garbage collector: full "
         "collections (loop pauses) then walk only what lessons create (gateway/gcwatch.py).",
+    )
+    gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] | None = Field(
+        (700, 100, 10),
+        description="At start, the collector's thresholds (`gc.set_threshold`); null: the "
+        "interpreter's (700, 10, 10). The middle one, young collections per middle-generation "
+        "collection, is raised from 10 so a lesson's timers and step rows (alive ~2 s) die "
+        "before reaching the old generation, whose growth sets off full collections "
+        "(gateway/gcwatch.py).",
     )
     snapshot_max_bytes: int = Field(
         32_768,

@@ -127,9 +127,10 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
                 sampler.cancel()
             cpu = meter.stop({f"boards{i}": f["cpu_s"] for i, f in enumerate(found)})
             figures = await asyncio.to_thread(gw.metrics)
-            lateness, gc_full = (
+            lateness, gc_full, gc_all = (
                 quantile_stats(figures, "window_lateness_ms"),
                 quantile_stats(figures, "gc_full_pause_ms"),
+                quantile_stats(figures, "gc_pause_ms"),
             )
             rss_end = max(peak)
             if spy is not None:
@@ -165,6 +166,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "board_worker_loop_lag_ms": summary(lags),
         "gateway_window_lateness_ms": lateness,
         "gateway_gc_full_pause_ms": gc_full,  # the last 2,048 full collections' pauses
+        "gateway_gc_pause_ms": gc_all,  # every generation's, the last 2,048
         "gateway_rss_idle_mb": round(rss_idle / 2**20, 1),
         "gateway_rss_peak_mb": round(rss_end / 2**20, 1),
         "gateway_rss_per_lesson_kb": round((rss_end - rss_idle) / 1024 / n, 1),

@@ -136,15 +136,22 @@ async def test_a_burst_of_publishes_reaches_a_board_complete_and_in_order(
 async def test_the_service_freezes_its_start_up_heap_and_times_collections(
     broker: Broker, tmp_path: Path
 ) -> None:
-    """``ops.gc_freeze`` (on by default; the test tuning turns it off): the heap built before
-    the service runs is frozen out of the collector, and collections are timed as metrics."""
-    settings = gateway_settings(broker, tmp_path, ops={"gc_freeze": True})
+    """``ops.gc_freeze`` and ``ops.gc_thresholds`` (on by default; the test tuning leaves the
+    test process's collector alone): the heap built before the service runs is frozen out of
+    the collector, its thresholds are set, and collections are timed as metrics."""
+    settings = gateway_settings(
+        broker, tmp_path, ops={"gc_freeze": True, "gc_thresholds": (700, 100, 10)}
+    )
     assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
+    assert thresholds != (700, 100, 10)  # the test tuning leaves pytest's
     try:
         async with serving(Service(Context.create(settings))) as service:
             assert gc.get_freeze_count() > 10_000
+            assert gc.get_threshold() == (700, 100, 10)
             gc.collect()
             snap = service.metrics.snapshot()
             assert snap['snlpgw_gc_full_pause_ms{stat="count"}'] >= 1.0
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.gcwatch import GcWatch, freeze_startup_heap
+from gateway.gcwatch import GcWatch, freeze_startup_heap, set_thresholds
 from gateway.metrics import Metrics
 
 
@@ -51,3 +51,13 @@ def test_the_startup_heap_is_frozen() -> None:
         assert frozen == gc.get_freeze_count() > 10_000  # modules, classes, ... of this process
     finally:
         gc.unfreeze()
+
+
+def test_thresholds_are_set_or_left_alone() -> None:
+    before = gc.get_threshold()
+    try:
+        assert set_thresholds(None) == before
+        assert set_thresholds((900, 100, 12)) == gc.get_threshold() == (900, 100, 12)
+        assert set_thresholds(None) == (900, 100, 12)
+    finally:
+        gc.set_threshold(*before)

@@ -36,6 +36,14 @@ def test_environment_overrides_toml_which_overrides_defaults(
     assert s.udp.port == 9100
 
 
+def test_collector_thresholds_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().ops.gc_thresholds == (700, 100, 10)
+    monkeypatch.setenv("SNLPGW_OPS__GC_THRESHOLDS", "[1000, 50, 20]")
+    assert load_settings().ops.gc_thresholds == (1000, 50, 20)
+    monkeypatch.setenv("SNLPGW_OPS__GC_THRESHOLDS", "null")
+    assert load_settings().ops.gc_thresholds is None
+
+
 def test_settings_are_frozen() -> None:
     s = load_settings()
     with pytest.raises(ValidationError):
@@ -49,6 +57,8 @@ def test_settings_are_frozen() -> None:
         ("SNLPGW_GATEWAY_ID", "has space"),
         ("SNLPGW_HTTP__PORT", "70000"),
         ("SNLPGW_MQTT__NOPE", "1"),
+        ("SNLPGW_OPS__GC_THRESHOLDS", "[700, 0, 10]"),
+        ("SNLPGW_OPS__GC_THRESHOLDS", "[700, 100]"),
     ],
 )
 def test_bad_values_are_clear_errors(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> None:
