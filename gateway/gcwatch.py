@@ -6,6 +6,7 @@ thousands of lessons' state that is the one pause a timer can see."""
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from typing import Any
 
@@ -22,19 +23,29 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
-def set_thresholds(thresholds: tuple[int, int, int] | None) -> tuple[int, int, int]:
-    """Apply the collector's thresholds (``ops.gc_thresholds``; ``None``: leave them) and
-    return those in force.
+INCREMENTAL = sys.version_info >= (3, 14)  # 3.14's collector reads its thresholds otherwise
 
-    What sets off a full collection is the old generation's growth: objects that outlive a
-    middle-generation collection move there, and once they reach a quarter of it the next one
-    walks everything. With the interpreter's (700, 10, 10), a middle collection comes every
-    ~2 s at 1,000 lessons, and each moved the ~6,000 objects alive at that moment into the old
-    generation (census: the window and watchdog timers with their contexts, bound methods and
-    arguments, and the current step's row — each alive for one clip or window, ~2 s). That
-    set off a full collection (~50 ms) about every 20 s. With 100 young collections per middle
-    one (~17 s apart at that load) they die first; 20-clip runs of 1,000 lessons had no full
-    collection at all (bench/results/load/gc-ab.md)."""
+
+def set_thresholds(
+    thresholds: tuple[int, int, int] | None, *, incremental: bool = INCREMENTAL
+) -> tuple[int, int, int] | None:
+    """Apply the collector's thresholds (``ops.gc_thresholds``; ``None``: leave those in force)
+    and return those in force, or ``None`` without touching anything on an interpreter whose
+    collector is incremental (3.14+: the third threshold is ignored and the second paces the
+    old generation's scan, which these values were not measured for).
+
+    A full collection walks every tracked object (44-74 ms at 1,000 lessons). The interpreter
+    runs one after every 11th middle-generation collection once what those moved into the old
+    generation reaches a quarter of it. With its (700, 10, 10), a middle collection came every
+    ~3 s at 1,000 lessons and moved the ~6,000 young objects alive at that instant (census:
+    each lesson's window or watchdog timer with its context, bound method and arguments, and
+    the current step row, each alive ~2 s), so full collections came ~35 s apart. With 100
+    young collections per middle one, middle collections are ~17 s apart at that load: a tenth
+    as many objects reach the old generation, and full collections are ~190 s apart or more
+    (bench/results/load/gc-ab.md). The cost: cyclic garbage that reached the old generation
+    waits that much longer to be freed."""
+    if incremental:
+        return None
     if thresholds is not None:
         gc.set_threshold(*thresholds)
     first, second, third = gc.get_threshold()

@@ -147,7 +147,11 @@ class Service:
 
     async def run(self) -> None:
         """Run everything until cancelled."""
-        log.info("garbage collector thresholds %s", set_thresholds(self.settings.ops.gc_thresholds))
+        thresholds = set_thresholds(self.settings.ops.gc_thresholds)
+        if thresholds is None:
+            log.warning("incremental garbage collector: ops.gc_thresholds not applied")
+        else:
+            log.info("garbage collector thresholds %s", thresholds)
         if self.settings.ops.gc_freeze:
             frozen = freeze_startup_heap()
             log.info("start-up heap frozen out of the garbage collector (%d objects)", frozen)

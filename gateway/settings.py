@@ -340,11 +340,11 @@ class OpsSettings(_Section):
     )
     gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] | None = Field(
         (700, 100, 10),
-        description="At start, the collector's thresholds (`gc.set_threshold`); null: the "
-        "interpreter's (700, 10, 10). The middle one, young collections per middle-generation "
-        "collection, is raised from 10 so a lesson's timers and step rows (alive ~2 s) die "
-        "before reaching the old generation, whose growth sets off full collections "
-        "(gateway/gcwatch.py).",
+        description="At start, the garbage collector's thresholds (`gc.set_threshold`; "
+        "environment: a JSON list such as `[700, 10, 10]`, the interpreter's own; null leaves "
+        "those in force). 100 young collections per middle one, not 10, make full collections "
+        "(loop pauses) several times rarer at 1,000 lessons; cyclic garbage waits longer "
+        "(gateway/gcwatch.py). Not applied on 3.14+ (incremental collector).",
     )
     snapshot_max_bytes: int = Field(
         32_768,

@@ -59,5 +59,8 @@ def test_thresholds_are_set_or_left_alone() -> None:
         assert set_thresholds(None) == before
         assert set_thresholds((900, 100, 12)) == gc.get_threshold() == (900, 100, 12)
         assert set_thresholds(None) == (900, 100, 12)
+        # 3.14+: thresholds mean something else; nothing is touched
+        assert set_thresholds((700, 100, 10), incremental=True) is None
+        assert gc.get_threshold() == (900, 100, 12)
     finally:
         gc.set_threshold(*before)
