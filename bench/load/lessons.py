@@ -111,14 +111,15 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         ):
             for proc in procs:
                 await proc.line(180)
-            placement = place_gateway(gw.pid, [broker.local_pid, *(p.pid for p in procs)], on=place)
+            spy = await start_profiler(gw.pid, START_LEAD_S + spread_s + clips * step_s, profile)
+            others = [broker.local_pid, *(p.pid for p in procs)]
+            placement = place_gateway(gw.pid, others + ([spy.pid] if spy else []), on=place)
             rss_idle = rss_bytes(gw.pid)
             meter = Meter({"gateway": gw.pid, "broker": broker.local_pid})
             t0 = time.time() + START_LEAD_S
             meter.start()
             for proc in procs:
                 proc.go(t0)
-            spy = await start_profiler(gw.pid, spread_s + clips * step_s, profile)
             peak = [rss_idle]
             sampler = asyncio.create_task(sample_rss(gw.pid, peak), name="load.rss")
             try:
@@ -170,6 +171,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "gateway_rss_idle_mb": round(rss_idle / 2**20, 1),
         "gateway_rss_peak_mb": round(rss_end / 2**20, 1),
         "gateway_rss_per_lesson_kb": round((rss_end - rss_idle) / 1024 / n, 1),
+        "gateway_rss_mb_every_30s": [round(b / 2**20, 1) for b in peak[::60]],  # 0.5 s samples
         # Per clip step the boards saw through (its completed answered by the next command).
         "gateway_cpu_ms_per_step": round(
             cpu["gateway_cpu_s"] * 1000 / max(1, len(to_play) + len(to_stop)), 2

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from devstack.process import die_with_parent as die_with_parent  # noqa: PLC0414 - the workers' import
 
@@ -88,23 +89,35 @@ def hold_gc() -> None:
     gc.disable()
 
 
+class Placement(TypedDict):
+    """Where a run's processes ran: CPU numbers, or ``"shared"`` when nothing was moved."""
+
+    gateway_cpus: list[int] | str
+    others_cpus: list[int] | str
+
+
 def _pin(pid: int, cpus: set[int]) -> None:
-    """Every thread of ``pid`` onto ``cpus``; threads it starts later inherit the mask."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
-            os.sched_setaffinity(int(tid), cpus)
+    """Every thread of ``pid`` onto ``cpus``. A thread started while this runs inherits the mask
+    of the thread that started it, so it goes again until no thread is new."""
+    done: set[str] = set()
+    while todo := set(os.listdir(f"/proc/{pid}/task")) - done:
+        for tid in todo:
+            with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+                os.sched_setaffinity(int(tid), cpus)
+        done |= todo
 
 
-def place_gateway(gateway: int, rest: Iterable[int], *, on: bool = True) -> dict[str, object]:
+def place_gateway(gateway: int, rest: Iterable[int], *, on: bool = True) -> Placement:
     """The gateway's process on a CPU of its own and the run's other processes (broker, board
-    and device workers) on the others; returns the placement for the report.
+    and device workers, a profiler) on the others; returns the placement for the report.
 
     The targets are per gateway core. On a 2-CPU machine, unplaced, the scheduler ran the
     harness's own workers and the broker (~0.7 of a core at 1,000 lessons) on the gateway's CPU
-    at times, and their turns showed as gateway latency (alternating runs, same minutes: next
-    clip p99 34-104 ms unplaced, 22-27 ms placed, at the same gateway CPU per step). The
-    harness itself, idle while a run measures, stays free. Off (``on=False``) or with one CPU,
-    nothing moves. The processes placed end with their run."""
+    at times, and their turns showed as gateway latency (20-clip runs of 1,000 lessons
+    alternating in the same minutes: next-clip p99 34-104 ms unplaced, 22-35 ms placed, at the
+    same gateway CPU per step; bench/results/load/placement-ab.md). The harness itself, idle
+    while a run measures, stays free. Off (``on=False``) or with one CPU, nothing moves. The
+    processes placed end with their run."""
     cpus = sorted(os.sched_getaffinity(0))
     if not on or len(cpus) < 2:
         return {"gateway_cpus": "shared", "others_cpus": "shared"}

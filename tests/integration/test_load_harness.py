@@ -102,7 +102,7 @@ def test_place_gateway_moves_every_thread_and_leaves_the_harness_alone() -> None
         for proc, cpus in zip(procs, (where["gateway_cpus"], where["others_cpus"]), strict=True):
             tids = os.listdir(f"/proc/{proc.pid}/task")
             assert len(tids) == 2
-            assert all(os.sched_getaffinity(int(t)) == set(cpus) for t in tids)  # type: ignore[arg-type]
+            assert all(os.sched_getaffinity(int(t)) == set(cpus) for t in tids)
         assert os.sched_getaffinity(0) == mine
         assert place_gateway(procs[0].pid, [], on=False)["gateway_cpus"] == "shared"
     finally:
