@@ -30,9 +30,9 @@ def set_thresholds(
     thresholds: tuple[int, int, int] | None, *, incremental: bool = INCREMENTAL
 ) -> tuple[int, int, int] | None:
     """Apply the collector's thresholds (``ops.gc_thresholds``; ``None``: leave those in force)
-    and return those in force, or ``None`` without touching anything on an interpreter whose
-    collector is incremental (3.14+: the third threshold is ignored and the second paces the
-    old generation's scan, which these values were not measured for).
+    and return those in force; ``None`` when thresholds were asked for on an interpreter whose
+    collector is incremental, which are then not applied (3.14+: the third threshold is ignored
+    and the second paces the old generation's scan, which these values were not measured for).
 
     A full collection walks every tracked object (44-74 ms at 1,000 lessons). The interpreter
     runs one after every 11th middle-generation collection once what those moved into the old
@@ -44,9 +44,9 @@ def set_thresholds(
     as many objects reach the old generation, and full collections are ~190 s apart or more
     (bench/results/load/gc-ab.md). The cost: cyclic garbage that reached the old generation
     waits that much longer to be freed."""
-    if incremental:
-        return None
     if thresholds is not None:
+        if incremental:
+            return None
         gc.set_threshold(*thresholds)
     first, second, third = gc.get_threshold()
     return first, second, third

@@ -27,7 +27,7 @@ def placement_text(doc: dict[str, Any]) -> str:
         "gateway core, and unplaced the scheduler put the harness's own work on the gateway's CPU "
         "at times (`--shared-cores` leaves it there; `procs.place_gateway`). Streaming is not "
         "placed: its figure is CPU per frame against a floor on the same thread, and placed runs "
-        "only moved the datagrams' wake-ups across CPUs (0.68-0.79x vs 0.77-0.78x unplaced)."
+        "only moved the datagrams' wake-ups across CPUs (`placement-ab.md`)."
     )
 
 

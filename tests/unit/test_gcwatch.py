@@ -62,5 +62,6 @@ def test_thresholds_are_set_or_left_alone() -> None:
         # 3.14+: thresholds mean something else; nothing is touched
         assert set_thresholds((700, 100, 10), incremental=True) is None
         assert gc.get_threshold() == (900, 100, 12)
+        assert set_thresholds(None, incremental=True) == (900, 100, 12)  # nothing asked
     finally:
         gc.set_threshold(*before)
