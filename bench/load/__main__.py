@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import platform
 import sys
@@ -62,6 +63,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="settings sections over the harness's for the lessons' and hellos' gateway (A/B), "
         'e.g. \'{"mqtt": {"max_inflight": 20}}\'',
     )
+    p.add_argument(
+        "--broker-config",
+        default="",
+        help="lines appended to the lessons' broker config (A/B; a repeated option's last line "
+        "wins), e.g. 'max_inflight_messages 100'; \\n separates lines",
+    )
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     args = p.parse_args(argv)
@@ -72,12 +79,34 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def host_speed() -> dict[str, Any]:
+    """The CPU model and a fixed pure-Python workload's best time (ms), so runs on different
+    hosts can be told apart: the gateway's CPU per step follows the second (the same code has
+    read 1.1 ms per step on one host and 2.3-2.9 ms on another)."""
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+
+    def work() -> float:
+        t0 = time.perf_counter()
+        table: dict[str, list[int]] = {}
+        for i in range(200_000):
+            table.setdefault(f"k{i % 997}", []).append(i)
+        return (time.perf_counter() - t0) * 1000
+
+    return {"cpu_model": model, "python_workload_ms": round(min(work() for _ in range(5)), 1)}
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     phases = args.phases.split(",")
     place = not args.shared_cores
     doc: dict[str, Any] = {
         "bench": "load",
         "machine": f"{platform.machine()} {platform.system()} python {platform.python_version()}",
+        "host": host_speed(),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_before": load_conditions(),
         "quick": args.quick,
@@ -99,6 +128,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         doc["stream"] = stream.summarize(floors, runs)
     if "lessons" in phases:
         doc["lessons"] = []
+        broker_config = args.broker_config.replace("\\n", "\n")
+        if broker_config:
+            doc["broker_config"] = broker_config
         for n in args.lessons:
             for start in args.starts.split(","):
                 with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:
@@ -108,7 +140,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     result = await bounded(lessons.run(n, start, Path(tmp), clips=args.clips,
                                                clip_ms=args.clip_ms, worker_count=args.workers,
                                                profile=prof, settings=args.gateway_settings,
-                                               place=place),
+                                               place=place, broker_config=broker_config),
                                            lessons=n, start=start)  # fmt: skip
                 log(result)
                 (doc["lessons"] if "error" not in result else doc["failed"]).append(result)

@@ -19,6 +19,7 @@ one JSON document and exits when every lesson has ended or its deadline passed.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import os
 import sys
@@ -45,6 +46,7 @@ class LoadBoard(BoardSimulator):
         self.completed: list[tuple[float, int]] = []  # (published at, duration_ms), clip ends
         self.plays: list[float] = []  # first receipt of each PLAY_MEDIA id (not resends)
         self.stops: list[float] = []  # first receipt of each LISTEN_STOP id
+        self.listens: list[float] = []  # first receipt of each LISTEN_START id
         self.timeline: list[tuple[float, str]] = []  # everything, for a look at a stuck board
         self._firsts: set[str] = set()
         self.done = asyncio.Event()
@@ -59,6 +61,8 @@ class LoadBoard(BoardSimulator):
         self._firsts.add(ref)
         if first and cmd == "PLAY_MEDIA":
             self.plays.append(now)
+        elif first and cmd == "LISTEN_START":
+            self.listens.append(now)
         elif first and cmd == "LISTEN_STOP":
             self.stops.append(now)
             if len(self.stops) >= self.clips:
@@ -72,7 +76,7 @@ class LoadBoard(BoardSimulator):
         self.timeline.append(
             (now, f"> {body.get('evt') or body.get('cmd') or kind} {body.get('ref')}")
         )
-        data = body.get("data")
+        data: dict[str, Any] = body.get("data") or {}
         if body.get("evt") == "audio.completed" and data.get("reason") == "eof":
             self.completed.append((now, int(data["duration_ms"])))
         super()._send(kind, body, qos=qos)
@@ -80,29 +84,41 @@ class LoadBoard(BoardSimulator):
 
 def errors(
     board: LoadBoard, ratio: float, min_window_ms: int
-) -> tuple[list[tuple[int, float, float]], list[float]]:
-    """(completed → next PLAY_MEDIA errors with the clip's index, last completed → LISTEN_STOP
-    errors), ms: for each clip that played to its end, the first new PLAY_MEDIA received after
-    its completed was published, else (the lesson's last window) the first new LISTEN_STOP."""
+) -> tuple[list[tuple[int, float, float, float]], list[float]]:
+    """(completed → next PLAY_MEDIA errors with the clip's index, the window's due time and its
+    opening delay; last completed → LISTEN_STOP errors), ms: for each clip that played to its
+    end, the first new PLAY_MEDIA received after its completed was published, else (the
+    lesson's last window) the first new LISTEN_STOP. The opening delay is completed published →
+    LISTEN_START received: the part of the error that arose before the window opened."""
     to_play, to_stop = [], []
     for index, (at, duration) in enumerate(board.completed):
         due = at + listen_window_ms(duration, ratio, min_window_ms)
-        play = next((t for t in board.plays if t > at), None)
+        play = _first_after(board.plays, at)
         if play is not None:
-            to_play.append((index, due, play - due))
+            listen = _first_after(board.listens, at)
+            opened = play if listen is None or listen > play else listen
+            to_play.append((index, due, play - due, opened - at))
             continue
-        stop = next((t for t in board.stops if t > at), None)
+        stop = _first_after(board.stops, at)
         if stop is not None:
             to_stop.append(stop - due)
     return to_play, to_stop
 
 
-async def lag_monitor(samples: list[float], period_s: float = 0.05) -> None:
-    """How late this worker's own loop wakes up (its share of any board-side delay)."""
+def _first_after(times: list[float], at: float) -> float | None:
+    """The first of ``times`` (ascending: appended as received) later than ``at``."""
+    i = bisect.bisect_right(times, at)
+    return times[i] if i < len(times) else None
+
+
+async def lag_monitor(samples: list[tuple[float, float]], period_s: float = 0.05) -> None:
+    """How late this worker's own loop wakes up (its share of any board-side delay): (woke at,
+    lag), monotonic ms; a board's receipt times wait for the same loop."""
     while True:
         t0 = time.monotonic()
         await asyncio.sleep(period_s)
-        samples.append((time.monotonic() - t0 - period_s) * 1000)
+        now = time.monotonic()
+        samples.append((now * 1000, (now - t0 - period_s) * 1000))
 
 
 async def start_lessons(spec: dict[str, Any], t0: float, refused: list[str]) -> None:
@@ -145,7 +161,7 @@ async def run(spec: dict[str, Any]) -> None:
                           password=password, options=SimOptions(durations=durations))  # fmt: skip
         board.clips = len(lesson["paths"])
         boards.append(board)
-    lags: list[float] = []
+    lags: list[tuple[float, float]] = []
     refused: list[str] = []
     async with asyncio.TaskGroup() as tg:
         for b in boards:
@@ -178,9 +194,12 @@ async def run(spec: dict[str, Any]) -> None:
 
 
 def report(
-    boards: list[LoadBoard], lesson: dict[str, Any], refused: list[str], lags: list[float]
+    boards: list[LoadBoard],
+    lesson: dict[str, Any],
+    refused: list[str],
+    lags: list[tuple[float, float]],
 ) -> dict[str, Any]:
-    to_play: list[tuple[int, float, float]] = []
+    to_play: list[tuple[int, float, float, float]] = []
     to_stop: list[float] = []
     for board in boards:
         p, s = errors(board, lesson["ratio"], lesson["min_window_ms"])
@@ -206,11 +225,13 @@ def report(
         "timeline_first_board": [
             f"{t - boards[0].timeline[0][0]:.0f} {what}" for t, what in boards[0].timeline
         ],
-        "completed_to_play_error_ms": [e for _, _, e in to_play],
-        "completed_to_play_clip": [i for i, _, _ in to_play],
-        "completed_to_play_due_ms": [due for _, due, _ in to_play],
+        "completed_to_play_error_ms": [e for _, _, e, _ in to_play],
+        "completed_to_play_clip": [i for i, _, _, _ in to_play],
+        "completed_to_play_due_ms": [due for _, due, _, _ in to_play],
+        "completed_to_listen_ms": [opened for _, _, _, opened in to_play],
         "completed_to_stop_error_ms": to_stop,
-        "loop_lag_ms": lags,
+        "loop_lag_ms": [lag for _, lag in lags],
+        "loop_lag_at_ms": [at for at, _ in lags],
     }
 
 

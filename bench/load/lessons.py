@@ -10,12 +10,15 @@ gateway, broker and board-worker CPU over the lessons, gateway RSS before and at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from bench.load.procs import Meter, place_gateway, rss_bytes
+from bench.load.probe import PROBE_USER, probing, stalls
+from bench.load.procs import Meter, place_gateway, rss_bytes, sample_cpus
 from bench.load.stack import split, workers
 from bench.load.stream import start_profiler
 from bench.stats import summary
@@ -72,16 +75,41 @@ async def sample_rss(pid: int, out: list[int], period_s: float = 0.5) -> None:
         out.append(rss_bytes(pid))
 
 
+CpuSamples = list[tuple[float, dict[int, float]]]
+
+
+@contextlib.asynccontextmanager
+async def sampling(pid: int, rss: int) -> AsyncIterator[tuple[list[int], CpuSamples]]:
+    """While the block runs: ``pid``'s RSS every 0.5 s (after ``rss``) and every CPU's busy
+    share every 0.1 s."""
+    peak: list[int] = [rss]
+    busy: CpuSamples = []
+    tasks = [
+        asyncio.create_task(sample_rss(pid, peak), name="load.rss"),
+        asyncio.create_task(sample_cpus(busy), name="load.cpus"),
+    ]
+    try:
+        yield peak, busy
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
 async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
               worker_count: int, profile: Path | None = None,
-              settings: dict[str, Any] | None = None, place: bool = True) -> dict[str, Any]:  # fmt: skip
+              settings: dict[str, Any] | None = None, place: bool = True,
+              broker_config: str = "") -> dict[str, Any]:  # fmt: skip
     step_s = (clip_ms + listen_window_ms(clip_ms, RATIO, MIN_WINDOW_MS)) / 1000
     spread_s = step_s if pattern == "staggered" else 0.0
     deadline_s = spread_s + clips * step_s + 30.0
-    async with local_broker(root / "data") as broker:
+    async with local_broker(root / "data", extra_config=broker_config) as broker:
         paths = write_catalog(root / "catalog.json", clips)
         backend_names = [f"load-backend-{w}" for w in range(worker_count)]
-        names = dict.fromkeys(device_ids(n), "device") | dict.fromkeys(backend_names, "backend")
+        names = (
+            dict.fromkeys(device_ids(n), "device")
+            | {PROBE_USER: "gateway"}
+            | dict.fromkeys(backend_names, "backend")  # last: see wait_accepted below
+        )
         accounts = await asyncio.to_thread(provision_all, broker, names)
         devs = {d: accounts[d] for d in device_ids(n)}
         backends = {b: accounts[b] for b in backend_names}
@@ -117,15 +145,15 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             rss_idle = rss_bytes(gw.pid)
             meter = Meter({"gateway": gw.pid, "broker": broker.local_pid})
             t0 = time.time() + START_LEAD_S
+            t0_mono = time.monotonic() + START_LEAD_S
             meter.start()
             for proc in procs:
                 proc.go(t0)
-            peak = [rss_idle]
-            sampler = asyncio.create_task(sample_rss(gw.pid, peak), name="load.rss")
-            try:
+            async with (
+                sampling(gw.pid, rss_idle) as (peak, busy),
+                probing(broker.host, broker.port, accounts[PROBE_USER]) as rtts,
+            ):
                 found = [await proc.line(deadline_s + 60) for proc in procs]
-            finally:
-                sampler.cancel()
             cpu = meter.stop({f"boards{i}": f["cpu_s"] for i, f in enumerate(found)})
             figures = await asyncio.to_thread(gw.metrics)
             lateness, gc_full, gc_all = (
@@ -145,6 +173,12 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         ):
             by_clip.setdefault(clip + 1, []).append(error)
     lags = [x for f in found for x in f["loop_lag_ms"]]
+    due_ms = [x for f in found for x in f["completed_to_play_due_ms"]]
+    lags_at = [
+        (at, lag)
+        for f in found
+        for at, lag in zip(f["loop_lag_at_ms"], f["loop_lag_ms"], strict=True)
+    ]
     board_cpu = sum(v for k, v in cpu.items() if k.startswith("boards") and k.endswith("_cpu_s"))
     return {
         "lessons": n,
@@ -164,7 +198,14 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             str(clip): summary(errors) for clip, errors in sorted(by_clip.items())
         },
         "last_window_to_listen_stop_error_ms": summary(to_stop),
+        # completed published → LISTEN_START received: the error's share before the window
+        # opened (inbound hop, the gateway's queue, outbound hop); the rest arose at the close.
+        "completed_to_listen_start_ms": summary(
+            [x for f in found for x in f["completed_to_listen_ms"]]
+        ),
         "board_worker_loop_lag_ms": summary(lags),
+        "broker_round_trip_ms": summary([rtt for _, rtt in rtts]),
+        "broker_stalls": stalls(rtts, t0_mono),
         "gateway_window_lateness_ms": lateness,
         "gateway_gc_full_pause_ms": gc_full,  # the last 2,048 full collections' pauses
         "gateway_gc_pause_ms": gc_all,  # every generation's, the last 2,048
@@ -182,10 +223,60 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         **{k: v for k, v in cpu.items() if not k.startswith("boards")},
         "samples_ms": to_play,
         # By the second (from the first window) its window was due: where the tail sits in time.
-        "completed_to_next_play_error_by_second_ms": _by_second(
-            [x for f in found for x in f["completed_to_play_due_ms"]], to_play
+        "completed_to_next_play_error_by_second_ms": _by_second(due_ms, to_play),
+        "worst_seconds": _worst_seconds(
+            due_ms,
+            to_play,
+            {
+                "board_worker_lag_max_ms": lags_at,
+                "broker_round_trip_max_ms": [(at * 1000, rtt) for at, rtt in rtts],
+                "gateway_cpu_busy_max": _busy_of(busy, placement["gateway_cpus"]),
+                "others_cpu_busy_max": _busy_of(busy, placement["others_cpus"]),
+            },
         ),
     }
+
+
+def _busy_of(samples: CpuSamples, cpus: list[int] | str) -> list[tuple[float, float]]:
+    """(at, mean busy share of ``cpus``) per sample; every CPU when the run was not placed."""
+    out = []
+    for at, shares in samples:
+        mine = (
+            [shares[c] for c in cpus if c in shares]
+            if isinstance(cpus, list)
+            else list(shares.values())
+        )
+        out.append((at, sum(mine) / len(mine) if mine else 0.0))
+    return out
+
+
+def _worst_seconds(
+    due_ms: list[float],
+    errors: list[float],
+    series: dict[str, list[tuple[float, float]]],
+    count: int = 5,
+) -> list[dict[str, float]]:
+    """The ``count`` seconds with the highest error p99 (windows due in them), each with the
+    largest value of every ``series`` ((monotonic ms, value) samples) from its start to one
+    second after its end (a late command arrives after its second): whose delay the tail was
+    (a board worker's long loop turn, a broker stall, a saturated CPU on either side)."""
+    first = min(due_ms, default=0.0)
+    by_second = _by_second(due_ms, errors)
+    worst = sorted(by_second, key=lambda sec: -by_second[sec]["p99"])[:count]
+
+    def largest(samples: list[tuple[float, float]], second: int) -> float:
+        lo = first + second * 1000
+        return max((v for at, v in samples if lo <= at < lo + 2000), default=0.0)
+
+    return [
+        {
+            "second": int(sec),
+            "error_p99_ms": by_second[sec]["p99"],
+            "windows": by_second[sec]["count"],
+            **{name: round(largest(samples, int(sec)), 2) for name, samples in series.items()},
+        }
+        for sec in worst
+    ]
 
 
 def _by_second(due_ms: list[float], errors: list[float]) -> dict[str, dict[str, float]]:

@@ -6,6 +6,7 @@ No psutil: ``/proc/<pid>/stat`` fields 14-15 (utime, stime, clock ticks) and ``/
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import os
@@ -40,6 +41,33 @@ def machine_busy() -> tuple[float, float]:
     idle = values[3] + values[4]  # idle + iowait
     total = sum(values[:8])
     return float(total - idle), float(total)
+
+
+def cpu_jiffies() -> dict[int, tuple[int, int]]:
+    """Per CPU: (busy, total) jiffies since boot, from the ``cpuN`` lines of /proc/stat."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu") and line[3].isdigit():
+            name, *fields = line.split()
+            values = [int(v) for v in fields[:8]]
+            total = sum(values)
+            out[int(name[3:])] = (total - values[3] - values[4], total)
+    return out
+
+
+async def sample_cpus(out: list[tuple[float, dict[int, float]]], period_s: float = 0.1) -> None:
+    """Until cancelled: (monotonic ms, {cpu: busy share}) every ``period_s``: which side was
+    saturated when (/proc/stat counts in 10 ms ticks, so a share is ±0.1 at 100 ms)."""
+    before = cpu_jiffies()
+    while True:
+        await asyncio.sleep(period_s)
+        now = cpu_jiffies()
+        shares = {}
+        for cpu, (busy, total) in now.items():
+            busy0, total0 = before.get(cpu, (busy, total))
+            shares[cpu] = (busy - busy0) / (total - total0) if total > total0 else 0.0
+        out.append((time.monotonic() * 1000, shares))
+        before = now
 
 
 @dataclass

@@ -31,6 +31,16 @@ def placement_text(doc: dict[str, Any]) -> str:
     )
 
 
+def _host(host: dict[str, Any] | None) -> str:
+    if not host:
+        return ""
+    return (
+        f" CPU: {host['cpu_model'] or 'unknown model'}; a fixed pure-Python workload "
+        f"(`host_speed`) took {host['python_workload_ms']} ms, the yardstick for comparing "
+        "runs on different hosts."
+    )
+
+
 def markdown(doc: dict[str, Any]) -> str:
     lb, la = doc["load_before"], doc["load_after"]
     out = [
@@ -40,6 +50,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{lb['busy_share_before_run']:.0%} in the second before the run "
         f"(after: {la['loadavg_1_5_15']}). *others* below is CPU (cores) used by processes "
         "outside the run while it was measured."
+        + _host(doc.get("host"))
         + (" **Quick (smoke) sizes.**" if doc["quick"] else "")
         + "\n",
         "Every phase: Mosquitto with the project's generated config, the gateway "
@@ -117,12 +128,15 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
         f"{r0['window_ms']:.0f} ms (SPEC formula). Error = PLAY_MEDIA received - (audio.completed "
         "published + window), both on the board's clock: both MQTT hops, the gateway's work "
         "and timer lateness. Staggered: starts spread over one step; simultaneous: all at once.\n",
-        "| lessons | start | steps | error p50 | p99 | max | last window → LISTEN_STOP p99 "
-        "| gateway timer lateness p99 | gateway CPU | CPU ms/step | broker CPU | boards CPU s "
+        "| lessons | start | steps | error p50 | p99 | max | of it, completed → LISTEN_START "
+        "p50 / p99 | last window → LISTEN_STOP p99 | gateway timer lateness p99 | broker round trip "
+        "p99 / max | gateway CPU | CPU ms/step | broker CPU | boards CPU s "
         "| board loop lag p99 | RSS/lesson KB | GC full pause max | others |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
+        opened = r.get("completed_to_listen_start_ms", {})
+        rtt = r.get("broker_round_trip_ms", {})
         e, last, lag = (
             r["completed_to_next_play_error_ms"],
             r["last_window_to_listen_stop_error_ms"],
@@ -130,8 +144,10 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
         )
         rows.append(
             f"| {r['lessons']} | {r['start']} | {r['steps_measured']}/{r['steps_expected']} | "
-            f"{_q(e, 'p50')} | {_q(e, 'p99')} | {_q(e, 'max')} | {_q(last, 'p99')} | "
+            f"{_q(e, 'p50')} | {_q(e, 'p99')} | {_q(e, 'max')} | "
+            f"{_q(opened, 'p50')} / {_q(opened, 'p99')} | {_q(last, 'p99')} | "
             f"{_num(r['gateway_window_lateness_ms'].get('p99'))} | "
+            f"{_q(rtt, 'p99')} / {_q(rtt, 'max')} | "
             f"{r['gateway_core_share']:.0%} | {r['gateway_cpu_ms_per_step']} | "
             f"{r['broker_core_share']:.0%} | "
             f"{r['board_workers_cpu_s']} | {_q(lag, 'p99')} | {r['gateway_rss_per_lesson_kb']} | "
@@ -141,7 +157,13 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
     rows += [
         "",
         "All latencies in ms. Target: p99 ≤ 50 ms at 1,000 lessons on one gateway core. "
-        "*gateway timer lateness*: the gateway's own window timer (fired - planned, its metric). "
+        "*completed → LISTEN_START*: audio.completed published to the window's LISTEN_START "
+        "received, the part of the error that arose before the window opened (both hops and "
+        "the gateway's queue); the rest arose at the close. "
+        "*gateway timer lateness*: the gateway's own window timer (fired - planned, its metric, "
+        "which keeps the last 2,048 windows: the run's end, not its worst seconds). "
+        "*broker round trip*: a harness client publishing to itself every 20 ms (QoS 0): the "
+        "broker's own delays (`bench/load/probe.py`; stalls over 30 ms listed below). "
         "*CPU ms/step*: gateway CPU over the run / clip steps the boards saw through: what one "
         "clip step "
         "(3 commands, their acks, 2 board events, task events, store writes) costs. "
@@ -149,6 +171,31 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
         "the figure). RSS/lesson: (peak - idle) gateway RSS / lessons. *GC full pause max*: the "
         "gateway's longest full garbage collection (`snlpgw_gc_full_pause_ms`).\n",
     ]
+    stalled = [r for r in runs if r.get("broker_stalls")]
+    if stalled:
+        rows.append("Broker stalls (probe round trips over 30 ms, seconds from the first start):\n")
+        rows += [f"- {r['lessons']} {r['start']}: {'; '.join(r['broker_stalls'])}" for r in stalled]
+        rows.append("")
+    worst = [r for r in runs if r.get("worst_seconds")]
+    if worst:
+        rows += [
+            "The five seconds with the highest error p99 (by when their windows were due, from "
+            "the first), with what was busiest from that second to the next one's end: the "
+            "longest board-worker loop turn and broker probe round trip (ms), and the busiest "
+            "100 ms of the gateway's CPU and of the others' (share):\n",
+            "| lessons | start | second | windows | error p99 | board worker lag | broker round "
+            "trip | gateway CPU busy | others' CPU busy |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in worst:
+            rows += [
+                f"| {r['lessons']} | {r['start']} | {w['second']} | {w['windows']} | "
+                f"{w['error_p99_ms']:.1f} | {w['board_worker_lag_max_ms']:.1f} | "
+                f"{w['broker_round_trip_max_ms']:.1f} | {w['gateway_cpu_busy_max']:.0%} | "
+                f"{w['others_cpu_busy_max']:.0%} |"
+                for w in r["worst_seconds"]
+            ]
+        rows.append("")
     by_clip = [r for r in runs if r.get("completed_to_next_play_error_by_clip_ms")]
     if by_clip:
         clips = list(by_clip[0]["completed_to_next_play_error_by_clip_ms"])

@@ -50,6 +50,13 @@ def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
         assert {"p50", "p99", "max"} <= run["completed_to_next_play_error_ms"].keys()
         assert run["gateway_cpu_s"] > 0
         assert "samples_ms" not in run
+        # Where the error arose: the window's LISTEN_START came between completed and play.
+        opened, error = run["completed_to_listen_start_ms"], run["completed_to_next_play_error_ms"]
+        assert opened["count"] == 5
+        assert 0 < opened["min"] <= opened["max"] < error["max"] + run["window_ms"]
+        # The broker probe answered all along (every 20 ms over a run of seconds).
+        assert run["broker_round_trip_ms"]["count"] >= 50
+        assert isinstance(run["broker_stalls"], list)
 
     hellos = doc["hellos"]
     assert hellos["sessions"] == 5
@@ -76,8 +83,11 @@ def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
             assert where["gateway_cpus"]
             assert not set(where["gateway_cpus"]) & set(where["others_cpus"])
 
+    assert doc["host"]["python_workload_ms"] > 0
+
     text = (out / "load.md").read_text()
     assert "floor on its thread" in text
+    assert "broker round trip" in text
     for heading in ("## Streaming", "## Lessons", "## Xiaozhi hello"):
         assert heading in text
     for png in ("latency_cdf.png", "cpu_vs_n.png"):
