@@ -176,7 +176,8 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
         rows.append("Broker stalls (probe round trips over 30 ms, seconds from the first start):\n")
         rows += [f"- {r['lessons']} {r['start']}: {'; '.join(r['broker_stalls'])}" for r in stalled]
         rows.append("")
-    worst = [r for r in runs if r.get("worst_seconds")]
+    largest = max(r["lessons"] for r in runs)
+    worst = [r for r in runs if r.get("worst_seconds") and r["lessons"] == largest]
     if worst:
         rows += [
             "The five seconds with the highest error p99 (by when their windows were due, from "
