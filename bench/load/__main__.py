@@ -66,8 +66,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--broker-config",
         default="",
-        help="lines appended to the lessons' broker config (A/B; a repeated option's last line "
-        "wins), e.g. 'max_inflight_messages 100'; \\n separates lines",
+        help="lines appended to the lessons' broker config (A/B; a repeated numeric option's "
+        "last line wins, Mosquitto refuses a repeated string option), e.g. "
+        "'max_inflight_messages 100'; \\n separates lines",
     )
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
@@ -81,8 +82,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def host_speed() -> dict[str, Any]:
     """The CPU model and a fixed pure-Python workload's best time (ms), so runs on different
-    hosts can be told apart: the gateway's CPU per step follows the second (the same code has
-    read 1.1 ms per step on one host and 2.3-2.9 ms on another)."""
+    hosts can be told apart: the gateway's CPU per step follows the host's speed."""
     model = ""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -107,6 +107,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "bench": "load",
         "machine": f"{platform.machine()} {platform.system()} python {platform.python_version()}",
         "host": host_speed(),
+        # What an A/B changed, so every row can be checked against its configuration.
+        "gateway_settings": args.gateway_settings,
+        "broker_config": args.broker_config.replace("\\n", "\n"),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_before": load_conditions(),
         "quick": args.quick,
@@ -129,8 +132,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if "lessons" in phases:
         doc["lessons"] = []
         broker_config = args.broker_config.replace("\\n", "\n")
-        if broker_config:
-            doc["broker_config"] = broker_config
         for n in args.lessons:
             for start in args.starts.split(","):
                 with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:

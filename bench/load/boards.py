@@ -84,20 +84,20 @@ class LoadBoard(BoardSimulator):
 
 def errors(
     board: LoadBoard, ratio: float, min_window_ms: int
-) -> tuple[list[tuple[int, float, float, float]], list[float]]:
+) -> tuple[list[tuple[int, float, float, float | None]], list[float]]:
     """(completed → next PLAY_MEDIA errors with the clip's index, the window's due time and its
     opening delay; last completed → LISTEN_STOP errors), ms: for each clip that played to its
     end, the first new PLAY_MEDIA received after its completed was published, else (the
     lesson's last window) the first new LISTEN_STOP. The opening delay is completed published →
-    LISTEN_START received: the part of the error that arose before the window opened."""
+    LISTEN_START received (None when none came between it and the play)."""
     to_play, to_stop = [], []
     for index, (at, duration) in enumerate(board.completed):
         due = at + listen_window_ms(duration, ratio, min_window_ms)
         play = _first_after(board.plays, at)
         if play is not None:
             listen = _first_after(board.listens, at)
-            opened = play if listen is None or listen > play else listen
-            to_play.append((index, due, play - due, opened - at))
+            opened = None if listen is None or listen > play else listen - at
+            to_play.append((index, due, play - due, opened))
             continue
         stop = _first_after(board.stops, at)
         if stop is not None:
@@ -199,7 +199,7 @@ def report(
     refused: list[str],
     lags: list[tuple[float, float]],
 ) -> dict[str, Any]:
-    to_play: list[tuple[int, float, float, float]] = []
+    to_play: list[tuple[int, float, float, float | None]] = []
     to_stop: list[float] = []
     for board in boards:
         p, s = errors(board, lesson["ratio"], lesson["min_window_ms"])
@@ -228,7 +228,8 @@ def report(
         "completed_to_play_error_ms": [e for _, _, e, _ in to_play],
         "completed_to_play_clip": [i for i, _, _, _ in to_play],
         "completed_to_play_due_ms": [due for _, due, _, _ in to_play],
-        "completed_to_listen_ms": [opened for _, _, _, opened in to_play],
+        "completed_to_listen_ms": [o for _, _, _, o in to_play if o is not None],
+        "listen_start_missing": sum(o is None for _, _, _, o in to_play),
         "completed_to_stop_error_ms": to_stop,
         "loop_lag_ms": [lag for _, lag in lags],
         "loop_lag_at_ms": [at for at, _ in lags],

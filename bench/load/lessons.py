@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.load.probe import PROBE_USER, probing, stalls
-from bench.load.procs import Meter, place_gateway, rss_bytes, sample_cpus
+from bench.load.procs import (
+    CpuSample,
+    Meter,
+    harness_on,
+    place_gateway,
+    rss_bytes,
+    sample_cpus,
+)
 from bench.load.stack import split, workers
 from bench.load.stream import start_profiler
 from bench.stats import summary
@@ -75,24 +82,22 @@ async def sample_rss(pid: int, out: list[int], period_s: float = 0.5) -> None:
         out.append(rss_bytes(pid))
 
 
-CpuSamples = list[tuple[float, dict[int, float]]]
-
-
 @contextlib.asynccontextmanager
-async def sampling(pid: int, rss: int) -> AsyncIterator[tuple[list[int], CpuSamples]]:
-    """While the block runs: ``pid``'s RSS every 0.5 s (after ``rss``) and every CPU's busy
-    share every 0.1 s."""
+async def sampling(pid: int, rss: int) -> AsyncIterator[tuple[list[int], list[CpuSample]]]:
+    """While the block runs: ``pid``'s RSS every 0.5 s (after ``rss``), and its CPU and every
+    CPU's busy share every 0.1 s."""
     peak: list[int] = [rss]
-    busy: CpuSamples = []
+    busy: list[CpuSample] = []
     tasks = [
         asyncio.create_task(sample_rss(pid, peak), name="load.rss"),
-        asyncio.create_task(sample_cpus(busy), name="load.cpus"),
+        asyncio.create_task(sample_cpus(pid, busy), name="load.cpus"),
     ]
     try:
         yield peak, busy
     finally:
         for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
@@ -145,15 +150,15 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             rss_idle = rss_bytes(gw.pid)
             meter = Meter({"gateway": gw.pid, "broker": broker.local_pid})
             t0 = time.time() + START_LEAD_S
-            t0_mono = time.monotonic() + START_LEAD_S
             meter.start()
             for proc in procs:
                 proc.go(t0)
-            async with (
-                sampling(gw.pid, rss_idle) as (peak, busy),
-                probing(broker.host, broker.port, accounts[PROBE_USER]) as rtts,
-            ):
-                found = [await proc.line(deadline_s + 60) for proc in procs]
+            with harness_on(placement):
+                async with (
+                    sampling(gw.pid, rss_idle) as (peak, busy),
+                    probing(broker.host, broker.port, accounts[PROBE_USER]) as probe,
+                ):
+                    found = [await proc.line(deadline_s + 60) for proc in procs]
             cpu = meter.stop({f"boards{i}": f["cpu_s"] for i, f in enumerate(found)})
             figures = await asyncio.to_thread(gw.metrics)
             lateness, gc_full, gc_all = (
@@ -174,6 +179,8 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             by_clip.setdefault(clip + 1, []).append(error)
     lags = [x for f in found for x in f["loop_lag_ms"]]
     due_ms = [x for f in found for x in f["completed_to_play_due_ms"]]
+    first_due = min(due_ms, default=0.0)  # the origin of every "second" below
+    rtts = probe.samples
     lags_at = [
         (at, lag)
         for f in found
@@ -198,14 +205,17 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             str(clip): summary(errors) for clip, errors in sorted(by_clip.items())
         },
         "last_window_to_listen_stop_error_ms": summary(to_stop),
-        # completed published → LISTEN_START received: the error's share before the window
-        # opened (inbound hop, the gateway's queue, outbound hop); the rest arose at the close.
+        # completed published → LISTEN_START received: how long the gateway took to answer
+        # the completed (inbound hop, its queue, outbound hop). The window's deadline is set as
+        # LISTEN_START leaves, so of this only the inbound hop and the queue are in the error.
         "completed_to_listen_start_ms": summary(
             [x for f in found for x in f["completed_to_listen_ms"]]
         ),
+        "listen_start_missing": sum(f["listen_start_missing"] for f in found),
         "board_worker_loop_lag_ms": summary(lags),
         "broker_round_trip_ms": summary([rtt for _, rtt in rtts]),
-        "broker_stalls": stalls(rtts, t0_mono),
+        "broker_stalls": stalls(rtts, first_due / 1000),
+        "broker_probe_error": probe.error,
         "gateway_window_lateness_ms": lateness,
         "gateway_gc_full_pause_ms": gc_full,  # the last 2,048 full collections' pauses
         "gateway_gc_pause_ms": gc_all,  # every generation's, the last 2,048
@@ -230,23 +240,25 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             {
                 "board_worker_lag_max_ms": lags_at,
                 "broker_round_trip_max_ms": [(at * 1000, rtt) for at, rtt in rtts],
-                "gateway_cpu_busy_max": _busy_of(busy, placement["gateway_cpus"]),
-                "others_cpu_busy_max": _busy_of(busy, placement["others_cpus"]),
+                "gateway_process_cpu_max": [(c.at_ms, c.process) for c in busy],
+                "others_cpus_busy_max": _busy_of(busy, placement["others_cpus"]),
+                "steal_max": [(c.at_ms, c.steal) for c in busy],
             },
         ),
     }
 
 
-def _busy_of(samples: CpuSamples, cpus: list[int] | str) -> list[tuple[float, float]]:
+def _busy_of(samples: list[CpuSample], cpus: list[int] | str) -> list[tuple[float, float]]:
     """(at, mean busy share of ``cpus``) per sample; every CPU when the run was not placed."""
     out = []
-    for at, shares in samples:
+    for sample in samples:
+        shares = sample.busy
         mine = (
             [shares[c] for c in cpus if c in shares]
             if isinstance(cpus, list)
-            else list(shares.values())
+            else [*shares.values()]
         )
-        out.append((at, sum(mine) / len(mine) if mine else 0.0))
+        out.append((sample.at_ms, sum(mine) / len(mine) if mine else 0.0))
     return out
 
 

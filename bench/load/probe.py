@@ -13,18 +13,29 @@ import contextlib
 import struct
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 from gateway import mqtt_codec as codec
 from gateway.mqtt_client import Client
-from gateway.mqtt_options import ClientOptions
+from gateway.mqtt_options import ClientOptions, MqttError
 
 PERIOD_S = 0.02
 TOPIC = "snlpgw/v1/loadprobe"
 PROBE_USER = "load-probe"  # provisioned with the gateway's role: the only one that may loop
 
 
-async def broker_probe(host: str, port: int, password: str, out: list[tuple[float, float]]) -> None:
-    """Until cancelled: ``out`` gets (sent at, round trip ms), monotonic seconds."""
+@dataclass
+class Probe:
+    """What the probe saw: (sent at, round trip ms), monotonic seconds; why it stopped early."""
+
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    error: str | None = None
+
+
+async def broker_probe(host: str, port: int, password: str, probe: Probe) -> None:
+    """Until cancelled: round trips into ``probe``. A connection that fails or drops ends it
+    with ``probe.error`` set (the run goes on; the report says the figure is cut short)."""
+    out = probe.samples
 
     def echo(message: codec.PublishPacket) -> None:
         (sent,) = struct.unpack("!d", message.payload)
@@ -33,36 +44,37 @@ async def broker_probe(host: str, port: int, password: str, out: list[tuple[floa
     options = ClientOptions(client_id=PROBE_USER, username=PROBE_USER, password=password,
                             version=codec.V311)  # fmt: skip
     client = Client(options, echo)
-    await client.connect(host, port, wait_s=30)
     try:
+        await client.connect(host, port, wait_s=30)
         await client.subscribe([(TOPIC, 0)])
         while True:
             client.publish(TOPIC, struct.pack("!d", time.monotonic()), qos=0)
             await asyncio.sleep(PERIOD_S)
+    except MqttError as exc:
+        probe.error = str(exc)
     finally:
         client.abort()
 
 
 @contextlib.asynccontextmanager
-async def probing(host: str, port: int, password: str) -> AsyncIterator[list[tuple[float, float]]]:
-    """The probe's samples while the block runs; a probe that failed fails the block."""
-    samples: list[tuple[float, float]] = []
-    task = asyncio.create_task(broker_probe(host, port, password, samples), name="load.probe")
+async def probing(host: str, port: int, password: str) -> AsyncIterator[Probe]:
+    """The probe running while the block runs; never raises into it (see :class:`Probe`)."""
+    probe = Probe()
+    task = asyncio.create_task(broker_probe(host, port, password, probe), name="load.probe")
     try:
-        yield samples
+        yield probe
     finally:
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def stalls(samples: list[tuple[float, float]], t0: float, over_ms: float = 30.0) -> list[str]:
-    """Round trips over ``over_ms`` as "+S s: R ms" (S from ``t0``), longest first, at most
-    10, one per second (the probes sent during one stall all come back late)."""
+    """Round trips over ``over_ms`` as "S s: R ms" (S seconds from ``t0``), longest first, at
+    most 10, one per second (the probes sent during one stall all come back late)."""
     picked: list[tuple[float, float]] = []
     for at, rtt in sorted(samples, key=lambda s: -s[1]):
         if rtt <= over_ms or len(picked) == 10:
             break
         if all(abs(at - other) > 1.0 for other, _ in picked):
             picked.append((at, rtt))
-    return [f"+{at - t0:.1f} s: {rtt:.0f} ms" for at, rtt in picked]
+    return [f"{at - t0:.1f} s: {rtt:.0f} ms" for at, rtt in picked]

@@ -11,10 +11,10 @@ import contextlib
 import gc
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from devstack.process import die_with_parent as die_with_parent  # noqa: PLC0414 - the workers' import
 
@@ -43,31 +43,42 @@ def machine_busy() -> tuple[float, float]:
     return float(total - idle), float(total)
 
 
-def cpu_jiffies() -> dict[int, tuple[int, int]]:
-    """Per CPU: (busy, total) jiffies since boot, from the ``cpuN`` lines of /proc/stat."""
+def cpu_jiffies() -> dict[int, tuple[int, int, int]]:
+    """Per CPU: (busy, steal, total) jiffies since boot, from the ``cpuN`` lines of /proc/stat;
+    busy is user + nice + system + irq + softirq (steal, the hypervisor running someone else
+    on this vCPU, apart)."""
     out = {}
     for line in Path("/proc/stat").read_text().splitlines():
         if line.startswith("cpu") and line[3].isdigit():
             name, *fields = line.split()
-            values = [int(v) for v in fields[:8]]
-            total = sum(values)
-            out[int(name[3:])] = (total - values[3] - values[4], total)
+            v = [int(x) for x in fields[:8]]
+            out[int(name[3:])] = (v[0] + v[1] + v[2] + v[5] + v[6], v[7], sum(v))
     return out
 
 
-async def sample_cpus(out: list[tuple[float, dict[int, float]]], period_s: float = 0.1) -> None:
-    """Until cancelled: (monotonic ms, {cpu: busy share}) every ``period_s``: which side was
-    saturated when (/proc/stat counts in 10 ms ticks, so a share is ±0.1 at 100 ms)."""
-    before = cpu_jiffies()
+class CpuSample(NamedTuple):
+    at_ms: float  # monotonic, at the end of the interval
+    process: float  # the sampled process's CPU over the interval, in cores
+    busy: dict[int, float]  # each CPU's busy share (steal excluded)
+    steal: float  # steal share, mean over the CPUs
+
+
+async def sample_cpus(pid: int, out: list[CpuSample], period_s: float = 0.1) -> None:
+    """Until cancelled: a :class:`CpuSample` every ``period_s`` (/proc counts 10 ms ticks, so
+    a share is ±0.1 at 100 ms)."""
+    before, own, wall = cpu_jiffies(), cpu_s(pid), time.monotonic()
     while True:
         await asyncio.sleep(period_s)
-        now = cpu_jiffies()
-        shares = {}
-        for cpu, (busy, total) in now.items():
-            busy0, total0 = before.get(cpu, (busy, total))
-            shares[cpu] = (busy - busy0) / (total - total0) if total > total0 else 0.0
-        out.append((time.monotonic() * 1000, shares))
-        before = now
+        now, own_now, wall_now = cpu_jiffies(), cpu_s(pid), time.monotonic()
+        busy, steal = {}, []
+        for cpu, (b, st, total) in now.items():
+            b0, st0, total0 = before.get(cpu, (b, st, total))
+            span = total - total0
+            busy[cpu] = (b - b0) / span if span > 0 else 0.0
+            steal.append((st - st0) / span if span > 0 else 0.0)
+        process = (own_now - own) / (wall_now - wall) if wall_now > wall else 0.0
+        out.append(CpuSample(wall_now * 1000, process, busy, sum(steal) / max(1, len(steal))))
+        before, own, wall = now, own_now, wall_now
 
 
 @dataclass
@@ -143,8 +154,8 @@ def place_gateway(gateway: int, rest: Iterable[int], *, on: bool = True) -> Plac
     harness's own workers and the broker (~0.7 of a core at 1,000 lessons) on the gateway's CPU
     at times, and their turns showed as gateway latency (20-clip runs of 1,000 lessons
     alternating in the same minutes: next-clip p99 34-104 ms unplaced, 22-35 ms placed, at the
-    same gateway CPU per step; bench/results/load/placement-ab.md). The harness itself, idle
-    while a run measures, stays free. Off (``on=False``) or with one CPU, nothing moves. The
+    same gateway CPU per step; bench/results/load/placement-ab.md). The harness itself goes
+    with the others while a lessons run measures (:func:`harness_on`). Off (``on=False``) or with one CPU, nothing moves. The
     processes placed end with their run."""
     cpus = sorted(os.sched_getaffinity(0))
     if not on or len(cpus) < 2:
@@ -154,6 +165,23 @@ def place_gateway(gateway: int, rest: Iterable[int], *, on: bool = True) -> Plac
     for pid in rest:
         _pin(pid, others)
     return {"gateway_cpus": sorted(own), "others_cpus": sorted(others)}
+
+
+@contextlib.contextmanager
+def harness_on(placement: Placement) -> Iterator[None]:
+    """The harness's own process on the others' CPUs while a placed run measures (its broker
+    probe and samplers are not idle), back where it was afterwards (later phases place again
+    from what the harness may use)."""
+    cpus = placement["others_cpus"]
+    if not isinstance(cpus, list):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    _pin(os.getpid(), set(cpus))
+    try:
+        yield
+    finally:
+        _pin(os.getpid(), before)
 
 
 def load_conditions() -> dict[str, object]:

@@ -128,7 +128,7 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
         f"{r0['window_ms']:.0f} ms (SPEC formula). Error = PLAY_MEDIA received - (audio.completed "
         "published + window), both on the board's clock: both MQTT hops, the gateway's work "
         "and timer lateness. Staggered: starts spread over one step; simultaneous: all at once.\n",
-        "| lessons | start | steps | error p50 | p99 | max | of it, completed → LISTEN_START "
+        "| lessons | start | steps | error p50 | p99 | max | completed → LISTEN_START "
         "p50 / p99 | last window → LISTEN_STOP p99 | gateway timer lateness p99 | broker round trip "
         "p99 / max | gateway CPU | CPU ms/step | broker CPU | boards CPU s "
         "| board loop lag p99 | RSS/lesson KB | GC full pause max | others |",
@@ -158,8 +158,10 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
         "",
         "All latencies in ms. Target: p99 ≤ 50 ms at 1,000 lessons on one gateway core. "
         "*completed → LISTEN_START*: audio.completed published to the window's LISTEN_START "
-        "received, the part of the error that arose before the window opened (both hops and "
-        "the gateway's queue); the rest arose at the close. "
+        "received, how long the gateway took to answer it (both hops and its queue); the "
+        "window's deadline is set as LISTEN_START leaves, so of this only the inbound hop and "
+        "the queue are part of the error (a LISTEN_START missing before the play is counted "
+        "in the JSON, `listen_start_missing`, not averaged in). "
         "*gateway timer lateness*: the gateway's own window timer (fired - planned, its metric, "
         "which keeps the last 2,048 windows: the run's end, not its worst seconds). "
         "*broker round trip*: a harness client publishing to itself every 20 ms (QoS 0): the "
@@ -171,29 +173,39 @@ def lessons_section(runs: list[dict[str, Any]]) -> list[str]:
         "the figure). RSS/lesson: (peak - idle) gateway RSS / lessons. *GC full pause max*: the "
         "gateway's longest full garbage collection (`snlpgw_gc_full_pause_ms`).\n",
     ]
-    stalled = [r for r in runs if r.get("broker_stalls")]
+    stalled = [r for r in runs if r.get("broker_stalls") or r.get("broker_probe_error")]
     if stalled:
-        rows.append("Broker stalls (probe round trips over 30 ms, seconds from the first start):\n")
-        rows += [f"- {r['lessons']} {r['start']}: {'; '.join(r['broker_stalls'])}" for r in stalled]
+        rows.append(
+            "Broker probe: round trips over 30 ms (seconds from the first window due, as below), "
+            "and a probe that stopped early:\n"
+        )
+        for r in stalled:
+            text = "; ".join(r.get("broker_stalls") or [])
+            if r.get("broker_probe_error"):
+                text += f" (probe stopped: {r['broker_probe_error']})"
+            rows.append(f"- {r['lessons']} {r['start']}: {text}")
         rows.append("")
     largest = max(r["lessons"] for r in runs)
     worst = [r for r in runs if r.get("worst_seconds") and r["lessons"] == largest]
     if worst:
         rows += [
             "The five seconds with the highest error p99 (by when their windows were due, from "
-            "the first), with what was busiest from that second to the next one's end: the "
-            "longest board-worker loop turn and broker probe round trip (ms), and the busiest "
-            "100 ms of the gateway's CPU and of the others' (share):\n",
+            "the first), each with the largest value from its start to the next second's end "
+            "of: the board workers' longest loop turn and the broker probe's round trip (ms); "
+            "the gateway process's CPU in a 100 ms sample (cores); the others' CPUs' busy share "
+            "and the hypervisor's steal (share). Look for the side that stands out against "
+            "quieter seconds of the same run: the gateway's process often reads a full core in "
+            "100 ms of mild seconds too.\n",
             "| lessons | start | second | windows | error p99 | board worker lag | broker round "
-            "trip | gateway CPU busy | others' CPU busy |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "trip | gateway process CPU | others' CPUs busy | steal |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in worst:
             rows += [
                 f"| {r['lessons']} | {r['start']} | {w['second']} | {w['windows']} | "
                 f"{w['error_p99_ms']:.1f} | {w['board_worker_lag_max_ms']:.1f} | "
-                f"{w['broker_round_trip_max_ms']:.1f} | {w['gateway_cpu_busy_max']:.0%} | "
-                f"{w['others_cpu_busy_max']:.0%} |"
+                f"{w['broker_round_trip_max_ms']:.1f} | {w['gateway_process_cpu_max']:.2f} | "
+                f"{w['others_cpus_busy_max']:.0%} | {w['steal_max']:.0%} |"
                 for w in r["worst_seconds"]
             ]
         rows.append("")
