@@ -83,21 +83,29 @@ async def sample_rss(pid: int, out: list[int], period_s: float = 0.5) -> None:
 
 
 @contextlib.asynccontextmanager
-async def sampling(pid: int, rss: int) -> AsyncIterator[tuple[list[int], list[CpuSample]]]:
+async def sampling(
+    pid: int, rss: int
+) -> AsyncIterator[tuple[list[int], list[CpuSample], list[str]]]:
     """While the block runs: ``pid``'s RSS every 0.5 s (after ``rss``), and its CPU and every
-    CPU's busy share every 0.1 s."""
+    CPU's busy share every 0.1 s; a sampler that failed is named in the third list (filled
+    when the block ends), its figures cut short."""
     peak: list[int] = [rss]
     busy: list[CpuSample] = []
+    failed: list[str] = []
     tasks = [
         asyncio.create_task(sample_rss(pid, peak), name="load.rss"),
         asyncio.create_task(sample_cpus(pid, busy), name="load.cpus"),
     ]
     try:
-        yield peak, busy
+        yield peak, busy, failed
     finally:
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for task, result in zip(
+            tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True
+        ):
+            if isinstance(result, Exception):
+                failed.append(f"{task.get_name()}: {result!r}")
 
 
 async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
@@ -155,7 +163,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
                 proc.go(t0)
             with harness_on(placement):
                 async with (
-                    sampling(gw.pid, rss_idle) as (peak, busy),
+                    sampling(gw.pid, rss_idle) as (peak, busy, sampler_errors),
                     probing(broker.host, broker.port, accounts[PROBE_USER]) as probe,
                 ):
                     found = [await proc.line(deadline_s + 60) for proc in procs]
@@ -206,8 +214,8 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         },
         "last_window_to_listen_stop_error_ms": summary(to_stop),
         # completed published → LISTEN_START received: how long the gateway took to answer
-        # the completed (inbound hop, its queue, outbound hop). The window's deadline is set as
-        # LISTEN_START leaves, so of this only the inbound hop and the queue are in the error.
+        # the completed (inbound hop, its queue, its outbound path and hop). The window's
+        # deadline is set when it handles the completed: only the first two are in the error.
         "completed_to_listen_start_ms": summary(
             [x for f in found for x in f["completed_to_listen_ms"]]
         ),
@@ -216,6 +224,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "broker_round_trip_ms": summary([rtt for _, rtt in rtts]),
         "broker_stalls": stalls(rtts, first_due / 1000),
         "broker_probe_error": probe.error,
+        "sampler_errors": sampler_errors,
         "gateway_window_lateness_ms": lateness,
         "gateway_gc_full_pause_ms": gc_full,  # the last 2,048 full collections' pauses
         "gateway_gc_pause_ms": gc_all,  # every generation's, the last 2,048

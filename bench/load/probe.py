@@ -65,7 +65,9 @@ async def probing(host: str, port: int, password: str) -> AsyncIterator[Probe]:
         yield probe
     finally:
         task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        (result,) = await asyncio.gather(task, return_exceptions=True)
+        if isinstance(result, Exception) and probe.error is None:
+            probe.error = repr(result)  # not the connection's: a bug, said, never raised here
 
 
 def stalls(samples: list[tuple[float, float]], t0: float, over_ms: float = 30.0) -> list[str]:

@@ -57,6 +57,7 @@ def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
         assert 0 < opened["min"] <= opened["max"] < run["window_ms"]
         # The broker probe answered all along (every 20 ms over a run of seconds).
         assert run["broker_probe_error"] is None
+        assert run["sampler_errors"] == []
         assert run["broker_round_trip_ms"]["count"] >= 50
         assert {"gateway_process_cpu_max", "others_cpus_busy_max", "steal_max"} <= set(
             run["worst_seconds"][0]
@@ -100,7 +101,7 @@ def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to place")
-def test_place_gateway_moves_every_thread_and_leaves_the_harness_alone() -> None:
+def test_place_gateway_moves_every_thread_and_harness_on_moves_the_harness_and_back() -> None:
     code = "import threading, sys; threading.Thread(target=sys.stdin.read).start(); print(1, flush=True); sys.stdin.read()"
     procs = [
         subprocess.Popen(
