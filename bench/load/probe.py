@@ -25,14 +25,14 @@ PROBE_USER = "load-probe"  # provisioned with the gateway's role: the only one t
 
 
 @dataclass
-class Probe:
+class BrokerProbe:
     """What the probe saw: (sent at, round trip ms), monotonic seconds; why it stopped early."""
 
     samples: list[tuple[float, float]] = field(default_factory=list)
     error: str | None = None
 
 
-async def broker_probe(host: str, port: int, password: str, probe: Probe) -> None:
+async def broker_probe(host: str, port: int, password: str, probe: BrokerProbe) -> None:
     """Until cancelled: round trips into ``probe``. A connection that fails or drops ends it
     with ``probe.error`` set (the run goes on; the report says the figure is cut short)."""
     out = probe.samples
@@ -57,9 +57,9 @@ async def broker_probe(host: str, port: int, password: str, probe: Probe) -> Non
 
 
 @contextlib.asynccontextmanager
-async def probing(host: str, port: int, password: str) -> AsyncIterator[Probe]:
-    """The probe running while the block runs; never raises into it (see :class:`Probe`)."""
-    probe = Probe()
+async def probing(host: str, port: int, password: str) -> AsyncIterator[BrokerProbe]:
+    """The probe running while the block runs; never raises into it (see :class:`BrokerProbe`)."""
+    probe = BrokerProbe()
     task = asyncio.create_task(broker_probe(host, port, password, probe), name="load.probe")
     try:
         yield probe
