@@ -103,13 +103,14 @@ def host_speed() -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     phases = args.phases.split(",")
     place = not args.shared_cores
+    broker_config = args.broker_config.replace("\\n", "\n")
     doc: dict[str, Any] = {
         "bench": "load",
         "machine": f"{platform.machine()} {platform.system()} python {platform.python_version()}",
         "host": host_speed(),
         # What an A/B changed, so every row can be checked against its configuration.
         "gateway_settings": args.gateway_settings,
-        "broker_config": args.broker_config.replace("\\n", "\n"),
+        "broker_config": broker_config,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_before": load_conditions(),
         "quick": args.quick,
@@ -131,7 +132,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         doc["stream"] = stream.summarize(floors, runs)
     if "lessons" in phases:
         doc["lessons"] = []
-        broker_config = args.broker_config.replace("\\n", "\n")
         for n in args.lessons:
             for start in args.starts.split(","):
                 with tempfile.TemporaryDirectory(prefix="snlpgw-load-") as tmp:

@@ -185,15 +185,16 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             f["completed_to_play_clip"], f["completed_to_play_error_ms"], strict=True
         ):
             by_clip.setdefault(clip + 1, []).append(error)
-    lags = [x for f in found for x in f["loop_lag_ms"]]
-    due_ms = [x for f in found for x in f["completed_to_play_due_ms"]]
-    first_due = min(due_ms, default=0.0)  # the origin of every "second" below
-    rtts = probe.samples
     lags_at = [
         (at, lag)
         for f in found
         for at, lag in zip(f["loop_lag_at_ms"], f["loop_lag_ms"], strict=True)
     ]
+    lags = [lag for _, lag in lags_at]
+    due_ms = [x for f in found for x in f["completed_to_play_due_ms"]]
+    first_due = min(due_ms, default=0.0)  # the origin of every "second" below
+    by_second = _by_second(due_ms, to_play)
+    rtts = probe.samples
     board_cpu = sum(v for k, v in cpu.items() if k.startswith("boards") and k.endswith("_cpu_s"))
     return {
         "lessons": n,
@@ -242,10 +243,10 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         **{k: v for k, v in cpu.items() if not k.startswith("boards")},
         "samples_ms": to_play,
         # By the second (from the first window) its window was due: where the tail sits in time.
-        "completed_to_next_play_error_by_second_ms": _by_second(due_ms, to_play),
+        "completed_to_next_play_error_by_second_ms": by_second,
         "worst_seconds": _worst_seconds(
-            due_ms,
-            to_play,
+            by_second,
+            first_due,
             {
                 "board_worker_lag_max_ms": lags_at,
                 "broker_round_trip_max_ms": [(at * 1000, rtt) for at, rtt in rtts],
@@ -272,21 +273,20 @@ def _busy_of(samples: list[CpuSample], cpus: list[int] | str) -> list[tuple[floa
 
 
 def _worst_seconds(
-    due_ms: list[float],
-    errors: list[float],
+    by_second: dict[str, dict[str, float]],
+    first_due: float,
     series: dict[str, list[tuple[float, float]]],
     count: int = 5,
 ) -> list[dict[str, float]]:
     """The ``count`` seconds with the highest error p99 (windows due in them), each with the
     largest value of every ``series`` ((monotonic ms, value) samples) from its start to one
     second after its end (a late command arrives after its second): whose delay the tail was
-    (a board worker's long loop turn, a broker stall, a saturated CPU on either side)."""
-    first = min(due_ms, default=0.0)
-    by_second = _by_second(due_ms, errors)
+    (a board worker's long loop turn, a broker stall, a saturated CPU on either side).
+    ``by_second``: :func:`_by_second`'s figures, whose seconds count from ``first_due``."""
     worst = sorted(by_second, key=lambda sec: -by_second[sec]["p99"])[:count]
 
     def largest(samples: list[tuple[float, float]], second: int) -> float:
-        lo = first + second * 1000
+        lo = first_due + second * 1000
         return max((v for at, v in samples if lo <= at < lo + 2000), default=0.0)
 
     return [
@@ -301,7 +301,7 @@ def _worst_seconds(
 
 
 def _by_second(due_ms: list[float], errors: list[float]) -> dict[str, dict[str, float]]:
-    first = min(due_ms, default=0.0)
+    first = min(due_ms, default=0.0)  # the same origin as run()'s first_due
     buckets: dict[int, list[float]] = {}
     for due, error in zip(due_ms, errors, strict=True):
         buckets.setdefault(int((due - first) // 1000), []).append(error)

@@ -155,8 +155,8 @@ def place_gateway(gateway: int, rest: Iterable[int], *, on: bool = True) -> Plac
     at times, and their turns showed as gateway latency (20-clip runs of 1,000 lessons
     alternating in the same minutes: next-clip p99 34-104 ms unplaced, 22-35 ms placed, at the
     same gateway CPU per step; bench/results/load/placement-ab.md). The harness itself goes
-    with the others while a lessons run measures (:func:`harness_on`). Off (``on=False``) or with one CPU, nothing moves. The
-    processes placed end with their run."""
+    with the others while a lessons run measures (:func:`harness_on`). Off (``on=False``) or
+    with one CPU, nothing moves. The processes placed end with their run."""
     cpus = sorted(os.sched_getaffinity(0))
     if not on or len(cpus) < 2:
         return {"gateway_cpus": "shared", "others_cpus": "shared"}
