@@ -121,7 +121,9 @@ async def lag_monitor(samples: list[tuple[float, float]], period_s: float = 0.05
         samples.append((now * 1000, (now - t0 - period_s) * 1000))
 
 
-async def start_lessons(spec: dict[str, Any], t0: float, refused: list[str]) -> None:
+async def start_lessons(
+    spec: dict[str, Any], t0: float, refused: list[str], asked: dict[str, float]
+) -> None:
     """The backend: one start request per board at its offset, on the project's lean client
     (paho + aiomqtt here cost the board worker's loop milliseconds during the start burst)."""
     lesson = spec["lesson"]
@@ -148,6 +150,7 @@ async def start_lessons(spec: dict[str, Any], t0: float, refused: list[str]) -> 
                "lesson_id": lesson["lesson"], "source": "load"}  # fmt: skip
         await window.acquire()
         topic = f"snlpgw/v1/ctl/{dev}"
+        asked[dev] = time.monotonic() * 1000  # → its first PLAY_MEDIA: the admission's wait
         client.publish(topic, json.dumps(req).encode(), qos=1, on_done=window.release)
     await asyncio.sleep(spec["deadline_s"])
 
@@ -163,6 +166,7 @@ async def run(spec: dict[str, Any]) -> None:
         boards.append(board)
     lags: list[tuple[float, float]] = []
     refused: list[str] = []
+    asked: dict[str, float] = {}  # device → when its start request was published
     async with asyncio.TaskGroup() as tg:
         for b in boards:
             tg.create_task(b.run(), name=f"load.board[{b.dev}]")
@@ -177,7 +181,7 @@ async def run(spec: dict[str, Any]) -> None:
         t0 = float(line.split()[1])
         cpu0 = time.process_time()
         lags.clear()
-        tg.create_task(start_lessons(spec, t0, refused), name="load.starter")
+        tg.create_task(start_lessons(spec, t0, refused, asked), name="load.starter")
         try:
             async with asyncio.timeout(spec["deadline_s"]):
                 for board in boards:
@@ -186,7 +190,7 @@ async def run(spec: dict[str, Any]) -> None:
             pass
         # Report, then exit without tearing down hundreds of clients (the harness needs the
         # figures, not clean goodbyes; the broker closes the sockets).
-        result = report(boards, lesson, refused, lags)
+        result = report(boards, lesson, refused, lags, asked)
         result["cpu_s"] = time.process_time() - cpu0
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()
@@ -198,6 +202,7 @@ def report(
     lesson: dict[str, Any],
     refused: list[str],
     lags: list[tuple[float, float]],
+    asked: dict[str, float],
 ) -> dict[str, Any]:
     to_play: list[tuple[int, float, float, float | None]] = []
     to_stop: list[float] = []
@@ -233,6 +238,9 @@ def report(
         "completed_to_stop_error_ms": to_stop,
         "loop_lag_ms": [lag for _, lag in lags],
         "loop_lag_at_ms": [at for at, _ in lags],
+        "start_to_first_play_ms": [
+            b.plays[0] - asked[b.dev] for b in boards if b.plays and b.dev in asked
+        ],
     }
 
 

@@ -33,6 +33,7 @@ from devstack.broker import Broker, local_broker, wait_connectable
 from devstack.gateway import Use, gateway_sections
 from devstack.process import gateway_process
 from gateway.broker.credentials import provision
+from gateway.settings import merge_sections
 from gateway.tasks.core.rules import listen_window_ms
 
 APP, TASK, LESSON = "load", "shadowing", "l1"
@@ -128,12 +129,10 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         backends = {b: accounts[b] for b in backend_names}
         # Every worker's backend; the last is written last: accepted means every name was read.
         await wait_accepted(broker, backends)
+        catalog = {"runtime": {"catalog_path": str(root / "catalog.json")}}
+        # --gateway-settings merged field by field: a "runtime" section of its own keeps ours
         settings = gateway_sections(
-            broker,
-            gateway_id="load-gw",
-            use=Use.LOAD,
-            runtime={"catalog_path": str(root / "catalog.json")},
-            **(settings or {}),
+            broker, gateway_id="load-gw", use=Use.LOAD, **merge_sections(catalog, settings or {})
         )
         offsets = [spread_s * i / n for i in range(n)]
         lesson = {"app": APP, "task": TASK, "lesson": LESSON, "paths": paths,
@@ -214,6 +213,9 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             str(clip): summary(errors) for clip, errors in sorted(by_clip.items())
         },
         "last_window_to_listen_stop_error_ms": summary(to_stop),
+        # Start request published → the lesson's first PLAY_MEDIA received: what admission
+        # pacing (``runtime.start_rate_per_s``) costs a herd of starts, both hops included.
+        "start_to_first_play_ms": summary([x for f in found for x in f["start_to_first_play_ms"]]),
         # completed published → LISTEN_START received: how long the gateway took to answer
         # the completed (inbound hop, its queue, its outbound path and hop). The window's
         # deadline is set when it handles the completed: only the first two are in the error.
