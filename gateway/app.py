@@ -23,6 +23,7 @@ from gateway.service import Component, Context, Service
 from gateway.settings import Settings
 from gateway.store import Store, build_store_components
 from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
+from gateway.tasks.core.admission import AdmissionConfig
 from gateway.tasks.durable import DurableCommands
 from gateway.tasks.inbox import TaskInbox
 from gateway.tasks.records import StoreRecorder
@@ -138,6 +139,11 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         modes=chat,
         owns=ownership.owns,
         handover_delay_s=settings.cluster.handover_delay_s,
+        admission=AdmissionConfig(
+            rate_per_s=settings.runtime.start_rate_per_s,
+            burst=settings.runtime.start_burst,
+            max_wait_ms=settings.runtime.start_max_wait_s * 1000.0,
+        ),
     )
     components: list[Component] = [*parts.components, cluster, board, xiaozhi, assessment, tasks]
     if chat is not None:

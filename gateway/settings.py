@@ -270,6 +270,19 @@ class RuntimeSettings(_Section):
     exit_phrases: tuple[str, ...] = Field(
         ("stop the lesson", "退出"), description="Phrases that exit a task."
     )
+    start_rate_per_s: float = Field(
+        500.0,
+        gt=0,
+        description="Lesson starts admitted per second: a herd of starts is spread out so its "
+        "steps fit one core (each start keeps its phase for the whole lesson).",
+    )
+    start_burst: int = Field(20, ge=1, description="Lesson starts admitted at once after a lull.")
+    start_max_wait_s: float = Field(
+        5.0,
+        ge=0,
+        description="Longest a lesson start waits for admission; beyond it the start is "
+        "refused `overloaded` at once.",
+    )
 
 
 class AsrSettings(_Section):

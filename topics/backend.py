@@ -44,7 +44,7 @@ DeviceId = Annotated[str, Field(pattern=f"^{DEVICE_ID_RE.pattern}$")]
 Name = Annotated[str, Field(min_length=1, max_length=128)]
 Action = Literal["start", "pause", "resume", "stop", "restart"]
 RefusalReason = Literal[
-    "busy", "unknown_task", "device_offline", "invalid", "no_instance", "internal"
+    "busy", "unknown_task", "device_offline", "invalid", "no_instance", "internal", "overloaded"
 ]
 
 

@@ -6,6 +6,7 @@ built with; MQTT control in, replies and task events out: :mod:`gateway.tasks.wi
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,7 +31,9 @@ from gateway.tasks.core import (
     UtteranceStopped,
     restore_runtime,
 )
+from gateway.tasks.core.admission import AdmissionConfig
 from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
+from gateway.tasks.starts import StartLine
 from gateway.tasks.wire import TaskWire
 
 log = logging.getLogger(__name__)
@@ -64,6 +67,7 @@ class TaskService:
         max_devices: int = MAX_DEVICES,
         owns: Callable[[str], bool] = lambda _dev: True,
         handover_delay_s: float = 0.0,
+        admission: AdmissionConfig = AdmissionConfig(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         self._catalog = catalog
         self._config = config
@@ -105,7 +109,12 @@ class TaskService:
             max_devices=max_devices,
         )
         self._actors = self._table.actors
+        # Control requests go through the admission line: a herd of starts is spread out.
+        self._starts = StartLine(
+            admission, handle=self._post, reply=self._wire.publish_reply, metrics=metrics
+        )
         self._pending_restore: dict[str, StoredInstance] = {}
+        self._restoring: set[str] = set()  # pending ones waiting in the admission line
         self._tg: asyncio.TaskGroup | None = None  # while running
         self._ready = asyncio.Event()
 
@@ -119,6 +128,7 @@ class TaskService:
                 await self._adopt_on_changes()
             finally:
                 self._tg = None
+                self._starts.close()
                 for actor in self._actors.values():
                     actor.close()  # no timer outlives the service
 
@@ -149,7 +159,7 @@ class TaskService:
             case ib.InboxAsrText(device, instance_id, step_index, text):
                 self.on_asr_text(device, instance_id, step_index, text)
             case ib.InboxControl(device, request):
-                self._post(device, request)
+                self._starts.submit(device, request)
             case ib.InboxOwnersChanged():
                 self.on_owners_changed()
 
@@ -182,7 +192,7 @@ class TaskService:
     def on_presence(self, device: str, online: bool) -> None:
         self._table.remember_presence(device, online)
         if device in self._pending_restore:
-            self._restore_device(device, online)
+            self._restore_when_admitted(device, online)
         self._post(device, Presence(online), create=False)
 
     def on_speech_started(self, device: str, utterance_id: str) -> None:
@@ -260,15 +270,31 @@ class TaskService:
             if actor is not None and actor.runtime.instance is not None:
                 continue  # already running here (ours all along, or started since)
             self._pending_restore[device] = (instance, steps)
-            if instance.device_id in self._table.online:
-                self._restore_device(instance.device_id, self._table.online[instance.device_id])
+            if device in self._table.online:
+                self._restore_when_admitted(device, self._table.online[device])
         if self._pending_restore and self._tg is not None:
             self._tg.create_task(self._restore_deadline(), name="tasks.restore-deadline")
 
     async def _restore_deadline(self) -> None:
         await asyncio.sleep(self._restore_wait_s)
         for device in list(self._pending_restore):
+            if device not in self._restoring:  # online, waiting for its admission slot
+                self._restore_device(device, online=False)
+
+    def _restore_when_admitted(self, device: str, online: bool) -> None:
+        """An online board's lesson plays as it resumes: it waits for an admission slot like
+        a start (a herd of them after a restart is spread); an offline one resumes paused, at
+        once (nothing is played)."""
+        if not online:
             self._restore_device(device, online=False)
+        elif device not in self._restoring:
+            self._restoring.add(device)
+            self._starts.restore(device, functools.partial(self._restore_admitted, device))
+
+    def _restore_admitted(self, device: str) -> None:
+        self._restoring.discard(device)
+        if device in self._pending_restore:  # not restored offline or released meanwhile
+            self._restore_device(device, self._table.online.get(device, False))
 
     def _restore_device(self, device: str, online: bool) -> None:
         instance, steps = self._pending_restore.pop(device)

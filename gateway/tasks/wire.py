@@ -35,7 +35,9 @@ from topics.fastwire import task_event_bytes
 
 log = logging.getLogger(__name__)
 
-RESPONSE_ROUTES_KEPT = 1_024  # MQTT 5 response topics remembered per pending request
+# MQTT 5 response topics remembered per pending request: more than the starts the admission
+# line holds at its defaults (500/s x 5 s), so a paced start is still answered where asked.
+RESPONSE_ROUTES_KEPT = 4_096
 
 
 def _now_ms() -> int:

@@ -20,7 +20,16 @@ from paho.mqtt.properties import Properties
 
 from gateway.tasks.core import RuntimeState
 from tests.support.broker import Broker
-from tests.support.lesson_rig import CLIPS, LessonRig, Seen, clip_path, lesson_rig
+from tests.support.lesson_rig import (
+    APP,
+    CLIPS,
+    LESSON,
+    TASK,
+    LessonRig,
+    Seen,
+    clip_path,
+    lesson_rig,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -264,3 +273,42 @@ async def test_mqtt5_response_topic_and_correlation_data_are_honoured(
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+async def test_a_herd_of_starts_is_admitted_at_the_rate_in_order(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """One start a second after the first, a wait of at most two: of four starts sent at once
+    the first goes at once, the second and third wait their slots, the fourth (three seconds
+    away) is refused ``overloaded`` at once; a ``stop`` sent last waits behind the device's
+    waiting start, so it ends the third instance, not the first."""
+    admission = {"start_rate_per_s": 1.0, "start_burst": 1, "start_max_wait_s": 2.0}
+    durations = (5000, 300, 300, 300)  # the instance that runs stays on its first clip
+    async with lesson_rig(broker, tmp_path, durations_ms=durations, runtime=admission) as rig:
+        await rig.board_online()
+        start = {"v": 1, "action": "start", "app_id": APP, "task_id": TASK, "lesson_id": LESSON,
+                 "priority": 2, "source": "test"}  # fmt: skip
+        sent = [{**start, "id": f"herd-{i}"} for i in range(4)]
+        sent.append({"v": 1, "id": "herd-stop", "action": "stop", "priority": 2})
+        for body in sent:  # back to back: all four starts reach the gateway within a second
+            await rig.backend.publish(f"snlpgw/v1/ctl/{rig.dev}", json.dumps(body))
+        replies = await rig.watch.until(
+            lambda: found if len(found := [r.body for r in rig.replies]) >= 5 else None,
+            "five replies",
+        )
+        assert [(r["ref"], r["status"]) for r in replies] == [
+            ("herd-0", "accepted"),
+            ("herd-3", "refused"),  # at once, before the paced ones
+            ("herd-1", "accepted"),
+            ("herd-2", "accepted"),
+            ("herd-stop", "accepted"),
+        ]
+        assert replies[1]["reason"] == "overloaded"
+        assert replies[4]["instance_id"] == replies[3]["instance_id"]  # the stop ended herd-2's
+        cancelled = await rig.wait_event(
+            "instance.cancelled", instance_id=replies[3]["instance_id"]
+        )
+        assert cancelled.data == {"reason": "stopped"}
+        assert rig.metric("runtime_starts_paced_total") == 2
+        assert rig.metric("runtime_starts_overloaded_total") == 1
+        assert_back_in_chat(rig)

@@ -24,6 +24,7 @@ class ControlRefusal(StrEnum):
     DEVICE_OFFLINE = "device_offline"
     INVALID = "invalid"
     NO_INSTANCE = "no_instance"
+    OVERLOADED = "overloaded"  # too many lesson starts waiting for admission (retry later)
 
 
 @dataclass(frozen=True, slots=True)

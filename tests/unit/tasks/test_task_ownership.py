@@ -14,6 +14,7 @@ from gateway.tasks.core import (
     InstanceColumns,
     StepColumns,
 )
+from gateway.tasks.core.admission import AdmissionConfig
 from gateway.tasks.service import TaskService
 from tests.support.fake_mqtt import FakePublisher
 from tests.unit.tasks.fakes import FakeAssessment, FakeBoard, FakeMic, FakeRecorder, running_tasks
@@ -99,3 +100,48 @@ async def test_handover_stops_the_old_actor_and_resumes_from_the_store(
     assert replayed[0] == played[-1]  # the step in flight is played again, nothing earlier
     assert played[:-1] + replayed == list(dict.fromkeys(played + replayed))  # no other repeat
     assert recorder.instances[-1].state == "completed"
+
+
+async def test_a_herd_of_restores_is_paced_and_a_stop_waits_for_its_devices_restore(
+    fast_catalog: Path,
+) -> None:
+    devices = [f"aa_bb_cc_dd_ee_{i:02x}" for i in range(4)]
+    recorder = FakeRecorder()
+    mqtt, board = FakePublisher(), FakeBoard(clip_ms=5_000)  # every lesson stays on clip one
+    async with running_tasks(
+        fast_catalog, mqtt, Metrics(), board, min_window_ms=100, present=devices,
+        mic=FakeMic(), recorder=recorder, assessment=FakeAssessment(),
+    ):  # fmt: skip
+        for dev in devices:
+            body = {"v": 1, "id": f"start-{dev}", "action": "start", "priority": 2,
+                    "app_id": "english_learning", "task_id": "shadowing", "lesson_id": "unit01"}  # fmt: skip
+            mqtt.deliver(f"snlpgw/v1/ctl/{dev}", body)
+        await mqtt.wait_for(lambda: len(board.times_of("PLAY_MEDIA")) == 4)
+    last = mqtt.bodies("/reply/" + devices[-1])[0]["instance_id"]
+
+    async def load_running() -> list[tuple[InstanceColumns, Sequence[StepColumns]]]:
+        return _running(recorder)
+
+    metrics, mqtt, board = Metrics(), FakePublisher(), FakeBoard(clip_ms=5_000)
+    tight = AdmissionConfig(rate_per_s=20, burst=1, max_wait_ms=0)  # restores are never refused
+    async with running_tasks(
+        fast_catalog, mqtt, metrics, board, min_window_ms=100, present=devices,
+        mic=FakeMic(), recorder=recorder, assessment=FakeAssessment(),
+        load_running=load_running, admission=tight,
+    ) as svc:  # fmt: skip
+        assert len(board.times_of("PLAY_MEDIA")) == 1  # one at once, three waiting for slots
+        stop = {"v": 1, "id": "stop-last", "action": "stop", "priority": 3}
+        mqtt.deliver(f"snlpgw/v1/ctl/{devices[-1]}", stop)  # behind that device's restore
+        await mqtt.wait_for(lambda: bool(mqtt.bodies("/reply/" + devices[-1])))
+        reply = mqtt.bodies("/reply/" + devices[-1])[0]
+        assert (reply["ref"], reply["status"], reply["instance_id"]) == (
+            "stop-last",
+            "accepted",
+            last,
+        )
+        plays = board.times_of("PLAY_MEDIA")
+        assert len(plays) == 4  # every restored lesson played its step again, in turn
+        assert plays[-1] - plays[0] >= 100  # three slots 50 ms apart after the first
+        assert metrics.snapshot()["snlpgw_runtime_starts_paced_total"] == 3
+        assert svc.runtime_of(devices[-1]).instance is None  # type: ignore[union-attr]
+        assert all(svc.runtime_of(d).instance is not None for d in devices[:-1])  # type: ignore[union-attr]

@@ -12,6 +12,7 @@ import pytest
 
 from gateway.metrics import Metrics
 from gateway.tasks.actor import STEPS_KEPT
+from gateway.tasks.core.admission import AdmissionConfig
 from gateway.tasks.service import TaskService
 from tests.support.fake_mqtt import FakePublisher
 from tests.unit.tasks.fakes import (
@@ -22,6 +23,7 @@ from tests.unit.tasks.fakes import (
     FakeRecorder,
     running_tasks,
 )
+from topics import CtlReply
 
 DEV = "aa_bb_cc_dd_ee_01"
 
@@ -144,6 +146,31 @@ async def test_invalid_control_is_refused_with_reason(rig: TaskServiceRig) -> No
     assert first["status"] == "refused"
     assert first["reason"] == "invalid"
     assert second["reason"] == "unknown_task"
+
+
+async def test_a_start_past_the_admission_line_is_refused_overloaded_on_the_wire(
+    fast_catalog: Path,
+) -> None:
+    metrics, mqtt, board = Metrics(), FakePublisher(), FakeBoard()
+    tight = AdmissionConfig(rate_per_s=1, burst=1, max_wait_ms=0)  # one start now, none waits
+    async with running_tasks(
+        fast_catalog, mqtt, metrics, board, min_window_ms=100,
+        mic=FakeMic(), recorder=FakeRecorder(), assessment=FakeAssessment(), admission=tight,
+    ):  # fmt: skip
+        for rid in ("first", "second"):
+            body = {"v": 1, "id": rid, "action": "start", "app_id": "english_learning",
+                    "task_id": "shadowing", "lesson_id": "unit01"}  # fmt: skip
+            mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", body)
+        await mqtt.wait_for(lambda: len(mqtt.bodies("/reply/" + DEV)) == 2)
+        replies = {r["ref"]: CtlReply.model_validate(r) for r in mqtt.bodies("/reply/" + DEV)}
+        assert replies["first"].status == "accepted"
+        refused = replies["second"]
+        assert (refused.status, refused.reason, refused.action) == (
+            "refused",
+            "overloaded",
+            "start",
+        )
+        assert metrics.snapshot()["snlpgw_runtime_starts_overloaded_total"] == 1
 
 
 async def test_failed_clip_advances_without_hanging(rig: TaskServiceRig) -> None:
