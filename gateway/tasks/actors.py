@@ -103,6 +103,18 @@ class ActorTable:
         while len(self.online) > self._max_devices:
             self.online.popitem(last=False)
 
+    def new_runtime(self, device: str) -> DeviceRuntime:
+        """A fresh runtime for ``device`` (idle; online unless its presence says otherwise)."""
+        now = asyncio.get_running_loop().time() * 1000.0
+        return DeviceRuntime(
+            device,
+            self._catalog,
+            config=self._config,
+            read_text=self._read_text,
+            wall_offset_ms=time.time() * 1000.0 - now,
+            online=self.online.get(device, True),
+        )
+
     def spawn(
         self,
         device: str,
@@ -116,16 +128,8 @@ class ActorTable:
             self._m_refused.inc()
             log.error("no actor for %s: %d devices, none idle", device, len(self.actors))
             return None
-        loop = asyncio.get_running_loop()
         if runtime is None:
-            runtime = DeviceRuntime(
-                device,
-                self._catalog,
-                config=self._config,
-                read_text=self._read_text,
-                wall_offset_ms=time.time() * 1000.0 - loop.time() * 1000.0,
-                online=self.online.get(device, True),
-            )
+            runtime = self.new_runtime(device)
         actor = DeviceActor(device, runtime, ports=self._ports(), metrics=self.m)
         self.actors[device] = actor
         self._m_devices.set(len(self.actors))

@@ -1,7 +1,9 @@
 """The task runtime component: other components put typed events in the task inbox it is built
 with (created before them, :mod:`gateway.tasks.inbox`); ``run`` drains it in order into one actor
-per device (:mod:`gateway.tasks.actors`). It reaches the others only through the ports it was
-built with; MQTT control in, replies and task events out: :mod:`gateway.tasks.wire`."""
+per device (:mod:`gateway.tasks.actors`), through the admission line (:mod:`gateway.tasks.starts`:
+what starts a lesson playing waits for a slot, and its device's later inputs behind it). It
+reaches the others only through the ports it was built with; MQTT control in, replies and task
+events out: :mod:`gateway.tasks.wire`."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from gateway.tasks.core import (
     AsrText,
     ButtonPress,
     Catalog,
+    ControlRequest,
     DeviceRuntime,
     InstanceColumns,
     PlaybackEvent,
@@ -111,7 +114,11 @@ class TaskService:
         self._actors = self._table.actors
         # Control requests go through the admission line: a herd of starts is spread out.
         self._starts = StartLine(
-            admission, handle=self._post, reply=self._wire.publish_reply, metrics=metrics
+            admission,
+            handle=self._post_now,
+            reply=self._wire.publish_reply,
+            would_refuse=self._would_refuse,
+            metrics=metrics,
         )
         self._pending_restore: dict[str, StoredInstance] = {}
         self._restoring: set[str] = set()  # pending ones waiting in the admission line
@@ -129,6 +136,7 @@ class TaskService:
             finally:
                 self._tg = None
                 self._starts.close()
+                self._restoring.clear()
                 for actor in self._actors.values():
                     actor.close()  # no timer outlives the service
 
@@ -170,8 +178,11 @@ class TaskService:
         the store; the new owner resumes them), then adopt the ones gained."""
         for device in [d for d in self._actors if not self._owns(d)]:
             self._table.release(device)
+        for device in [d for d in self._starts.devices() if not self._owns(d)]:
+            self._starts.release(device)  # its waiting requests are refused: retry elsewhere
         for device in [d for d in self._pending_restore if not self._owns(d)]:
             del self._pending_restore[device]
+            self._restoring.discard(device)
         self._adopt.set()
 
     async def _adopt_on_changes(self) -> None:
@@ -193,7 +204,18 @@ class TaskService:
         self._table.remember_presence(device, online)
         if device in self._pending_restore:
             self._restore_when_admitted(device, online)
-        self._post(device, Presence(online), create=False)
+        sync = functools.partial(self._sync_presence, device)
+        actor = self._actors.get(device)
+        if device in self._starts:  # behind what waits; it reads the latest presence then
+            self._starts.after(device, sync)
+        elif online and actor is not None and actor.runtime.plays_when_back():
+            self._starts.restore(device, sync)  # a lesson paused by the outage plays again
+        else:
+            self._post_now(device, Presence(online), create=False)
+
+    def _sync_presence(self, device: str) -> None:
+        online = self._table.online.get(device, True)
+        self._post_now(device, Presence(online), create=False)
 
     def on_speech_started(self, device: str, utterance_id: str) -> None:
         self._speech_event(device, utterance_id, "speech.started", {"utterance_id": utterance_id})
@@ -232,6 +254,12 @@ class TaskService:
     # -- actors ----------------------------------------------------------------------------------
 
     def _post(self, device: str, event: RuntimeEvent, *, create: bool = True) -> None:
+        if device in self._starts:  # something of it waits for a slot: this waits behind
+            self._starts.after(device, lambda: self._post_now(device, event, create=create))
+        else:
+            self._post_now(device, event, create=create)
+
+    def _post_now(self, device: str, event: RuntimeEvent, *, create: bool = True) -> None:
         actor = self._actors.get(device)
         if actor is None:
             if not create or device in self._pending_restore:
@@ -245,6 +273,16 @@ class TaskService:
         else:
             self._actors.move_to_end(device)
         actor.deliver(event)
+
+    def _would_refuse(self, device: str, request: ControlRequest) -> bool:
+        """Whether the device's runtime (a fresh one if it has no actor) refuses ``request``
+        now; one that waits for a stored lesson to resume is not asked (its actor is coming)."""
+        actor = self._actors.get(device)
+        if actor is not None:
+            return actor.runtime.would_refuse(request)
+        if device in self._pending_restore:
+            return False
+        return self._table.new_runtime(device).would_refuse(request)
 
     def _spawn(self, device: str, runtime: DeviceRuntime | None) -> DeviceActor | None:
         if self._tg is None:
@@ -269,6 +307,8 @@ class TaskService:
             actor = self._actors.get(device)
             if actor is not None and actor.runtime.instance is not None:
                 continue  # already running here (ours all along, or started since)
+            if device in self._starts:
+                continue  # a start (or more) waits for a slot: it runs a new lesson instead
             self._pending_restore[device] = (instance, steps)
             if device in self._table.online:
                 self._restore_when_admitted(device, self._table.online[device])
@@ -294,7 +334,7 @@ class TaskService:
     def _restore_admitted(self, device: str) -> None:
         self._restoring.discard(device)
         if device in self._pending_restore:  # not restored offline or released meanwhile
-            self._restore_device(device, self._table.online.get(device, False))
+            self._restore_device(device, self._table.online.get(device, True))
 
     def _restore_device(self, device: str, online: bool) -> None:
         instance, steps = self._pending_restore.pop(device)

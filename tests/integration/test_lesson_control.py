@@ -309,6 +309,6 @@ async def test_a_herd_of_starts_is_admitted_at_the_rate_in_order(
             "instance.cancelled", instance_id=replies[3]["instance_id"]
         )
         assert cancelled.data == {"reason": "stopped"}
-        assert rig.metric("runtime_starts_paced_total") == 2
-        assert rig.metric("runtime_starts_overloaded_total") == 1
+        assert rig.metric("runtime_admission_paced_total") == 2
+        assert rig.metric("runtime_admission_refused_total") == 1
         assert_back_in_chat(rig)

@@ -150,21 +150,52 @@ class DeviceRuntime(Stepper):
                 assert isinstance(reply, ControlReply)  # noqa: S101 - _start replies first
                 return [replace(reply, action=str(req.action)), *cancelled, *started]
 
-    def _start(self, req: ControlRequest, now: float) -> list[RuntimeEffect]:
+    def plays_when_back(self) -> bool:
+        """Whether the board coming back online resumes a lesson (which plays at once)."""
+        inst = self._inst
+        return inst is not None and self.state is RuntimeState.PAUSED and not inst.by_control
+
+    def would_refuse(self, req: ControlRequest) -> bool:
+        """Whether the runtime as it is now refuses ``req`` (a start, restart or resume): the
+        admission line hands such a request over at once instead of giving it a slot."""
+        if req.priority not in tuple(PriorityLevel):
+            return True
+        if req.action is ControlAction.START:
+            return self._start_problem(req) is not None
+        inst = self._inst
+        if inst is None or (req.instance_id is not None and req.instance_id != inst.id):
+            return True
+        if not preempts(req.priority, inst.record.priority) or not self._online:
+            return True
+        return req.action is ControlAction.RESUME and self.state is not RuntimeState.PAUSED
+
+    def _start_problem(self, req: ControlRequest) -> tuple[ControlRefusal, str | None] | None:
+        """Why a start is refused (reason, detail), or ``None``."""
         task = self.catalog.get(req.app_id or "", req.task_id or "")
         lesson = task.lesson(req.lesson_id) if task else None
         if task is None or lesson is None:
-            what = f"{req.app_id}/{req.task_id}/{req.lesson_id}"
-            return self._refuse(req, ControlRefusal.UNKNOWN_TASK, what)
+            return ControlRefusal.UNKNOWN_TASK, f"{req.app_id}/{req.task_id}/{req.lesson_id}"
         parsed = parse_params(req, task, lesson)
         if isinstance(parsed, str):
-            return self._refuse(req, ControlRefusal.INVALID, parsed)
+            return ControlRefusal.INVALID, parsed
         if not self._online:
-            return self._refuse(req, ControlRefusal.DEVICE_OFFLINE)
+            return ControlRefusal.DEVICE_OFFLINE, None
+        if self._inst is not None and not preempts(req.priority, self._inst.record.priority):
+            return ControlRefusal.BUSY, None
+        return None
+
+    def _start(self, req: ControlRequest, now: float) -> list[RuntimeEffect]:
+        problem = self._start_problem(req)
+        if problem is not None:
+            return self._refuse(req, *problem)
+        task = self.catalog.get(req.app_id or "", req.task_id or "")
+        assert task is not None  # noqa: S101 - checked just above
+        lesson = task.lesson(req.lesson_id)
+        assert lesson is not None  # noqa: S101 - checked just above
+        parsed = parse_params(req, task, lesson)
+        assert not isinstance(parsed, str)  # noqa: S101 - checked just above
         effects: list[RuntimeEffect] = []
         if self._inst is not None:
-            if not preempts(req.priority, self._inst.record.priority):
-                return self._refuse(req, ControlRefusal.BUSY)
             effects = self._cancel("preempted", now)
         ratio, repeat, start = parsed
         record = InstanceColumns(

@@ -3,7 +3,9 @@ actor at once, gaining one resumes the stored running instance through the resto
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,6 +144,82 @@ async def test_a_herd_of_restores_is_paced_and_a_stop_waits_for_its_devices_rest
         plays = board.times_of("PLAY_MEDIA")
         assert len(plays) == 4  # every restored lesson played its step again, in turn
         assert plays[-1] - plays[0] >= 100  # three slots 50 ms apart after the first
-        assert metrics.snapshot()["snlpgw_runtime_starts_paced_total"] == 3
+        assert metrics.snapshot()["snlpgw_runtime_admission_paced_total"] == 3
         assert svc.runtime_of(devices[-1]).instance is None  # type: ignore[union-attr]
         assert all(svc.runtime_of(d).instance is not None for d in devices[:-1])  # type: ignore[union-attr]
+
+
+@contextlib.asynccontextmanager
+async def slow_owned(fast_catalog: Path, rate_per_s: float) -> AsyncIterator[OwnershipRig]:
+    """The owned rig with one lesson start admitted per ``1 / rate_per_s`` seconds."""
+    metrics, mqtt, owns = Metrics(), FakePublisher(), Owned()
+    board, recorder = FakeBoard(clip_ms=300), FakeRecorder()
+
+    async def load_running() -> list[tuple[InstanceColumns, Sequence[StepColumns]]]:
+        return _running(recorder)
+
+    async with running_tasks(
+        fast_catalog, mqtt, metrics, board, min_window_ms=300, present=[DEV],
+        mic=FakeMic(), recorder=recorder, assessment=FakeAssessment(),
+        load_running=load_running, owns=owns, handover_delay_s=0.0,
+        admission=AdmissionConfig(rate_per_s=rate_per_s, burst=1, max_wait_ms=10_000),
+    ) as svc:  # fmt: skip
+        yield svc, mqtt, board, recorder, owns, metrics
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    """Wait (bounded) until ``predicate`` holds; for state no publish announces."""
+    async with asyncio.timeout(5):
+        while not predicate():  # noqa: ASYNC110 - no event announces it
+            await asyncio.sleep(0.001)
+
+
+def _start_of(dev: str, rid: str) -> dict[str, object]:
+    return {"v": 1, "id": rid, "action": "start", "priority": 2, "app_id": "english_learning",
+            "task_id": "shadowing", "lesson_id": "unit01"}  # fmt: skip
+
+
+async def test_a_start_waiting_when_its_device_moves_is_refused_so_the_backend_retries(
+    fast_catalog: Path,
+) -> None:
+    async with slow_owned(fast_catalog, rate_per_s=0.2) as (svc, mqtt, _, _, owns, metrics):
+        other = "aa_bb_cc_dd_ee_77"
+        owns.devices.add(other)
+        svc.on_presence(other, True)
+        mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", _start_of(DEV, "first"))  # the burst: at once
+        mqtt.deliver(f"snlpgw/v1/ctl/{other}", _start_of(other, "waits"))  # its slot: 5 s on
+        await _until(lambda: other in svc._starts)
+        owns.devices.discard(other)
+        svc.on_owners_changed()
+        (reply,) = mqtt.bodies("/reply/" + other)
+        assert (reply["ref"], reply["status"], reply["reason"]) == (
+            "waits",
+            "refused",
+            "overloaded",
+        )
+        assert "another gateway" in reply["detail"]
+        assert other not in svc._starts
+        assert mqtt.bodies("/reply/" + DEV)[0]["status"] == "accepted"
+        assert metrics.snapshot()["snlpgw_runtime_not_owner_total"] == 0
+
+
+async def test_a_start_waiting_for_its_slot_wins_over_a_stored_lesson_found_meanwhile(
+    fast_catalog: Path,
+) -> None:
+    async with slow_owned(fast_catalog, rate_per_s=1) as (svc, mqtt, board, _, owns, _):
+        mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", _start_of(DEV, "old"))  # the burst: at once
+        await mqtt.wait_for(lambda: len(board.times_of("PLAY_MEDIA")) >= 1)
+        owns.devices.clear()
+        svc.on_owners_changed()  # away, with the lesson running in the store ...
+        owns.devices.add(DEV)
+        mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", _start_of(DEV, "fresh"))  # ... back: waits 1 s
+        await _until(lambda: DEV in svc._starts)
+        svc.on_owners_changed()  # the stored lesson is found while the start waits
+        await mqtt.wait_for(lambda: len(mqtt.bodies("/reply/" + DEV)) == 2)
+        fresh = mqtt.bodies("/reply/" + DEV)[1]
+        assert (fresh["ref"], fresh["status"]) == ("fresh", "accepted")
+        runtime = svc.runtime_of(DEV)
+        assert runtime is not None
+        assert runtime.instance is not None
+        assert runtime.instance.id == fresh["instance_id"]
+        assert not _task_events(_Wire(mqtt), "instance.restored")  # type: ignore[arg-type]

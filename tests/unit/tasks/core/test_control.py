@@ -276,3 +276,53 @@ def test_a_non_event_names_the_state() -> None:
     with pytest.raises(IllegalEvent, match=r"not a runtime event: str in state IDLE") as info:
         d.rt.handle("audio.completed", 0)  # type: ignore[arg-type]
     assert info.value.state is RuntimeState.IDLE
+
+
+def _in_state(state: str) -> Driver:
+    """A runtime brought to ``state`` by events (the running instance is i1, priority 2)."""
+    d = Driver(online=state != "idle-offline")
+    if state.startswith("idle"):
+        return d
+    d.at(0, req(A.START, priority=2))
+    if state in ("paused-by-control", "paused-both"):
+        d.at(1, req(A.PAUSE, priority=2))
+    if state in ("paused-offline", "paused-both"):
+        d.at(2, Presence(online=False))
+    return d
+
+
+STATES = ["idle", "idle-offline", "playing", "paused-by-control", "paused-offline", "paused-both"]
+ASKED = [
+    req(A.START, priority=2),
+    req(A.START, priority=1),
+    req(A.START, priority=4),
+    req(A.START, task_id="nope"),
+    req(A.START, params={"repeat": 0}),
+    req(A.RESTART, priority=2),
+    req(A.RESTART, priority=1),
+    req(A.RESTART, instance_id="zzz"),
+    req(A.RESUME, priority=2),
+    req(A.RESUME, priority=1),
+    req(A.RESUME, priority=2, instance_id="i1"),
+]
+
+
+@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("request_", ASKED, ids=lambda r: f"{r.action}-{r.priority}")
+def test_would_refuse_says_what_handling_the_request_answers(
+    state: str, request_: ControlRequest
+) -> None:
+    d = _in_state(state)
+    predicted = d.rt.would_refuse(request_)
+    assert predicted is not reply(d.at(10, request_)).accepted
+
+
+@pytest.mark.parametrize(
+    ("state", "plays"),
+    [("idle", False), ("playing", False), ("paused-by-control", False),
+     ("paused-offline", True), ("paused-both", False)],
+)  # fmt: skip
+def test_plays_when_back_says_whether_coming_back_online_plays(state: str, plays: bool) -> None:
+    d = _in_state(state)
+    assert d.rt.plays_when_back() is plays
+    assert bool(commands(d.at(10, Presence(online=True)))) is plays
