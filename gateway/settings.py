@@ -273,15 +273,16 @@ class RuntimeSettings(_Section):
     start_rate_per_s: float = Field(
         500.0,
         gt=0,
-        description="Lesson starts admitted per second: a herd of starts is spread out so its "
-        "steps fit one core (each start keeps its phase for the whole lesson).",
+        description="Lessons admitted to start playing per second (start, restart and resume "
+        "requests, lessons resumed from the store or after an outage): a herd is spread out so "
+        "its steps fit one core (a lesson keeps its phase for all its steps).",
     )
-    start_burst: int = Field(20, ge=1, description="Lesson starts admitted at once after a lull.")
+    start_burst: int = Field(20, ge=1, description="Lessons admitted at once after a lull.")
     start_max_wait_s: float = Field(
         5.0,
         ge=0,
-        description="Longest a lesson start waits for admission; beyond it the start is "
-        "refused `overloaded` at once.",
+        description="Longest a start, restart or resume request waits for admission; one that "
+        "would wait longer is refused `overloaded` at once (resumed lessons always wait).",
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from tests.unit.tasks.test_task_service import (  # the catalog fixture and requ
 )
 
 __all__ = ["fast_catalog"]
+SHIPPED = AdmissionConfig()
 OwnershipRig = tuple[TaskService, FakePublisher, FakeBoard, FakeRecorder, "Owned", Metrics]
 
 
@@ -55,8 +57,11 @@ def _running(recorder: FakeRecorder) -> list[tuple[InstanceColumns, Sequence[Ste
     return out
 
 
-@pytest.fixture
-async def owned_rig(fast_catalog: Path) -> AsyncIterator[OwnershipRig]:
+@contextlib.asynccontextmanager
+async def owned(
+    fast_catalog: Path, admission: AdmissionConfig = SHIPPED
+) -> AsyncIterator[OwnershipRig]:
+    """The task service over fakes, acting for the devices in its ``Owned``."""
     metrics, mqtt, owns = Metrics(), FakePublisher(), Owned()
     board, recorder = FakeBoard(clip_ms=300), FakeRecorder()
 
@@ -66,9 +71,15 @@ async def owned_rig(fast_catalog: Path) -> AsyncIterator[OwnershipRig]:
     async with running_tasks(
         fast_catalog, mqtt, metrics, board, min_window_ms=300, present=[DEV],
         mic=FakeMic(), recorder=recorder, assessment=FakeAssessment(),
-        load_running=load_running, owns=owns, handover_delay_s=0.0,
+        load_running=load_running, owns=owns, handover_delay_s=0.0, admission=admission,
     ) as svc:  # fmt: skip
         yield svc, mqtt, board, recorder, owns, metrics
+
+
+@pytest.fixture
+async def owned_rig(fast_catalog: Path) -> AsyncIterator[OwnershipRig]:
+    async with owned(fast_catalog) as rig:
+        yield rig
 
 
 async def test_a_request_for_a_device_owned_elsewhere_is_left_alone(
@@ -149,22 +160,9 @@ async def test_a_herd_of_restores_is_paced_and_a_stop_waits_for_its_devices_rest
         assert all(svc.runtime_of(d).instance is not None for d in devices[:-1])  # type: ignore[union-attr]
 
 
-@contextlib.asynccontextmanager
-async def slow_owned(fast_catalog: Path, rate_per_s: float) -> AsyncIterator[OwnershipRig]:
+def slow_owned(fast_catalog: Path, rate_per_s: float) -> AbstractAsyncContextManager[OwnershipRig]:
     """The owned rig with one lesson start admitted per ``1 / rate_per_s`` seconds."""
-    metrics, mqtt, owns = Metrics(), FakePublisher(), Owned()
-    board, recorder = FakeBoard(clip_ms=300), FakeRecorder()
-
-    async def load_running() -> list[tuple[InstanceColumns, Sequence[StepColumns]]]:
-        return _running(recorder)
-
-    async with running_tasks(
-        fast_catalog, mqtt, metrics, board, min_window_ms=300, present=[DEV],
-        mic=FakeMic(), recorder=recorder, assessment=FakeAssessment(),
-        load_running=load_running, owns=owns, handover_delay_s=0.0,
-        admission=AdmissionConfig(rate_per_s=rate_per_s, burst=1, max_wait_ms=10_000),
-    ) as svc:  # fmt: skip
-        yield svc, mqtt, board, recorder, owns, metrics
+    return owned(fast_catalog, AdmissionConfig(rate_per_s=rate_per_s, burst=1, max_wait_ms=10_000))
 
 
 async def _until(predicate: Callable[[], bool]) -> None:
