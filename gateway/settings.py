@@ -273,16 +273,15 @@ class RuntimeSettings(_Section):
     start_rate_per_s: float = Field(
         500.0,
         gt=0,
-        description="Lessons admitted to start playing per second (start, restart and resume "
-        "requests, lessons resumed from the store or after an outage): a herd is spread out so "
-        "its steps fit one core (a lesson keeps its phase for all its steps).",
+        description="Start, restart and resume requests admitted per second: a herd is spread "
+        "out so its steps fit one core (a lesson keeps its phase for all its steps).",
     )
-    start_burst: int = Field(20, ge=1, description="Lessons admitted at once after a lull.")
+    start_burst: int = Field(20, ge=1, description="Requests admitted at once after a lull.")
     start_max_wait_s: float = Field(
         5.0,
         ge=0,
         description="Longest a start, restart or resume request waits for admission; one that "
-        "would wait longer is refused `overloaded` at once (resumed lessons always wait).",
+        "would wait longer is refused `overloaded` at once.",
     )
 
 

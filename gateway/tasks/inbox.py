@@ -5,8 +5,9 @@ Producers: the board channel (board events, buttons, presence, via ``BoardToTask
 voice sink (speech started/stopped, via ``VoiceToTasks``), the assessment side path (ASR text),
 CHAT (a task asked for by voice), the cluster (ownership changed) and the control topic. The
 :class:`~gateway.tasks.service.TaskService` drains it in its ``run`` and hands each event to its
-device's actor, so every input of a device reaches its runtime in the order it arrived (a
-device with a lesson start waiting for its admission slot has its later inputs wait behind it:
+device's actor, so every input of a device reaches its runtime in the order it arrived, except
+that a start, restart or resume request waiting for its admission slot is overtaken by its
+device's board events (its device's later control requests wait behind it:
 :mod:`gateway.tasks.starts`).
 
 Queue policy: bounded (``INBOX_LIMIT`` events). The consumer never awaits between events, so the

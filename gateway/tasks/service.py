@@ -1,14 +1,13 @@
 """The task runtime component: other components put typed events in the task inbox it is built
 with (created before them, :mod:`gateway.tasks.inbox`); ``run`` drains it in order into one actor
-per device (:mod:`gateway.tasks.actors`), through the admission line (:mod:`gateway.tasks.starts`:
-what starts a lesson playing waits for a slot, and its device's later inputs behind it). It
-reaches the others only through the ports it was built with; MQTT control in, replies and task
-events out: :mod:`gateway.tasks.wire`."""
+per device (:mod:`gateway.tasks.actors`), control requests through the admission line
+(:mod:`gateway.tasks.starts`: a request that starts a lesson playing waits for a slot, and its
+device's later requests behind it). It reaches the others only through the ports it was built
+with; MQTT control in, replies and task events out: :mod:`gateway.tasks.wire`."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -115,13 +114,12 @@ class TaskService:
         # Control requests go through the admission line: a herd of starts is spread out.
         self._starts = StartLine(
             admission,
-            handle=self._post_now,
+            handle=self._post,
             reply=self._wire.publish_reply,
             would_refuse=self._would_refuse,
             metrics=metrics,
         )
         self._pending_restore: dict[str, StoredInstance] = {}
-        self._restoring: set[str] = set()  # pending ones waiting in the admission line
         self._tg: asyncio.TaskGroup | None = None  # while running
         self._ready = asyncio.Event()
 
@@ -136,7 +134,6 @@ class TaskService:
             finally:
                 self._tg = None
                 self._starts.close()
-                self._restoring.clear()
                 for actor in self._actors.values():
                     actor.close()  # no timer outlives the service
 
@@ -182,7 +179,6 @@ class TaskService:
             self._starts.release(device)  # its waiting requests are refused: retry elsewhere
         for device in [d for d in self._pending_restore if not self._owns(d)]:
             del self._pending_restore[device]
-            self._restoring.discard(device)
         self._adopt.set()
 
     async def _adopt_on_changes(self) -> None:
@@ -203,19 +199,8 @@ class TaskService:
     def on_presence(self, device: str, online: bool) -> None:
         self._table.remember_presence(device, online)
         if device in self._pending_restore:
-            self._restore_when_admitted(device, online)
-        sync = functools.partial(self._sync_presence, device)
-        actor = self._actors.get(device)
-        if device in self._starts:  # behind what waits; it reads the latest presence then
-            self._starts.after(device, sync)
-        elif online and actor is not None and actor.runtime.plays_when_back():
-            self._starts.restore(device, sync)  # a lesson paused by the outage plays again
-        else:
-            self._post_now(device, Presence(online), create=False)
-
-    def _sync_presence(self, device: str) -> None:
-        online = self._table.online.get(device, True)
-        self._post_now(device, Presence(online), create=False)
+            self._restore_device(device, online)
+        self._post(device, Presence(online), create=False)
 
     def on_speech_started(self, device: str, utterance_id: str) -> None:
         self._speech_event(device, utterance_id, "speech.started", {"utterance_id": utterance_id})
@@ -254,12 +239,6 @@ class TaskService:
     # -- actors ----------------------------------------------------------------------------------
 
     def _post(self, device: str, event: RuntimeEvent, *, create: bool = True) -> None:
-        if device in self._starts:  # something of it waits for a slot: this waits behind
-            self._starts.after(device, lambda: self._post_now(device, event, create=create))
-        else:
-            self._post_now(device, event, create=create)
-
-    def _post_now(self, device: str, event: RuntimeEvent, *, create: bool = True) -> None:
         actor = self._actors.get(device)
         if actor is None:
             if not create or device in self._pending_restore:
@@ -307,34 +286,16 @@ class TaskService:
             actor = self._actors.get(device)
             if actor is not None and actor.runtime.instance is not None:
                 continue  # already running here (ours all along, or started since)
-            if device in self._starts:
-                continue  # a start (or more) waits for a slot: it runs a new lesson instead
             self._pending_restore[device] = (instance, steps)
-            if device in self._table.online:
-                self._restore_when_admitted(device, self._table.online[device])
+            if instance.device_id in self._table.online:
+                self._restore_device(instance.device_id, self._table.online[instance.device_id])
         if self._pending_restore and self._tg is not None:
             self._tg.create_task(self._restore_deadline(), name="tasks.restore-deadline")
 
     async def _restore_deadline(self) -> None:
         await asyncio.sleep(self._restore_wait_s)
         for device in list(self._pending_restore):
-            if device not in self._restoring:  # online, waiting for its admission slot
-                self._restore_device(device, online=False)
-
-    def _restore_when_admitted(self, device: str, online: bool) -> None:
-        """An online board's lesson plays as it resumes: it waits for an admission slot like
-        a start (a herd of them after a restart is spread); an offline one resumes paused, at
-        once (nothing is played)."""
-        if not online:
             self._restore_device(device, online=False)
-        elif device not in self._restoring:
-            self._restoring.add(device)
-            self._starts.restore(device, functools.partial(self._restore_admitted, device))
-
-    def _restore_admitted(self, device: str) -> None:
-        self._restoring.discard(device)
-        if device in self._pending_restore:  # not restored offline or released meanwhile
-            self._restore_device(device, self._table.online.get(device, True))
 
     def _restore_device(self, device: str, online: bool) -> None:
         instance, steps = self._pending_restore.pop(device)

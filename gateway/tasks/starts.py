@@ -1,26 +1,24 @@
-"""The admission line: lessons begin to play at a bounded rate; a device's later inputs wait
-behind what it has waiting, in order.
+"""The admission line: control requests that start a lesson playing go at a bounded rate; a
+device's later requests wait behind its waiting one, in order.
 
-What plays at once when handled takes a slot of the
-:class:`~gateway.tasks.core.admission.StartPacer`: a ``start``, ``restart`` or ``resume``
-request (:meth:`StartLine.submit`: now, and it is handled at once; later, and it waits in
-arrival order; more than ``max_wait`` ahead, and it is refused ``overloaded`` at once, counted),
-and a stored lesson resumed on an online board or a lesson paused by a board that went away
-resuming as it comes back (:meth:`StartLine.restore`: however far ahead; never refused). A
-request the runtime would refuse anyway (unknown task, offline board, busy, nothing to resume)
-takes no slot: it is handed over at once and refused with its own reason.
+A ``start``, ``restart`` or ``resume`` request takes a slot of the
+:class:`~gateway.tasks.core.admission.StartPacer`: now, and it is handled at once; later, and it
+waits in arrival order; more than ``max_wait`` ahead, and it is refused ``overloaded`` at once
+(counted). One the runtime would refuse anyway (unknown task, offline board, busy, nothing to
+resume) takes no slot: it is handed over at once and refused with its own reason (asked only
+while nothing of its device waits: behind something, what it will meet is not known yet).
 
-A device with something waiting keeps its order: its later requests and board events
-(:meth:`StartLine.after`) wait behind it, so a ``stop`` sent after a ``start`` ends that start's
-lesson. Other devices are not held. When the device moves to another gateway
-(:meth:`StartLine.release`), its waiting requests are refused ``overloaded`` (retry: the new
-owner takes them) and the rest forgotten.
+While a device has a request waiting, its later requests follow that one (right after it, not
+after every other device's slot): a ``stop`` sent after a ``start`` ends that start's lesson.
+Board events are not held: they reach the runtime at once, as without the line (a waiting
+``start`` meets the lesson as it is by then). When the device moves to another gateway
+(:meth:`StartLine.release`) its waiting requests are refused ``overloaded``: the backend
+retries and the new owner takes them.
 
-Bounded: the pacer lets ``rate x max_wait`` refusable slots be reserved ahead (restores add at
-most one per stored instance), and one device has at most ``PER_DEVICE`` entries in the line
-(past it a request is refused ``overloaded`` and an event dropped, both counted), so neither
-a flood for one device nor its own voice starts can fill the line every other device's starts
-wait in. One loop timer, pointed at the head, drains it.
+Bounded: the pacer admits ``rate x max_wait`` slots ahead at most, and one device has at most
+``PER_DEVICE`` requests in the line (past it a request is refused ``overloaded``, counted), so
+neither a flood of requests for one device nor its own voice starts can fill the line every
+other device's starts wait in. One loop timer, pointed at the head, drains it.
 """
 
 from __future__ import annotations
@@ -36,29 +34,31 @@ from gateway.tasks.core import ControlAction, ControlRefusal, ControlReply, Cont
 from gateway.tasks.core.admission import AdmissionConfig, StartPacer
 
 PACED = frozenset({ControlAction.START, ControlAction.RESTART, ControlAction.RESUME})
-PER_DEVICE = 8  # entries of one device in the line at most
+PER_DEVICE = 8  # requests of one device in the line at most
 
 HandleRequest = Callable[[str, ControlRequest], None]
 SendReply = Callable[[str, ControlReply], None]
 WouldRefuse = Callable[[str, ControlRequest], bool]
+Clock = Callable[[], float]
 
 log = logging.getLogger(__name__)
 
 
-Input = tuple[Callable[[], None], ControlRequest | None]  # what to run; the request it is
+def loop_ms() -> float:
+    """The running loop's clock in milliseconds (the line's timer runs on it)."""
+    return asyncio.get_running_loop().time() * 1000.0
 
 
 @dataclass(slots=True)
 class _Entry:
-    """A paced input at its slot, and its device's inputs that came after it (run right after
-    it, in order: they wait for this device's slot, not for other devices')."""
+    """A paced request at its slot, and its device's requests that came after it (handled right
+    after it, in order)."""
 
-    slot: float  # monotonic ms
+    slot: float  # loop ms
     arrived: float
     device: str
-    go: Callable[[], None]
-    request: ControlRequest | None = None  # a control request (answered if released)
-    followers: list[Input] = field(default_factory=list)
+    request: ControlRequest
+    followers: list[ControlRequest] = field(default_factory=list)
 
 
 class StartLine:
@@ -70,99 +70,75 @@ class StartLine:
         reply: SendReply,
         would_refuse: WouldRefuse,
         metrics: Metrics,
+        clock: Clock = loop_ms,
     ) -> None:
         self._pacer = StartPacer(config)
         self._handle = handle
         self._reply = reply
         self._would_refuse = would_refuse
-        # Paced inputs in slot order (the pacer's slots ascend); a device's later inputs
+        self._clock = clock
+        # Paced requests in slot order (the pacer's slots ascend); a device's later requests
         # follow its last entry.
         self._line: deque[_Entry] = deque()
         self._last: dict[str, _Entry] = {}  # device → its last entry in the line
-        self._waiting: Counter[str] = Counter()  # device → its inputs in the line
+        self._waiting: Counter[str] = Counter()  # device → its requests in the line
         self._timer: asyncio.TimerHandle | None = None
         self._m_paced = metrics.counter(
-            "runtime_admission_paced", "Lessons (starts, resumes, restores) that waited for a slot"
+            "runtime_admission_paced", "Start, restart and resume requests that waited for a slot"
         )
         self._m_refused = metrics.counter(
             "runtime_admission_refused",
             "Control requests refused overloaded (no slot within the longest wait, a device "
             "with a full share of the line, or moved to another gateway while waiting)",
         )
-        self._m_dropped = metrics.counter(
-            "runtime_admission_dropped", "Board events dropped: their device's share was full"
-        )
         self._m_wait = metrics.quantiles(
-            "runtime_admission_wait_ms", "How long a paced lesson waited for its slot (ms)"
+            "runtime_admission_wait_ms", "How long a paced request waited for its slot (ms)"
         )
-        depth = metrics.gauge("runtime_admission_waiting", "Inputs waiting in the admission line")
+        depth = metrics.gauge("runtime_admission_waiting", "Requests in the admission line")
         depth.set_function(lambda: sum(self._waiting.values()))  # read when scraped
 
     def __contains__(self, device: str) -> bool:
-        """Whether ``device`` has something waiting (its inputs must wait behind it)."""
+        """Whether ``device`` has a request waiting."""
         return device in self._waiting
 
     def devices(self) -> list[str]:
-        """The devices with something waiting."""
+        """The devices with a request waiting."""
         return list(self._waiting)
 
     def submit(self, device: str, request: ControlRequest) -> None:
-        now = _now()
+        now = self._clock()
         waiting = self._waiting[device]
         if waiting >= PER_DEVICE:
             self._refuse(device, request, "too many requests for this device waiting")
             return
-        # A request the runtime refuses as it is now takes no slot (while nothing of its
-        # device waits: behind something, what it will meet is not known yet).
         paced = request.action in PACED and (waiting > 0 or not self._would_refuse(device, request))
         slot = self._pacer.reserve(now) if paced else now
         if slot is None:
             self._refuse(device, request, "too many lessons waiting for admission")
             return
-        if slot <= now and not waiting:
+        if not waiting and slot <= now:
             self._handle(device, request)
-            return
-        go = lambda: self._handle(device, request)  # noqa: E731 - one closure per entry
-        if paced:
-            self._enqueue(_Entry(slot, now, device, go, request))
+        elif paced:
+            self._m_paced.inc()
+            entry = _Entry(slot, now, device, request)
+            self._line.append(entry)
+            self._last[device] = entry
+            self._waiting[device] += 1
+            if self._timer is None:
+                self._arm()
         else:
-            self._follow(device, (go, request))
-
-    def restore(self, device: str, go: Callable[[], None]) -> None:
-        """Run ``go`` (a lesson that plays as it resumes) at a slot however far ahead: a herd
-        of them after a restart or a broker outage is spread like one of starts, and never
-        refused. It waits behind what its device already has in the line."""
-        now = _now()
-        slot = self._pacer.reserve(now, always=True)
-        assert slot is not None  # noqa: S101 - always=True reserves a slot
-        if slot <= now and device not in self._waiting:
-            go()
-            return
-        self._enqueue(_Entry(slot, now, device, go))
-
-    def after(self, device: str, go: Callable[[], None]) -> None:
-        """Run ``go`` (the device's board event) now, or behind what the device has waiting;
-        dropped, counted, when its share of the line is full."""
-        waiting = self._waiting[device]
-        if not waiting:
-            go()
-        elif waiting >= PER_DEVICE:
-            self._m_dropped.inc()
-        else:
-            self._follow(device, (go, None))
+            self._last[device].followers.append(request)
+            self._waiting[device] += 1
 
     def release(self, device: str) -> None:
-        """The device is another gateway's now: its waiting requests are refused (retry) and
-        everything else of it forgotten."""
+        """The device is another gateway's now: its waiting requests are refused (retry)."""
         if device not in self._waiting:
             return
         mine = [e for e in self._line if e.device == device]
         self._line = deque(e for e in self._line if e.device != device)
         del self._waiting[device], self._last[device]
-        requests = [r for e in mine for r in (e.request, *(f for _, f in e.followers))]
-        for request in requests:
-            if request is not None:
-                self._refuse(device, request, "the device moved to another gateway")
+        for request in [r for e in mine for r in (e.request, *e.followers)]:
+            self._refuse(device, request, "the device moved to another gateway")
 
     def close(self) -> None:
         """Forget what waits (the service is stopping) and cancel the timer."""
@@ -186,24 +162,14 @@ class StartLine:
             ),
         )
 
-    def _enqueue(self, entry: _Entry) -> None:
-        self._m_paced.inc()
-        self._line.append(entry)
-        self._last[entry.device] = entry
-        self._waiting[entry.device] += 1
-        if self._timer is None:
-            self._arm()
-
-    def _follow(self, device: str, item: Input) -> None:
-        self._last[device].followers.append(item)
-        self._waiting[device] += 1
-
     def _arm(self) -> None:
-        self._timer = asyncio.get_running_loop().call_at(self._line[0].slot / 1000.0, self._drain)
+        loop = asyncio.get_running_loop()
+        at = loop.time() + (self._line[0].slot - self._clock()) / 1000.0
+        self._timer = loop.call_at(at, self._drain)
 
     def _drain(self) -> None:
         self._timer = None
-        now = _now()
+        now = self._clock()
         line = self._line
         while line and line[0].slot <= now:
             entry = line.popleft()
@@ -213,14 +179,10 @@ class StartLine:
                 del self._last[device], self._waiting[device]
             else:
                 self._waiting[device] -= 1 + len(entry.followers)
-            for go in (entry.go, *(f for f, _ in entry.followers)):
+            for request in (entry.request, *entry.followers):
                 try:
-                    go()
-                except Exception:  # one input's failure must not strand the ones behind it
-                    log.exception("admission: handling a waiting input of %s failed", device)
+                    self._handle(device, request)
+                except Exception:  # one request's failure must not strand the ones behind it
+                    log.exception("admission: %s for %s failed", request.action, device)
         if line:
             self._arm()
-
-
-def _now() -> float:
-    return asyncio.get_running_loop().time() * 1000.0

@@ -35,9 +35,12 @@ from topics.fastwire import task_event_bytes
 
 log = logging.getLogger(__name__)
 
-# MQTT 5 response topics remembered per pending request: more than the starts the admission
-# line holds at its defaults (500/s x 5 s), so a paced start is still answered where asked.
-RESPONSE_ROUTES_KEPT = 4_096
+# MQTT 5 response topics remembered per pending request: as many as the admission line can
+# hold at its defaults (2,520 paced requests, each with up to 7 of its device's behind it), so
+# a waiting request is still answered where it asked; an evicted route costs only that (the
+# reply also goes to the device's reply topic). A few hundred bytes each.
+RESPONSE_ROUTES_KEPT = 20_480
+SPEECH_STEPS_KEPT = 1_024  # utterances remembered with the step they began in
 
 
 def _now_ms() -> int:
@@ -130,7 +133,7 @@ class TaskWire:
         where = self._speech_steps.pop(utterance_id, None) or now_at
         if name == "speech.started":
             self._speech_steps[utterance_id] = where
-            while len(self._speech_steps) > RESPONSE_ROUTES_KEPT:
+            while len(self._speech_steps) > SPEECH_STEPS_KEPT:
                 self._speech_steps.popitem(last=False)
         self.publish_task_event(device, PublishTaskEvent(name, where[0], where[1], data))
 

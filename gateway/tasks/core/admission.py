@@ -39,13 +39,12 @@ class StartPacer:
         self._max_wait = config.max_wait_ms
         self._tat: float | None = None  # when the bucket is next empty; None: never used
 
-    def reserve(self, now_ms: float, *, always: bool = False) -> float | None:
+    def reserve(self, now_ms: float) -> float | None:
         """The time the start asked for at ``now_ms`` may go (``now_ms`` itself when a slot
-        is free), or ``None``: it would wait longer than ``max_wait_ms`` (nothing reserved).
-        ``always``: a slot however far ahead (a lesson being resumed cannot be refused)."""
+        is free), or ``None``: it would wait longer than ``max_wait_ms`` (nothing reserved)."""
         tat = now_ms if self._tat is None else max(self._tat, now_ms)
         slot = max(now_ms, tat - self._tolerance)
-        if slot - now_ms > self._max_wait and not always:
+        if slot - now_ms > self._max_wait:
             return None
         self._tat = tat + self._interval
         return slot

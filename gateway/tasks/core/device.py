@@ -150,11 +150,6 @@ class DeviceRuntime(Stepper):
                 assert isinstance(reply, ControlReply)  # noqa: S101 - _start replies first
                 return [replace(reply, action=str(req.action)), *cancelled, *started]
 
-    def plays_when_back(self) -> bool:
-        """Whether the board coming back online resumes a lesson (which plays at once)."""
-        inst = self._inst
-        return inst is not None and self.state is RuntimeState.PAUSED and not inst.by_control
-
     def would_refuse(self, req: ControlRequest) -> bool:
         """Whether the runtime as it is now refuses ``req`` (a start, restart or resume): the
         admission line hands such a request over at once instead of giving it a slot."""

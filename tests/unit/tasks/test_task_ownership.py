@@ -115,51 +115,6 @@ async def test_handover_stops_the_old_actor_and_resumes_from_the_store(
     assert recorder.instances[-1].state == "completed"
 
 
-async def test_a_herd_of_restores_is_paced_and_a_stop_waits_for_its_devices_restore(
-    fast_catalog: Path,
-) -> None:
-    devices = [f"aa_bb_cc_dd_ee_{i:02x}" for i in range(4)]
-    recorder = FakeRecorder()
-    mqtt, board = FakePublisher(), FakeBoard(clip_ms=5_000)  # every lesson stays on clip one
-    async with running_tasks(
-        fast_catalog, mqtt, Metrics(), board, min_window_ms=100, present=devices,
-        mic=FakeMic(), recorder=recorder, assessment=FakeAssessment(),
-    ):  # fmt: skip
-        for dev in devices:
-            body = {"v": 1, "id": f"start-{dev}", "action": "start", "priority": 2,
-                    "app_id": "english_learning", "task_id": "shadowing", "lesson_id": "unit01"}  # fmt: skip
-            mqtt.deliver(f"snlpgw/v1/ctl/{dev}", body)
-        await mqtt.wait_for(lambda: len(board.times_of("PLAY_MEDIA")) == 4)
-    last = mqtt.bodies("/reply/" + devices[-1])[0]["instance_id"]
-
-    async def load_running() -> list[tuple[InstanceColumns, Sequence[StepColumns]]]:
-        return _running(recorder)
-
-    metrics, mqtt, board = Metrics(), FakePublisher(), FakeBoard(clip_ms=5_000)
-    tight = AdmissionConfig(rate_per_s=20, burst=1, max_wait_ms=0)  # restores are never refused
-    async with running_tasks(
-        fast_catalog, mqtt, metrics, board, min_window_ms=100, present=devices,
-        mic=FakeMic(), recorder=recorder, assessment=FakeAssessment(),
-        load_running=load_running, admission=tight,
-    ) as svc:  # fmt: skip
-        assert len(board.times_of("PLAY_MEDIA")) == 1  # one at once, three waiting for slots
-        stop = {"v": 1, "id": "stop-last", "action": "stop", "priority": 3}
-        mqtt.deliver(f"snlpgw/v1/ctl/{devices[-1]}", stop)  # behind that device's restore
-        await mqtt.wait_for(lambda: bool(mqtt.bodies("/reply/" + devices[-1])))
-        reply = mqtt.bodies("/reply/" + devices[-1])[0]
-        assert (reply["ref"], reply["status"], reply["instance_id"]) == (
-            "stop-last",
-            "accepted",
-            last,
-        )
-        plays = board.times_of("PLAY_MEDIA")
-        assert len(plays) == 4  # every restored lesson played its step again, in turn
-        assert plays[-1] - plays[0] >= 100  # three slots 50 ms apart after the first
-        assert metrics.snapshot()["snlpgw_runtime_admission_paced_total"] == 3
-        assert svc.runtime_of(devices[-1]).instance is None  # type: ignore[union-attr]
-        assert all(svc.runtime_of(d).instance is not None for d in devices[:-1])  # type: ignore[union-attr]
-
-
 def slow_owned(fast_catalog: Path, rate_per_s: float) -> AbstractAsyncContextManager[OwnershipRig]:
     """The owned rig with one lesson start admitted per ``1 / rate_per_s`` seconds."""
     return owned(fast_catalog, AdmissionConfig(rate_per_s=rate_per_s, burst=1, max_wait_ms=10_000))
@@ -201,23 +156,27 @@ async def test_a_start_waiting_when_its_device_moves_is_refused_so_the_backend_r
         assert metrics.snapshot()["snlpgw_runtime_not_owner_total"] == 0
 
 
-async def test_a_start_waiting_for_its_slot_wins_over_a_stored_lesson_found_meanwhile(
+async def test_a_start_waiting_for_its_slot_preempts_the_stored_lesson_resumed_meanwhile(
     fast_catalog: Path,
 ) -> None:
     async with slow_owned(fast_catalog, rate_per_s=1) as (svc, mqtt, board, _, owns, _):
         mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", _start_of(DEV, "old"))  # the burst: at once
         await mqtt.wait_for(lambda: len(board.times_of("PLAY_MEDIA")) >= 1)
+        old = mqtt.bodies("/reply/" + DEV)[0]["instance_id"]
         owns.devices.clear()
         svc.on_owners_changed()  # away, with the lesson running in the store ...
         owns.devices.add(DEV)
         mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", _start_of(DEV, "fresh"))  # ... back: waits 1 s
         await _until(lambda: DEV in svc._starts)
-        svc.on_owners_changed()  # the stored lesson is found while the start waits
+        svc.on_owners_changed()  # the stored lesson is resumed while the start waits ...
+        rig = _Wire(mqtt)
+        await mqtt.wait_for(lambda: bool(_task_events(rig, "instance.restored")))  # type: ignore[arg-type]
         await mqtt.wait_for(lambda: len(mqtt.bodies("/reply/" + DEV)) == 2)
-        fresh = mqtt.bodies("/reply/" + DEV)[1]
+        fresh = mqtt.bodies("/reply/" + DEV)[1]  # ... and the start, at its slot, replaces it
         assert (fresh["ref"], fresh["status"]) == ("fresh", "accepted")
+        cancelled = _task_events(rig, "instance.cancelled")  # type: ignore[arg-type]
+        assert [(e["instance_id"], e["data"]["reason"]) for e in cancelled] == [(old, "preempted")]
         runtime = svc.runtime_of(DEV)
         assert runtime is not None
         assert runtime.instance is not None
         assert runtime.instance.id == fresh["instance_id"]
-        assert not _task_events(_Wire(mqtt), "instance.restored")  # type: ignore[arg-type]

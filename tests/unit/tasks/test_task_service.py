@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import json
 from collections.abc import AsyncIterator
@@ -247,31 +246,3 @@ async def test_presence_memory_is_bounded(rig: TaskServiceRig) -> None:
     for i in range(10):
         rig.svc.on_presence(f"aa_bb_cc_dd_ff_{i:02x}", online=False)
     assert list(rig.svc._table.online) == [f"aa_bb_cc_dd_ff_{i:02x}" for i in (7, 8, 9)]
-
-
-async def test_lessons_resuming_as_their_boards_come_back_are_paced_like_starts(
-    fast_catalog: Path,
-) -> None:
-    devices = [f"aa_bb_cc_dd_ee_{i:02x}" for i in range(3)]
-    metrics, mqtt, board = Metrics(), FakePublisher(), FakeBoard(clip_ms=5_000)
-    tight = AdmissionConfig(rate_per_s=20, burst=1, max_wait_ms=1_000)
-    async with running_tasks(
-        fast_catalog, mqtt, metrics, board, min_window_ms=100, present=devices,
-        mic=FakeMic(), recorder=FakeRecorder(), assessment=FakeAssessment(), admission=tight,
-    ) as svc:  # fmt: skip
-        for dev in devices:
-            body = {"v": 1, "id": f"start-{dev}", "action": "start", "app_id": "english_learning",
-                    "task_id": "shadowing", "lesson_id": "unit01"}  # fmt: skip
-            mqtt.deliver(f"snlpgw/v1/ctl/{dev}", body)
-        await mqtt.wait_for(lambda: len(board.times_of("PLAY_MEDIA")) == 3)
-        await asyncio.sleep(0.2)  # past the last start's slot: one slot free again (burst 1)
-        for dev in devices:  # a broker outage: every board away, every lesson paused ...
-            svc.on_presence(dev, online=False)
-        for dev in devices:  # ... and back together: one resumes (plays) now, two wait
-            svc.on_presence(dev, online=True)
-        assert len(board.times_of("PLAY_MEDIA")) == 4
-        assert [d in svc._starts for d in devices] == [False, True, True]
-        await mqtt.wait_for(lambda: len(board.times_of("PLAY_MEDIA")) == 6)
-        resumed = board.times_of("PLAY_MEDIA")[3:]
-        assert resumed[2] - resumed[0] >= 90  # two slots 50 ms apart after the first
-        assert metrics.snapshot()["snlpgw_runtime_admission_paced_total"] == 4  # 2 starts too

@@ -315,14 +315,3 @@ def test_would_refuse_says_what_handling_the_request_answers(
     d = _in_state(state)
     predicted = d.rt.would_refuse(request_)
     assert predicted is not reply(d.at(10, request_)).accepted
-
-
-@pytest.mark.parametrize(
-    ("state", "plays"),
-    [("idle", False), ("playing", False), ("paused-by-control", False),
-     ("paused-offline", True), ("paused-both", False)],
-)  # fmt: skip
-def test_plays_when_back_says_whether_coming_back_online_plays(state: str, plays: bool) -> None:
-    d = _in_state(state)
-    assert d.rt.plays_when_back() is plays
-    assert bool(commands(d.at(10, Presence(online=True)))) is plays
