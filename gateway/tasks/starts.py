@@ -39,7 +39,7 @@ PER_DEVICE = 8  # requests of one device in the line at most
 HandleRequest = Callable[[str, ControlRequest], None]
 SendReply = Callable[[str, ControlReply], None]
 WouldRefuse = Callable[[str, ControlRequest], bool]
-Clock = Callable[[], float]
+MsClock = Callable[[], float]  # now, in ms on the loop's clock
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class StartLine:
         reply: SendReply,
         would_refuse: WouldRefuse,
         metrics: Metrics,
-        clock: Clock = loop_ms,
+        clock: MsClock = loop_ms,
     ) -> None:
         self._pacer = StartPacer(config)
         self._handle = handle
