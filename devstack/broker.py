@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -43,11 +44,47 @@ class StackError(RuntimeError):
     """The dev stack could not be brought up; the message says what is missing."""
 
 
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PICK_SPAN = 12_000  # ports picked from this far below the ephemeral range up to it
+
+
+def _pick_range() -> tuple[int, int] | None:
+    """Ports no port-0 bind and no outgoing connection is given (below the kernel's ephemeral
+    range), or ``None`` where that range is unknown or leaves no room."""
+    try:
+        low = int(_EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return (max(1024, low - _PICK_SPAN), low - 1) if low > 2048 else None
+
+
+def free_ports(*kinds: int) -> list[int]:
+    """Distinct free loopback ports, one per socket kind. All are held until every one is
+    picked (two picks never repeat), and they come from below the ephemeral range, so no
+    port-0 listener or outgoing connection takes one before its user binds it (port 0 gave the
+    same port twice in a row, or a port a connection then used, on a loaded CI)."""
+    held: list[socket.socket] = []
+    span = _pick_range()
+    try:
+        for kind in kinds:
+            while True:
+                sock = socket.socket(socket.AF_INET, kind)
+                port = 0 if span is None else secrets.choice(range(span[0], span[1] + 1))
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:  # taken (or picked twice): another
+                    sock.close()
+                    continue
+                held.append(sock)
+                break
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return free_ports(kind)[0]
 
 
 class BrokerBackend(Protocol):
@@ -307,8 +344,8 @@ def start_broker(
     tests connect there). ``extra_config``: lines appended to the generated configuration
     (benchmarks' variants; local broker only)."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    device_port = free_port() if device_listener else None
+    port, second = free_ports(socket.SOCK_STREAM, socket.SOCK_STREAM)
+    device_port = second if device_listener else None
     files = init_broker_files(
         data_dir,
         listener_host="127.0.0.1",

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from devstack.broker import free_port
+from devstack.broker import free_ports
 from devstack.process import gateway_process
 from tests.support.asr_server import AsrServer
 from tests.support.broker import Broker
@@ -27,12 +27,13 @@ ROOT = Path(__file__).parents[2]
 
 def _sections(broker: Broker, tmp_path: Path, asr_url: str) -> dict[str, Any]:
     """Fixed free ports: the doctor is told the same settings and probes them."""
+    http, admin, udp = free_ports(socket.SOCK_STREAM, socket.SOCK_STREAM, socket.SOCK_DGRAM)
     return {
         "gateway_id": f"doc-{os.getpid()}",
         "data_dir": str(broker.data_dir),  # the broker's files: the ACL check provisions
         "mqtt": {"url": broker.url},
-        "http": {"port": free_port(), "admin_port": free_port()},
-        "udp": {"port": free_port(socket.SOCK_DGRAM)},
+        "http": {"port": http, "admin_port": admin},
+        "udp": {"port": udp},
         "store": {"sqlite_path": str(tmp_path / "store" / "gateway.sqlite3")},
         "asr": {"engine": "http", "http_url": asr_url},
     }

@@ -8,6 +8,7 @@ import asyncio
 import getpass
 import json
 import secrets
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import aiomqtt
 import pytest
 
-from devstack.broker import Broker, LocalMosquitto, free_port, wait_ready
+from devstack.broker import Broker, LocalMosquitto, free_ports, wait_ready
 from devstack.gateway import gateway_settings
 from gateway.broker.credentials import Credentials, gateway_password, init_broker_files, provision
 from gateway.broker.rules import GATEWAY_USERNAME, Role
@@ -188,7 +189,7 @@ def test_production_config_serves_devices_over_tls(tmp_path: Path, device_id: st
     init_broker_files(data_dir)
     device = provision(data_dir, device_id, reload=None)
     certs = make_server_certs(tmp_path / "certs")
-    tls_port, local_port = free_port(), free_port()
+    tls_port, local_port = free_ports(socket.SOCK_STREAM, socket.SOCK_STREAM)
     text = (REPO / "mosquitto" / "mosquitto.prod.conf").read_text()
     for old, new in (
         ("/var/lib/snlpgw", str(data_dir)),

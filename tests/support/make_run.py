@@ -25,7 +25,7 @@ from pathlib import Path
 from paho.mqtt.client import Client, MQTTMessage
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from devstack.broker import free_port
+from devstack.broker import free_ports
 from gateway.ports import port_free
 
 ROOT = Path(__file__).parents[2]
@@ -59,8 +59,10 @@ class MakeRun:
         self.mark = uuid.uuid4().hex
         self.gateway_id = f"mk-{self.mark[:8]}"
         if ports_from is None:
-            self.mqtt_port, self.http_port = free_port(), free_port()
-            self.admin_port, self.udp_port = free_port(), free_port(socket.SOCK_DGRAM)
+            tcp, udp = socket.SOCK_STREAM, socket.SOCK_DGRAM
+            self.mqtt_port, self.http_port, self.admin_port, self.udp_port = free_ports(
+                tcp, tcp, tcp, udp
+            )
         else:
             self.mqtt_port, self.http_port = ports_from.mqtt_port, ports_from.http_port
             self.admin_port, self.udp_port = ports_from.admin_port, ports_from.udp_port
