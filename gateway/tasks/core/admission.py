@@ -5,7 +5,7 @@ hundred milliseconds close their listen windows in the same few hundred millisec
 step, each close costing the gateway its commands, events and rows, and the clip after a late
 close is late for the child. Spreading the starts once spreads every step after them
 (``bench/results/load/admission.md``: the same 1,000 starts spread over one second read a
-next-clip p99 of 11-14 ms against 24-127 ms started at once).
+next-clip p99 of 10.7-13.5 ms against 23-163 ms started at once).
 
 :class:`StartPacer` is the generic cell rate algorithm (a token bucket kept in one number, the
 theoretical arrival time): each start reserves a slot ``1 / rate`` after the previous one;

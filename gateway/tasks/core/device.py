@@ -14,9 +14,10 @@ or ``now_ms`` going backwards.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gateway.tasks.core.base import with_state
+from gateway.tasks.core.catalog import LessonDef, TaskDef
 from gateway.tasks.core.effects import (
     ControlRefusal,
     ControlReply,
@@ -49,6 +50,15 @@ from gateway.tasks.core.instance import (
 )
 from gateway.tasks.core.rules import PriorityLevel, contains_exit_phrase, preempts
 from gateway.tasks.core.stepping import Stepper
+
+_Refusal = tuple[ControlRefusal, str | None]  # reason, detail
+
+
+@dataclass(frozen=True, slots=True)
+class _StartPlan:
+    task: TaskDef
+    lesson: LessonDef
+    params: tuple[float, int, int]  # listen ratio, repeat, first step
 
 
 class DeviceRuntime(Stepper):
@@ -156,7 +166,7 @@ class DeviceRuntime(Stepper):
         if req.priority not in tuple(PriorityLevel):
             return True
         if req.action is ControlAction.START:
-            return self._start_problem(req) is not None
+            return not isinstance(self._plan_start(req), _StartPlan)
         inst = self._inst
         if inst is None or (req.instance_id is not None and req.instance_id != inst.id):
             return True
@@ -164,8 +174,8 @@ class DeviceRuntime(Stepper):
             return True
         return req.action is ControlAction.RESUME and self.state is not RuntimeState.PAUSED
 
-    def _start_problem(self, req: ControlRequest) -> tuple[ControlRefusal, str | None] | None:
-        """Why a start is refused (reason, detail), or ``None``."""
+    def _plan_start(self, req: ControlRequest) -> _StartPlan | _Refusal:
+        """What a start would run (task, lesson, parameters), or why it is refused."""
         task = self.catalog.get(req.app_id or "", req.task_id or "")
         lesson = task.lesson(req.lesson_id) if task else None
         if task is None or lesson is None:
@@ -177,18 +187,13 @@ class DeviceRuntime(Stepper):
             return ControlRefusal.DEVICE_OFFLINE, None
         if self._inst is not None and not preempts(req.priority, self._inst.record.priority):
             return ControlRefusal.BUSY, None
-        return None
+        return _StartPlan(task, lesson, parsed)
 
     def _start(self, req: ControlRequest, now: float) -> list[RuntimeEffect]:
-        problem = self._start_problem(req)
-        if problem is not None:
-            return self._refuse(req, *problem)
-        task = self.catalog.get(req.app_id or "", req.task_id or "")
-        assert task is not None  # noqa: S101 - checked just above
-        lesson = task.lesson(req.lesson_id)
-        assert lesson is not None  # noqa: S101 - checked just above
-        parsed = parse_params(req, task, lesson)
-        assert not isinstance(parsed, str)  # noqa: S101 - checked just above
+        plan = self._plan_start(req)
+        if not isinstance(plan, _StartPlan):
+            return self._refuse(req, *plan)
+        task, lesson, parsed = plan.task, plan.lesson, plan.params
         effects: list[RuntimeEffect] = []
         if self._inst is not None:
             effects = self._cancel("preempted", now)
