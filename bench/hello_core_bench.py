@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.stats import quantile, record
 from gateway.metrics import Metrics
-from gateway.mqtt_edge import Inbound
+from gateway.mqtt.edge import Inbound
 from gateway.settings import Settings
 from gateway.simulators.xiaozhi import hello_json
 from gateway.xiaozhi.channel import XiaozhiChannel

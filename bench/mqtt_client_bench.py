@@ -6,7 +6,7 @@ One client subscribes to a topic and publishes ``N`` QoS 1 messages to it, ``WIN
 their PUBACK at once (as the gateway does), so each message costs the client one PUBLISH out,
 one PUBACK in, one PUBLISH in and one PUBACK out: what the gateway pays per board message and
 per command. The figure is the client process's CPU time per message (contention-insensitive;
-the broker runs in its own process). Clients: the gateway's own (``gateway.mqtt_client``) and
+the broker runs in its own process). Clients: the gateway's own (``gateway.mqtt.client``) and
 aiomqtt on paho-mqtt (what the gateway used before).
 """
 
@@ -28,8 +28,8 @@ import aiomqtt
 from devstack.broker import Broker, local_broker
 from gateway.broker.credentials import gateway_password
 from gateway.broker.rules import GATEWAY_USERNAME
-from gateway.mqtt_client import Client
-from gateway.mqtt_options import ClientOptions
+from gateway.mqtt.client import Client
+from gateway.mqtt.options import ClientOptions
 
 WINDOW = 20
 TOPIC = "snlp/v1/aa_bb_cc_dd_ee_ff/status"  # the gateway user may write and read it
@@ -98,7 +98,7 @@ async def aiomqtt_paho(broker: Broker, password: str, n: int) -> None:
         await receiver
 
 
-RUNNERS: dict[str, Runner] = {"gateway.mqtt_client": lean, "aiomqtt+paho": aiomqtt_paho}
+RUNNERS: dict[str, Runner] = {"gateway.mqtt.client": lean, "aiomqtt+paho": aiomqtt_paho}
 
 
 async def measure(n: int) -> dict[str, Any]:

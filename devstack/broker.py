@@ -4,7 +4,7 @@
 limits) under a data dir and starts a broker: the local ``mosquitto`` binary
 (:class:`LocalMosquitto`: the argv of ``snlpgw dev-run``'s, :func:`gateway.devrun.mosquitto_command`), or ``eclipse-mosquitto:2.0`` through testcontainers
 (:mod:`devstack.broker_container`) when asked or, for ``backend="auto"``, when a Docker engine
-answers. It returns once the gateway user completes an MQTT CONNECT (:func:`gateway.probe.await_login`,
+answers. It returns once the gateway user completes an MQTT CONNECT (:func:`gateway.mqtt.probe.await_login`,
 the one probe loop) — never after a sleep; :meth:`Broker.provision` likewise returns once the
 new user is accepted. :func:`local_broker` is the same for async code (demo, benchmarks),
 stopped when the block exits.
@@ -33,7 +33,7 @@ from gateway.broker.credentials import (
 )
 from gateway.broker.rules import GATEWAY_USERNAME, GRANTS, Role
 from gateway.devrun import StartError, mosquitto_command
-from gateway.probe import await_login
+from gateway.mqtt.probe import await_login
 
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
@@ -285,7 +285,7 @@ def wait_ready(
 ) -> None:
     """Return once ``username`` completes an MQTT CONNECT (after a start or a credentials
     reload); ``alive`` raises if the broker died meanwhile; ``reload`` is signalled again
-    while refused (:func:`gateway.probe.await_login`)."""
+    while refused (:func:`gateway.mqtt.probe.await_login`)."""
     last = await_login(
         host, port, username, password, within_s=timeout_s, ca_file=ca_file, reload=reload,
         alive=alive, gap_s=gap_s,

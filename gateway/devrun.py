@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import IO
 
 from gateway.broker.credentials import CredentialsError, gateway_password, init_broker_files
+from gateway.mqtt.probe import connack
 from gateway.ports import Proto, describe_holder, port_free
-from gateway.probe import connack
 from gateway.procwatch import fatal_signal_in_handler, make_ancestor
 from gateway.settings import Settings
 

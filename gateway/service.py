@@ -24,8 +24,8 @@ from gateway.broker.credentials import gateway_mqtt_password
 from gateway.gcwatch import GcWatch, freeze_startup_heap, set_thresholds
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
-from gateway.mqtt import MqttConnection
-from gateway.mqtt_edge import gateway_client_id, presence_payload
+from gateway.mqtt.connection import MqttConnection
+from gateway.mqtt.edge import gateway_client_id, presence_payload
 from gateway.ops_snapshot import capped_snapshot
 from gateway.settings import Settings
 from topics import OpsEvent, TopicKind, build_topic, encode

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.load.procs import die_with_parent, hold_gc
-from gateway import mqtt_codec as codec
-from gateway.mqtt_client import Client
-from gateway.mqtt_options import ClientOptions
+from gateway.mqtt import codec
+from gateway.mqtt.client import Client
+from gateway.mqtt.options import ClientOptions
 from gateway.simulators.board import BoardSimulator, SimOptions
 from gateway.tasks.core.rules import listen_window_ms
 

@@ -15,9 +15,9 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from gateway import mqtt_codec as codec
-from gateway.mqtt_client import Client
-from gateway.mqtt_options import ClientOptions, MqttError
+from gateway.mqtt import codec
+from gateway.mqtt.client import Client
+from gateway.mqtt.options import ClientOptions, MqttError
 
 PERIOD_S = 0.02
 TOPIC = "snlpgw/v1/loadprobe"

@@ -28,7 +28,7 @@ from gateway.board.model import BoardReport, Envelope, Outcome, OutcomeKind
 from gateway.board.outputs import Alarms, BoardOutputs
 from gateway.board.table import BoardEventSink, BoardTable
 from gateway.metrics import Metrics
-from gateway.mqtt_edge import Handler, Inbound, Publisher
+from gateway.mqtt.edge import Handler, Inbound, Publisher
 from gateway.settings import BoardSettings
 from topics.snlp_commands import CommandParams, Priority, TaskVerb
 from topics.snlp_commands import Download as DownloadParams

@@ -13,7 +13,7 @@ from gateway.board import wire
 from gateway.board.device import Device
 from gateway.board.model import BoardAck, BoardEvent, BoardHeartbeat, BoardReport, OnlineStatus
 from gateway.board.table import BoardTable
-from gateway.mqtt_edge import Inbound
+from gateway.mqtt.edge import Inbound
 from topics.errors import PayloadError, TopicError, excerpt
 from topics.tree import TopicKind, parse_topic
 

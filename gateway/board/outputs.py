@@ -14,7 +14,7 @@ from gateway.board import wire
 from gateway.board.metrics import BoardMetrics
 from gateway.board.model import AckStatus, Envelope, Outcome, OutcomeKind
 from gateway.board.presence import Flapping
-from gateway.mqtt_edge import Inbound, Publisher
+from gateway.mqtt.edge import Inbound, Publisher
 from topics.errors import excerpt
 from topics.tree import DELIVERY, TopicKind, build_topic
 

@@ -22,7 +22,7 @@ from gateway.broker.layout import (
 )
 from gateway.broker.rules import CredentialsError, Role
 from gateway.cli.subcommands import Subparsers
-from gateway.probe import await_login, connack
+from gateway.mqtt.probe import await_login, connack
 from gateway.settings import load_settings
 
 VERIFY_S = 3.0

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from pydantic import ValidationError
 
 from gateway.cluster.membership import Membership
-from gateway.mqtt_edge import Inbound
+from gateway.mqtt.edge import Inbound
 from topics import GatewayStatus, TopicKind, build_topic, encode
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from gateway.broker.credentials import BrokerFiles, gateway_mqtt_password, provi
 from gateway.broker.io import Reloader
 from gateway.doctor.network import Findings
 from gateway.doctor.report import Row, fail, ok, skip
-from gateway.probe import Probe, await_login
+from gateway.mqtt.probe import Probe, await_login
 from gateway.settings import Settings
 from gateway.xiaozhi.provisioning import device_endpoint
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from gateway.broker.credentials import gateway_mqtt_password
 from gateway.doctor.report import Row, fail, ok, skip
-from gateway.probe import connack
+from gateway.mqtt.probe import connack
 from gateway.settings import Settings
 
 TIMEOUT_S = 3.0

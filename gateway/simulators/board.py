@@ -34,9 +34,9 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from gateway import mqtt_codec as codec
-from gateway.mqtt_client import Client
-from gateway.mqtt_options import ClientOptions, MqttError
+from gateway.mqtt import codec
+from gateway.mqtt.client import Client
+from gateway.mqtt.options import ClientOptions, MqttError
 from topics.errors import WireError
 from topics.snlp import parse_command
 from topics.snlp_commands import Download, PlayMedia

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from prometheus_client import Counter
 
-from gateway.mqtt_edge import Handler, Inbound, Publisher
+from gateway.mqtt.edge import Handler, Inbound, Publisher
 from gateway.tasks.core import ControlAction, ControlReply, ControlRequest, PublishTaskEvent
 from gateway.tasks.inbox import TaskInbox
 from topics import (

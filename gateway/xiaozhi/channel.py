@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from codec.vad import VadSegmenter
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
-from gateway.mqtt_edge import Handler, Publisher
+from gateway.mqtt.edge import Handler, Publisher
 from gateway.settings import Settings
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.control import ControlHandler

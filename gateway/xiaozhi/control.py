@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from gateway.mqtt_edge import Inbound
+from gateway.mqtt.edge import Inbound
 from gateway.settings import XiaozhiSettings
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.mcp import McpClient

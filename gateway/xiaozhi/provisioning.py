@@ -10,7 +10,7 @@ device that connects within that moment would be refused and (on real firmware) 
 (:func:`device_endpoint`: on a split broker the gateway's listener admits no device user)
 until CONNACK 0 or ``verify_s``, signalling again while refused: Mosquitto clears its reload
 flag when a reload ends, so a SIGHUP that lands during another reload (two boards activating
-at once) is lost (:func:`gateway.probe.await_login`). Blocking: the OTA endpoint runs it on
+at once) is lost (:func:`gateway.mqtt.probe.await_login`). Blocking: the OTA endpoint runs it on
 its own small executor.
 """
 
@@ -29,7 +29,7 @@ from gateway.broker.credentials import (
     revoke,
 )
 from gateway.broker.io import pid_file_reloader
-from gateway.probe import RESIGNAL_S, await_login
+from gateway.mqtt.probe import RESIGNAL_S, await_login
 from gateway.settings import Settings
 
 log = logging.getLogger(__name__)

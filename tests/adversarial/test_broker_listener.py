@@ -16,7 +16,7 @@ import pytest
 
 from devstack.gateway import gateway_settings
 from gateway.broker.credentials import Credentials, revoke
-from gateway.probe import await_login, connack
+from gateway.mqtt.probe import await_login, connack
 from gateway.xiaozhi.provisioning import broker_provisioner
 from tests.adversarial.peers import Peer, wait_for
 from tests.support.broker import Broker, LostFirstSignal, new_device_id, start_broker

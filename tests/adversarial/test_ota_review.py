@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.probe import connack
+from gateway.mqtt.probe import connack
 from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
 from tests.adversarial.test_ota_trust import NOT_AUTHORIZED, TOKEN, accepts, admin, broker_users
 from tests.integration.xiaozhi_support import new_mac, running_gateway

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.probe import connack
+from gateway.mqtt.probe import connack
 from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
 from tests.integration.xiaozhi_support import XiaozhiGateway, new_mac, running_gateway
 from tests.support.broker import Broker

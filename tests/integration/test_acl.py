@@ -14,7 +14,7 @@ import aiomqtt
 import pytest
 
 from gateway.broker.credentials import Credentials
-from gateway.probe import connack
+from gateway.mqtt.probe import connack
 from tests.support.broker import Broker, new_device_id
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
 

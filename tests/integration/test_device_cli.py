@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.probe import await_login, connack
+from gateway.mqtt.probe import await_login, connack
 from gateway.simulators.xiaozhi import ActivationRequired, XiaozhiDeviceSim
 from tests.integration.xiaozhi_support import XiaozhiGateway, new_mac, running_gateway
 from tests.support.broker import Broker

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from devstack.gateway import gateway_settings
-from gateway.mqtt import MqttConnection
-from gateway.mqtt_client import Client
+from gateway.mqtt.client import Client
+from gateway.mqtt.connection import MqttConnection
 from gateway.service import Context
 from tests.support.broker import Broker
 

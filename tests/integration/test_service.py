@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from devstack.gateway import gateway_settings, serving
-from gateway.mqtt_edge import Inbound
+from gateway.mqtt.edge import Inbound
 from gateway.service import Context, Service
 from tests.support.broker import Broker
 from tests.support.mqtt_client import mqtt_client

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.probe import connack
+from gateway.mqtt.probe import connack
 from gateway.simulators.xiaozhi import (
     XiaozhiDeviceSim,
     add_xiaozhi_simulator_command,

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.broker.credentials import Credentials
 from gateway.broker.rules import Role
-from gateway.probe import connack
+from gateway.mqtt.probe import connack
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim, encode_pcm
 from tests.integration.test_xiaozhi_audio import assert_boundaries
 from tests.integration.xiaozhi_support import XiaozhiGateway, new_mac, running_gateway

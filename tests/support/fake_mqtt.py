@@ -1,4 +1,4 @@
-"""The one fake MQTT edge (:class:`gateway.mqtt_edge.Publisher` plus ``route``) for shell unit tests
+"""The one fake MQTT edge (:class:`gateway.mqtt.edge.Publisher` plus ``route``) for shell unit tests
 and the in-process benchmarks: it records what is published and which routes were registered,
 delivers inbound messages to those routes, and can hold publishes in its outbox (their
 ``on_sent`` callbacks run on :meth:`release`)."""
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.mqtt_edge import Handler, Inbound
+from gateway.mqtt.edge import Handler, Inbound
 
 
 @dataclass

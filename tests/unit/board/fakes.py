@@ -11,7 +11,7 @@ from typing import Any
 from gateway.board.channel import BoardChannel, BoardEventSink
 from gateway.board.model import BoardEvent, PresenceChange
 from gateway.metrics import Metrics
-from gateway.mqtt_edge import Handler, Inbound
+from gateway.mqtt.edge import Handler, Inbound
 from gateway.settings import BoardSettings
 from tests.support.fake_mqtt import FakePublisher
 

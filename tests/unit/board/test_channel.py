@@ -10,7 +10,7 @@ from gateway.board.channel import BoardChannel
 from gateway.board.model import AudioEventKind, BoardAudio, BoardReport, OutcomeKind
 from gateway.board.presence import Liveness
 from gateway.metrics import Metrics
-from gateway.mqtt_edge import Inbound
+from gateway.mqtt.edge import Inbound
 from gateway.settings import BoardSettings
 from tests.unit.board.fakes import (
     DEV,

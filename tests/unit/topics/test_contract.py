@@ -16,7 +16,7 @@ import yaml
 from devstack.asyncapi import CHANNELS, HERE, drift, main, write
 from devstack.asyncapi import generate as _generate
 from gateway.metrics import Metrics
-from gateway.mqtt_edge import presence_payload
+from gateway.mqtt.edge import presence_payload
 from topics import GatewayStatus, OpsMetrics, TopicKind, build_topic, parse_snlpgw
 
 FORBIDDEN = {

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.metrics import Metrics
-from gateway.mqtt_edge import Inbound
+from gateway.mqtt.edge import Inbound
 from gateway.settings import Settings
 from gateway.xiaozhi.channel import XiaozhiChannel
 from tests.support import fake_mqtt

@@ -8,10 +8,10 @@ from typing import cast
 
 import pytest
 
-from gateway.mqtt_client import Client
-from gateway.mqtt_codec import PacketDecoder, PublishPacket, publish
-from gateway.mqtt_options import MqttError
-from gateway.mqtt_outbound import Lane, Outbound, OutboundCounters, OutboundQueue
+from gateway.mqtt.client import Client
+from gateway.mqtt.codec import PacketDecoder, PublishPacket, publish
+from gateway.mqtt.options import MqttError
+from gateway.mqtt.outbound import Lane, Outbound, OutboundCounters, OutboundQueue
 
 
 class FakeClient:

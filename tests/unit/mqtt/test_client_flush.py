@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from gateway import mqtt_client
-from gateway.mqtt_client import FLUSH_GAP_S, Client
-from gateway.mqtt_options import ClientOptions
+from gateway.mqtt import client as mqtt_client
+from gateway.mqtt.client import FLUSH_GAP_S, Client
+from gateway.mqtt.options import ClientOptions
 
 
 class RecordingTransport(asyncio.Transport):

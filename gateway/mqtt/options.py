@@ -1,13 +1,13 @@
 """What a client connection to the broker is opened with (:class:`ClientOptions`, and the
 CONNECT they make) and how it fails (:class:`MqttError`, :class:`ConnectRefused`). The
-connection itself is :mod:`gateway.mqtt_client`.
+connection itself is :mod:`gateway.mqtt.client`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway import mqtt_codec as codec
+from gateway.mqtt import codec
 
 
 class MqttError(Exception):

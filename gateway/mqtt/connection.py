@@ -1,5 +1,5 @@
-"""The gateway's broker connection, owned by the service: one MQTT 5 client (mqtt_client.py).
-Components see it through :mod:`gateway.mqtt_edge` (``Inbound``, ``Handler``, ``Publisher``).
+"""The gateway's broker connection, owned by the service: one MQTT 5 client (client.py).
+Components see it through :mod:`gateway.mqtt.edge` (``Inbound``, ``Handler``, ``Publisher``).
 
 Components never touch the client. They register routes (topic filter → handler) before the
 service starts and call :meth:`MqttConnection.publish`, which never blocks and never raises:
@@ -7,7 +7,7 @@ service starts and call :meth:`MqttConnection.publish`, which never blocks and n
 * Handlers are plain functions run on the loop as messages are read; they must only parse and
   enqueue (a handler that raises is logged with the topic and counted; the connection goes on).
   A flood waits in the kernel and then in the broker (TCP flow control), not in the gateway.
-* Publishes go through two bounded lanes (:mod:`gateway.mqtt_outbound`), drained while
+* Publishes go through two bounded lanes (:mod:`gateway.mqtt.outbound`), drained while
   connected, ``mqtt.max_inflight`` QoS 1 publishes at a time, control first, each lane in
   order, and kept while the broker is away. CONTROL (board commands, replies, presence) is
   never dropped: when ``mqtt.control_queue`` is full the newest is refused and counted;
@@ -35,14 +35,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway import mqtt_codec as codec
 from gateway.backoff import BackoffPolicy, FailureStreak
 from gateway.metrics import Metrics
-from gateway.mqtt_client import Client
-from gateway.mqtt_edge import Handler, Inbound
-from gateway.mqtt_options import ClientOptions, MqttError
-from gateway.mqtt_outbound import Lane, Outbound, OutboundCounters, OutboundQueue, lane_for
-from gateway.mqtt_topics import TopicMatcher
+from gateway.mqtt import codec
+from gateway.mqtt.client import Client
+from gateway.mqtt.edge import Handler, Inbound
+from gateway.mqtt.options import ClientOptions, MqttError
+from gateway.mqtt.outbound import Lane, Outbound, OutboundCounters, OutboundQueue, lane_for
+from gateway.mqtt.topics import TopicMatcher
 from gateway.settings import MqttSettings
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class MqttConnection:
             "mqtt_messages_out_oversize",
             "Publishes dropped as bigger than the broker's max_packet_size",
         )
-        # Bounded lanes (see mqtt_outbound); presence is re-sent on every connect.
+        # Bounded lanes (see outbound.py); presence is re-sent on every connect.
         self._outbox = OutboundQueue(
             control_limit=settings.control_queue,
             events_limit=settings.outbound_queue,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import mqtt_topics
-from gateway.mqtt_topics import TopicMatcher, matches
+from gateway.mqtt import topics as mqtt_topics
+from gateway.mqtt.topics import TopicMatcher, matches
 
 
 @pytest.mark.parametrize(

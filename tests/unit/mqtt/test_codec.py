@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import mqtt_codec as codec
-from gateway.mqtt_codec import (
+from gateway.mqtt import codec
+from gateway.mqtt.codec import (
     ConnAck,
     Disconnect,
     PacketDecoder,

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from gateway import mqtt_codec as codec
-from gateway.mqtt_client import Client
-from gateway.mqtt_options import MqttError
+from gateway.mqtt import codec
+from gateway.mqtt.client import Client
+from gateway.mqtt.options import MqttError
 
 
 class Lane(Enum):
@@ -115,7 +115,7 @@ class OutboundQueue:
         return True
 
     async def pump(self, client: Client) -> None:
-        """PublishPacket while connected; raises :class:`~gateway.mqtt_options.MqttError` when the
+        """PublishPacket while connected; raises :class:`~gateway.mqtt.options.MqttError` when the
         connection is gone, and puts back whatever was not confirmed, however it ends."""
         self._limit = max(1, min(self._window, client.broker_receive_maximum))
         self._client = client

@@ -1,4 +1,4 @@
-"""A lean asyncio MQTT client: one :class:`asyncio.Protocol` over :mod:`gateway.mqtt_codec`.
+"""A lean asyncio MQTT client: one :class:`asyncio.Protocol` over :mod:`gateway.mqtt.codec`.
 
 Why not paho + aiomqtt: at 1,000 lessons they took ~45 % of the gateway's CPU (objects, a lock,
 a task and a ``wait_for`` per message, a socket read per packet), about 10x what the bytes need.
@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gateway import mqtt_codec as codec
-from gateway.mqtt_options import ClientOptions, ConnectRefused, MqttError
+from gateway.mqtt import codec
+from gateway.mqtt.options import ClientOptions, ConnectRefused, MqttError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

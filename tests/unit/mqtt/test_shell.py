@@ -8,10 +8,10 @@ import logging
 import pytest
 
 from gateway.metrics import Metrics
-from gateway.mqtt import MqttConnection
-from gateway.mqtt_codec import PublishPacket
-from gateway.mqtt_edge import Inbound, gateway_client_id, presence_payload
-from gateway.mqtt_outbound import Lane, lane_for
+from gateway.mqtt.codec import PublishPacket
+from gateway.mqtt.connection import MqttConnection
+from gateway.mqtt.edge import Inbound, gateway_client_id, presence_payload
+from gateway.mqtt.outbound import Lane, lane_for
 from gateway.settings import MqttSettings
 
 
@@ -63,7 +63,7 @@ def test_a_flood_on_full_lanes_logs_the_first_loss_and_every_hundredth(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     conn, metrics = _conn(queue=100, control=100)
-    caplog.set_level(logging.WARNING, logger="gateway.mqtt")
+    caplog.set_level(logging.WARNING, logger="gateway.mqtt.connection")
     for i in range(350):
         conn.publish("snlpgw/v1/task/aa_bb_cc_dd_ee_ff", f"e{i}")
         conn.publish("snlp/v1/aa_bb_cc_dd_ee_ff/cmd", f"c{i}", qos=1)
