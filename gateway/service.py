@@ -94,7 +94,9 @@ class Context:
             presence_topic=build_topic(TopicKind.GW_STATUS, gw=gw),
             presence_payload=presence_payload(gw),
             metrics=metrics,
+            alarm=lambda alarm, **detail: ops.alarm(alarm, **detail),  # noqa: PLW0108 - ops is built next, with mqtt
         )
+        ops = Ops(gw, mqtt, metrics)
         http = HttpServer(
             host=settings.http.host,
             port=settings.http.port,
@@ -112,8 +114,8 @@ class Context:
             token=token.get_secret_value() if token is not None else None,
             health=http.health_checks,
         )
-        http.add_health("mqtt", lambda: {"ok": mqtt.connected})
-        return cls(settings, mqtt, http, metrics, Ops(gw, mqtt, metrics), admin)
+        http.add_health("mqtt", mqtt.health)
+        return cls(settings, mqtt, http, metrics, ops, admin)
 
 
 class Component(Protocol):

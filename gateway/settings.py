@@ -84,6 +84,14 @@ class MqttSettings(_Section):
     max_payload_bytes: int = Field(
         8192, ge=512, description="Inbound payloads over this are dropped."
     )
+    session_expiry_s: int = Field(
+        300,
+        ge=0,
+        le=86_400,
+        description="How long the broker keeps the gateway's session (subscriptions, queued "
+        "QoS 1 messages) after its connection ends; the gateway resumes it on reconnect, so no "
+        "board message is lost to a reconnect shorter than this. 0: a clean session each time.",
+    )
     broker_max_packet_bytes: int = Field(
         65_536,
         ge=4096,

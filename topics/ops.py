@@ -28,6 +28,9 @@ class Alarm(StrEnum):
     STORE_FAILED = "store_failed"
     MANAGER_FAILED = "manager_failed"
     CHAT_UPSTREAM_LOST = "chat_upstream_lost"
+    MQTT_PUBLISH_REFUSED = "mqtt_publish_refused"
+    MQTT_PUBLISH_POISON = "mqtt_publish_poison"
+    MQTT_SUBSCRIBE_REFUSED = "mqtt_subscribe_refused"
 
 
 class OpsMetrics(OwnModel):

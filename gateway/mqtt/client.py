@@ -1,20 +1,24 @@
-"""A lean asyncio MQTT client: one :class:`asyncio.Protocol` over :mod:`gateway.mqtt.codec`.
+"""The asyncio shell of the MQTT client: one :class:`asyncio.Protocol` over one socket, driving a
+:class:`~gateway.mqtt.session.MqttSession` (the rules: ids, in-flight table, limits, keep-alive,
+poison). It only moves bytes, runs callbacks and sleeps until the session's deadline.
 
 Why not paho + aiomqtt: at 1,000 lessons they took ~45 % of the gateway's CPU (objects, a lock,
 a task and a ``wait_for`` per message, a socket read per packet), about 10x what the bytes need.
-Here a read is one ``data_received`` that may carry many packets, decoded in place.
+Here a read is one ``data_received`` that may carry many packets, decoded in place
+(bench/results/mqtt_client.md compares it with paho-mqtt, aiomqtt and gmqtt).
 
 * :meth:`Client.connect` opens the socket, sends CONNECT and waits for CONNACK (bounded); a
   refusal raises :class:`ConnectRefused`. Cancelled at any point, it leaves nothing open.
+  Publishes a previous connection of the same session left unacknowledged are sent again first.
 * Received PUBLISHes go to ``on_message`` on the loop, in order, as they are read (the handler
   must only parse and enqueue); a QoS 1 one is acknowledged after its handler returned.
-* :meth:`Client.publish` writes at once and never waits; ``on_done`` runs when a QoS 1 publish is
-  acknowledged (at once for QoS 0). The caller bounds how many are unacknowledged. Sends are
-  batched per loop turn and paced ``FLUSH_GAP_S`` (2 ms) apart under load (see ``_write``).
-* Keep-alive: a PINGREQ after ``keepalive_s`` without a send; 1.5 x that without a read drops it.
-* :meth:`Client.closed` returns (raises :class:`MqttError`) when the connection is gone;
-  every pending future fails with that error, and callbacks of unacknowledged publishes never
-  run (the caller puts those messages back).
+* :meth:`Client.publish` writes at once and never waits. It raises
+  :class:`~gateway.mqtt.session.InvalidPublish` for what MQTT forbids (nothing is sent, no id
+  taken). ``on_done`` runs when a QoS 1 publish is acknowledged (at once for QoS 0),
+  ``on_failed`` when the broker refuses it (PUBACK >= 0x80) or the poison rule drops it; the
+  callbacks live in the session, so they run even when that happens on a later connection.
+  Sends are batched per loop turn and paced ``FLUSH_GAP_S`` (2 ms) apart under load.
+* :meth:`Client.closed` returns (raises :class:`MqttError`) when the connection is gone.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gateway.mqtt import codec
+from gateway.mqtt import session as core
 from gateway.mqtt.options import ClientOptions, ConnectRefused, MqttError
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,7 @@ T = TypeVar("T")
 
 
 OnMessage = Callable[[codec.PublishPacket], None]
+OnFailed = Callable[[core.Failed], None]
 
 # Least time between two sends of one connection: the most a packet waits for company under load
 # (an idle connection sends at once).
@@ -42,59 +49,76 @@ FLUSH_GAP_S = 0.002
 _now = time.monotonic  # the send pacing's clock (a test moves it without moving the loop's)
 
 
+@dataclass(frozen=True, slots=True)
+class _Callbacks:
+    """A QoS 1 publish's callbacks, kept in the session's in-flight table as its ``ref``."""
+
+    done: Callable[[], None] | None
+    failed: OnFailed | None
+
+
 class Client(asyncio.Protocol):
-    def __init__(self, options: ClientOptions, on_message: OnMessage) -> None:
+    def __init__(
+        self,
+        options: ClientOptions,
+        on_message: OnMessage,
+        *,
+        session: core.MqttSession | None = None,
+    ) -> None:
         self.options = options
+        self.session = core.MqttSession(options) if session is None else session
         self._on_message = on_message
-        self._decoder = codec.PacketDecoder(options.version)
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []  # written this turn of the loop, flushed together
         self._out_since = 0.0  # when the oldest packet in _out was written
         self._loop = asyncio.get_running_loop()
         self._lost: asyncio.Future[None] = self._loop.create_future()
-        self._connack: asyncio.Future[codec.ConnAck] = self._loop.create_future()
-        self._subacks: dict[int, asyncio.Future[tuple[int, ...]]] = {}
-        self._acks: dict[int, Callable[[], None] | None] = {}  # unacknowledged QoS 1 publishes
-        self._next_id = 0
+        self._connack: asyncio.Future[core.Limits] = self._loop.create_future()
+        self._subacks: dict[int, asyncio.Future[core.Subscribed]] = {}
         self._writable = asyncio.Event()
         self._writable.set()
-        self._last_read = time.monotonic()
-        self._last_write = self._last_read - FLUSH_GAP_S  # the CONNECT leaves at once
+        self._last_write = _now() - FLUSH_GAP_S  # the CONNECT leaves at once
         self._timer: asyncio.TimerHandle | None = None
-        self.broker_receive_maximum = 65_535
-        self.broker_max_packet: int | None = None
+        self._how = core.Loss.BROKER_CLOSED  # why the connection ends, unless said otherwise
+        self._reason = 0
 
     # -- connection ----------------------------------------------------------------------
 
     async def connect(
         self, host: str, port: int, *, tls: ssl.SSLContext | None = None, wait_s: float = 10
-    ) -> codec.ConnAck:
+    ) -> core.Limits:
+        """Open the connection; returns what the broker's CONNACK announced."""
         try:
             async with asyncio.timeout(wait_s):
                 await self._loop.create_connection(lambda: self, host, port, ssl=tls)
-                self._write(self.options.connect_packet())
-                connack = await self._connack
+                self._write(self.session.connect(time.monotonic()))
+                limits = await self._connack
         except TimeoutError:
             self.abort()
             raise MqttError("timed out connecting to the broker") from None
+        except ssl.SSLCertVerificationError as exc:
+            self.abort()
+            raise MqttError(f"TLS: the broker's certificate was not accepted: {exc}") from exc
         except OSError as exc:
             self.abort()
             raise MqttError(f"cannot connect to the broker: {exc}") from exc
         except BaseException:
             self.abort()
             raise
-        if connack.reason != 0:
-            self.abort()
-            raise ConnectRefused(connack.reason)
-        if connack.receive_maximum is not None:
-            self.broker_receive_maximum = connack.receive_maximum
-        self.broker_max_packet = connack.maximum_packet_size
-        self._arm_keepalive()
-        return connack
+        self._arm_timer()
+        return limits
 
     @property
     def is_connected(self) -> bool:
         return self._transport is not None and not self._lost.done()
+
+    @property
+    def limits(self) -> core.Limits:
+        return self.session.limits
+
+    @property
+    def broker_receive_maximum(self) -> int:
+        return self.session.limits.receive_maximum
 
     async def closed(self) -> None:
         """Wait until the connection is gone; raises :class:`MqttError` saying why."""
@@ -103,7 +127,10 @@ class Client(asyncio.Protocol):
     async def disconnect(self, wait_s: float = 3.0) -> None:
         """Send DISCONNECT (no will) and close; bounded by ``wait_s``."""
         if self._transport is not None and self.is_connected:
-            self._write(codec.DISCONNECT)
+            self._how = core.Loss.LOCAL
+            bye = self.session.disconnect()
+            if bye:
+                self._write(bye)
             self._flush()  # now: close() drops nothing already written
             self._transport.close()
             with contextlib.suppress(MqttError, TimeoutError):
@@ -113,6 +140,7 @@ class Client(asyncio.Protocol):
 
     def abort(self) -> None:
         """Drop the socket at once, without DISCONNECT (the broker then sends the will)."""
+        self._how = core.Loss.LOCAL
         if self._transport is not None:
             self._transport.abort()
 
@@ -127,70 +155,83 @@ class Client(asyncio.Protocol):
         retain: bool = False,
         properties: bytes = b"",
         on_done: Callable[[], None] | None = None,
-    ) -> None:
-        """Write one PUBLISH now; raises :class:`MqttError` when not connected."""
+        on_failed: OnFailed | None = None,
+    ) -> core.Sent:
+        """Write one PUBLISH now; raises :class:`MqttError` when not connected and
+        :class:`~gateway.mqtt.session.InvalidPublish` when MQTT forbids it."""
         if not self.is_connected:
             raise MqttError("not connected")
-        packet_id = 0
-        if qos:
-            packet_id = self._packet_id()
-            self._acks[packet_id] = on_done
-        packet = codec.publish(
-            topic.encode(),
+        ref = _Callbacks(on_done, on_failed) if qos else None
+        sent = self.session.publish(
+            topic,
             payload,
+            time.monotonic(),
             qos=qos,
             retain=retain,
-            packet_id=packet_id,
-            version=self.options.version,
             properties=properties,
+            ref=ref,
         )
-        self._write(packet)
-        if not qos and on_done is not None:
+        self._write(sent.packet)
+        if not sent.packet_id and on_done is not None:
             on_done()
+        return sent
 
     async def publish_wait(
         self, topic: str, payload: bytes, *, qos: int = 0, retain: bool = False
     ) -> None:
-        """:meth:`publish` and wait for the PUBACK (QoS 1) or the write (QoS 0)."""
+        """:meth:`publish` and wait for the PUBACK (QoS 1) or the write (QoS 0); raises
+        :class:`MqttError` if the broker refuses it or the connection ends first."""
         done: asyncio.Future[None] = self._loop.create_future()
-        self.publish(topic, payload, qos=qos, retain=retain, on_done=lambda: _resolve(done, None))
+
+        def failed(event: core.Failed) -> None:
+            if not done.done():
+                done.set_exception(
+                    MqttError(f"broker refused the publish on {topic} (reason {event.reason})")
+                )
+
+        self.publish(
+            topic,
+            payload,
+            qos=qos,
+            retain=retain,
+            on_done=lambda: _resolve(done, None),
+            on_failed=failed,
+        )
         await asyncio.wait([done, self._lost], return_when=asyncio.FIRST_COMPLETED)
         if not done.done():
             await self.closed()
             raise MqttError("connection lost")  # pragma: no cover - closed() raised
+        done.result()
 
     @property
     def unacknowledged(self) -> int:
-        return len(self._acks)
+        return self.session.in_flight
 
     @property
     def writable(self) -> asyncio.Event:
         """Set while the transport's buffer is below its high-water mark."""
         return self._writable
 
+    def room(self, window: int) -> bool:
+        """A new QoS 1 publish may go now (see :meth:`MqttSession.room`)."""
+        return self.is_connected and self.session.room(window)
+
     async def subscribe(self, filters: list[tuple[str, int]]) -> tuple[int, ...]:
-        """SUBSCRIBE and wait for the SUBACK's reason codes (one per filter)."""
+        """SUBSCRIBE and wait for the SUBACK's reason codes (one per filter, >= 0x80 refused)."""
         if not self.is_connected:
             raise MqttError("not connected")
-        packet_id = self._packet_id()
-        future: asyncio.Future[tuple[int, ...]] = self._loop.create_future()
+        packet_id, packet = self.session.subscribe(filters, time.monotonic())
+        future: asyncio.Future[core.Subscribed] = self._loop.create_future()
         self._subacks[packet_id] = future
-        self._write(codec.subscribe(packet_id, filters, version=self.options.version))
+        self._write(packet)
+        waiters: list[asyncio.Future[Any]] = [future, self._lost]
         try:
-            waiters: list[asyncio.Future[Any]] = [future, self._lost]
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._subacks.pop(packet_id, None)
         if not future.done():
             await self.closed()
-        return future.result()
-
-    def _packet_id(self) -> int:
-        for _ in range(65_535):
-            self._next_id = self._next_id % 65_535 + 1
-            if self._next_id not in self._acks and self._next_id not in self._subacks:
-                return self._next_id
-        raise MqttError("no free packet id")  # pragma: no cover - callers bound the window
+        return tuple(code for _, code in future.result().results)
 
     def _write(self, data: bytes) -> None:
         """Queue a packet for the socket. Packets written in one turn of the loop leave in one
@@ -225,37 +266,53 @@ class Client(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]  # a stream transport
 
     def data_received(self, data: bytes) -> None:
-        self._last_read = time.monotonic()
+        session = self.session
+        now = time.monotonic()
         try:
-            packets = self._decoder.feed(data)
+            events = session.receive(data, now)
         except codec.ProtocolError as exc:
-            self._fail(MqttError(f"protocol error from the broker: {exc}"))
+            self._fail(MqttError(f"protocol error from the broker: {exc}"), core.Loss.LOCAL)
             return
-        for packet in packets:
-            if isinstance(packet, codec.PublishPacket):
+        for event in events:
+            if type(event) is core.PublishIn:
+                packet = event.packet
                 try:
                     self._on_message(packet)
                 except Exception:  # the handler's bug, not the connection's
                     log.exception("message handler failed on %s", packet.topic)
-                if packet.qos == 1 and packet.packet_id is not None and self.is_connected:
-                    self._write(codec.puback(packet.packet_id))
-            elif isinstance(packet, codec.PubAck):
-                if packet.packet_id in self._acks:
-                    callback = self._acks.pop(packet.packet_id)
-                    if callback is not None:
-                        callback()
-            elif isinstance(packet, codec.ConnAck):
-                _resolve(self._connack, packet)
-            elif isinstance(packet, codec.SubAck):
-                future = self._subacks.get(packet.packet_id)
-                if future is not None:
-                    _resolve(future, packet.reasons)
-            elif isinstance(packet, codec.Disconnect):
-                self._fail(MqttError(f"broker disconnected us (reason code {packet.reason})"))
-                return
+                if packet.qos and self.is_connected:
+                    self._write(session.acknowledge(packet, now))
+            elif type(event) is core.Delivered:
+                ref = event.ref
+                if isinstance(ref, _Callbacks) and ref.done is not None:
+                    ref.done()
+            else:
+                self._event(event)
+        out = session.take_output()
+        if out and self.is_connected:
+            self._write(out)
+
+    def _event(self, event: core.MqttEvent) -> None:
+        if isinstance(event, core.Failed):
+            _report_failed(event)
+        elif isinstance(event, core.Connected):
+            _resolve(self._connack, event.limits)
+        elif isinstance(event, core.Refused):
+            self._fail(ConnectRefused(event.reason, event.reason_string), core.Loss.LOCAL)
+        elif isinstance(event, core.Subscribed):
+            future = self._subacks.get(event.packet_id)
+            if future is not None:
+                _resolve(future, event)
+        elif isinstance(event, core.BrokerDisconnect):
+            said = f": {event.reason_string[:200]}" if event.reason_string else ""
+            self._reason = event.reason
+            self._fail(
+                MqttError(f"broker disconnected us (reason code {event.reason}){said}"),
+                core.Loss.BROKER_DISCONNECT,
+            )
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(MqttError(f"connection lost: {exc}" if exc else "connection closed"))
+        self._fail(MqttError(f"connection lost: {exc}" if exc else "connection closed"), self._how)
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -263,35 +320,51 @@ class Client(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._writable.set()
 
-    def _fail(self, error: MqttError) -> None:
+    def _fail(self, error: MqttError, how: core.Loss) -> None:
+        if self._lost.done():
+            return
         if self._timer is not None:
             self._timer.cancel()
-        if not self._lost.done():
-            self._lost.set_exception(error)
-            self._lost.exception()  # retrieved: nobody may be waiting
+        self._out.clear()
+        for failed in self.session.connection_lost(how, self._reason):
+            _report_failed(failed)
+        self._lost.set_exception(error)
+        self._lost.exception()  # retrieved: nobody may be waiting
         if not self._connack.done():
             self._connack.set_exception(error)
             self._connack.exception()  # retrieved: the connect may have been cancelled
-        self._acks.clear()
         self._writable.set()  # writers wake up and find the connection gone
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
 
     # -- keep-alive ------------------------------------------------------------------------
 
-    def _arm_keepalive(self) -> None:
-        keepalive = self.options.keepalive_s
-        if keepalive and not self._lost.done():
-            self._timer = self._loop.call_later(keepalive / 2, self._keepalive)
+    def _arm_timer(self) -> None:
+        due = self.session.deadline()
+        if due is not None and not self._lost.done():
+            self._timer = self._loop.call_at(
+                self._loop.time() + max(0.0, due - time.monotonic()), self._on_timer
+            )
 
-    def _keepalive(self) -> None:
-        now, keepalive = time.monotonic(), self.options.keepalive_s
-        if now - self._last_read > 1.5 * keepalive:
-            self._fail(MqttError(f"no packet from the broker in {1.5 * keepalive:.0f}s"))
+    def _on_timer(self) -> None:
+        try:
+            ping = self.session.on_deadline(time.monotonic())
+        except core.KeepAliveTimeout as exc:
+            self._fail(MqttError(str(exc)), core.Loss.LOCAL)
             return
-        if now - self._last_write >= keepalive / 2 or now - self._last_read >= keepalive / 2:
-            self._write(codec.PINGREQ)  # the PINGRESP proves the broker is still there
-        self._arm_keepalive()
+        if ping:
+            self._write(ping)
+        self._arm_timer()
+
+
+def _report_failed(event: core.Failed) -> None:
+    ref = event.ref
+    if isinstance(ref, _Callbacks) and ref.failed is not None:
+        ref.failed(event)
+    else:
+        log.error(
+            "publish on %s %s (reason code %d)", event.topic, event.failure.value, event.reason
+        )
 
 
 def _resolve(future: asyncio.Future[T], value: T) -> None:

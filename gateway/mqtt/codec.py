@@ -26,7 +26,12 @@ V5 = 5
 _EXPIRY = 0x02
 _RESPONSE_TOPIC = 0x08
 _CORRELATION = 0x09
+_SESSION_EXPIRY = 0x11
+_SERVER_KEEPALIVE = 0x13
+_REASON_STRING = 0x1F
 _RECEIVE_MAXIMUM = 0x21
+_MAXIMUM_QOS = 0x24
+_RETAIN_AVAILABLE = 0x25
 _MAX_PACKET = 0x27
 
 _U16_S = struct.Struct("!H")
@@ -72,9 +77,14 @@ def connect(
     will: Will | None = None,
     version: int = V5,
     receive_maximum: int | None = None,
+    clean_start: bool = True,
+    session_expiry_s: int = 0,
+    maximum_packet_size: int | None = None,
 ) -> bytes:
-    """CONNECT with a clean start (no session kept on either side)."""
-    flags = 0x02
+    """CONNECT. ``clean_start`` False with ``session_expiry_s`` > 0 (MQTT 5) asks the broker to
+    resume the session it kept and to keep this one that long after the connection ends;
+    ``maximum_packet_size`` tells it the largest packet this client accepts (MQTT 5)."""
+    flags = 0x02 if clean_start else 0x00
     if will is not None:
         flags |= 0x04 | (will.qos << 3) | (0x20 if will.retain else 0)
     if username is not None:
@@ -84,11 +94,13 @@ def connect(
     body = bytearray(_str("MQTT"))
     body += bytes((version, flags)) + _U16_S.pack(keepalive_s)
     if version == V5:
-        props = (
-            b""
-            if receive_maximum is None
-            else bytes((_RECEIVE_MAXIMUM,)) + _U16_S.pack(receive_maximum)
-        )
+        props = b""
+        if session_expiry_s:
+            props += bytes((_SESSION_EXPIRY,)) + _U32_S.pack(session_expiry_s)
+        if receive_maximum is not None:
+            props += bytes((_RECEIVE_MAXIMUM,)) + _U16_S.pack(receive_maximum)
+        if maximum_packet_size is not None:
+            props += bytes((_MAX_PACKET,)) + _U32_S.pack(maximum_packet_size)
         body += _length(len(props)) + props
     body += _str(client_id)
     if will is not None:
@@ -121,6 +133,14 @@ def publish(
     if version == V5:
         head += _length(len(properties)) + properties
     return bytes((first,)) + _length(len(head) + len(payload)) + head + payload
+
+
+def publish_size(topic: int, payload: int, *, qos: int, properties: int, version: int = V5) -> int:
+    """The length of a PUBLISH with a ``topic``-byte name, a ``payload``-byte body and (MQTT 5)
+    a ``properties``-byte property block, without building it."""
+    props = len(_length(properties)) + properties if version == V5 else 0
+    rest = 2 + topic + (2 if qos else 0) + props + payload
+    return 1 + len(_length(rest)) + rest
 
 
 def publish_properties(correlation_data: bytes | None, expiry_s: int | None) -> bytes:
@@ -183,9 +203,16 @@ _SHAPES = {
 
 @dataclass(frozen=True, slots=True)
 class ConnAck:
+    """CONNACK; the MQTT 5 properties the client obeys (None: not announced)."""
+
     reason: int  # 0 = accepted (3.1.1 return codes are mapped as they are)
     receive_maximum: int | None = None
     maximum_packet_size: int | None = None
+    session_present: bool = False
+    server_keepalive_s: int | None = None
+    maximum_qos: int | None = None
+    retain_available: bool | None = None
+    reason_string: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +246,7 @@ class PingResp:
 @dataclass(frozen=True, slots=True)
 class Disconnect:
     reason: int = 0
+    reason_string: str | None = None
 
 
 Packet = ConnAck | PublishPacket | PubAck | SubAck | PingResp | Disconnect
@@ -285,7 +313,7 @@ class PacketDecoder:
         if kind == PacketType.PINGRESP:
             return PingResp()
         if kind == PacketType.DISCONNECT:
-            return Disconnect(body[0] if body else 0)
+            return self._disconnect(body)
         raise ProtocolError(f"unexpected packet type {kind}")
 
     def _publish(self, header: int, body: bytes) -> PublishPacket:
@@ -323,16 +351,31 @@ class PacketDecoder:
     def _connack(self, body: bytes) -> ConnAck:
         if len(body) < 2:
             raise ProtocolError("short CONNACK")
+        present = bool(body[0] & 0x01)
         if not self._v5 or len(body) == 2:
-            return ConnAck(body[1])
+            return ConnAck(body[1], session_present=present)
         plen, pos = _varint(body, 2)
         props = _properties(body, pos, pos + plen)
         rm, mp = props.get(_RECEIVE_MAXIMUM), props.get(_MAX_PACKET)
+        ka, mq = props.get(_SERVER_KEEPALIVE), props.get(_MAXIMUM_QOS)
+        ra, why = props.get(_RETAIN_AVAILABLE), props.get(_REASON_STRING)
         return ConnAck(
             body[1],
             rm if isinstance(rm, int) else None,
             mp if isinstance(mp, int) else None,
+            present,
+            ka if isinstance(ka, int) else None,
+            mq if isinstance(mq, int) else None,
+            bool(ra) if isinstance(ra, int) else None,
+            why if isinstance(why, str) else None,
         )
+
+    def _disconnect(self, body: bytes) -> Disconnect:
+        if len(body) < 2 or not self._v5:
+            return Disconnect(body[0] if body else 0)
+        plen, pos = _varint(body, 1)
+        why = _properties(body, pos, pos + plen).get(_REASON_STRING)
+        return Disconnect(body[0], why if isinstance(why, str) else None)
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:

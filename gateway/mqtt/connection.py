@@ -12,16 +12,24 @@ service starts and call :meth:`MqttConnection.publish`, which never blocks and n
   order, and kept while the broker is away. CONTROL (board commands, replies, presence) is
   never dropped: when ``mqtt.control_queue`` is full the newest is refused and counted;
   EVENTS (task events, assessment results, ops) drop the oldest, counted, past
-  ``mqtt.outbound_queue``. Publishes in flight when the connection breaks are put back at the
-  head of their lane, in order.
+  ``mqtt.outbound_queue``. Publishes in flight when the connection breaks stay with the
+  session (:mod:`gateway.mqtt.session`) and are sent again, with their ids, after the reconnect.
+* One session lives across reconnects: with ``mqtt.session_expiry_s`` > 0 the broker keeps the
+  gateway's subscriptions and queues its QoS 1 messages while it is away (Clean Start 0), so a
+  board's event sent during a reconnect is delivered after it.
+* A publish MQTT forbids (a wildcard, U+0000 or nothing as its topic, over the broker's Maximum
+  Packet Size or ``mqtt.broker_max_packet_bytes``) is refused at :meth:`publish`, counted; a
+  publish the broker refuses (PUBACK >= 0x80) or disconnects us for (the poison rule) is
+  dropped, counted and alarmed, never sent again: no message can cause a reconnect loop.
+* A subscription the broker refuses is alarmed and makes the gateway not ready
+  (``/healthz``, ``snlpgw doctor`` name the filter); the rest keep being served.
 * Inbound payloads over ``max_payload_bytes`` are dropped and counted before any parsing.
-* A publish bigger than the broker's ``max_packet_size`` is dropped and counted: the broker
-  would disconnect the gateway for it.
 * Retained messages are delivered with ``Inbound.retain`` set; handlers of device topics
   ignore them (a device could otherwise have its events replayed at every resubscribe).
-* Reconnect with capped exponential back-off and jitter; every route is resubscribed and the
-  retained gateway presence republished on each connect. The presence LWT is registered with
-  the broker so a crash shows ``online: false``.
+* Reconnect with capped exponential back-off and jitter; the back-off starts again only after a
+  connection stayed up ``STABLE_S`` (a connection the broker ends at once keeps backing off).
+  Every route is resubscribed and the retained gateway presence republished on each connect.
+  The presence LWT is registered with the broker so a crash shows ``online: false``.
 
 MQTT 5 is needed for control requests' response topic and correlation data (SPEC §3).
 """
@@ -38,17 +46,31 @@ from dataclasses import dataclass
 from gateway.backoff import BackoffPolicy, FailureStreak
 from gateway.metrics import Metrics
 from gateway.mqtt import codec
+from gateway.mqtt import session as core
 from gateway.mqtt.client import Client
 from gateway.mqtt.edge import Handler, Inbound
-from gateway.mqtt.options import ClientOptions, MqttError
+from gateway.mqtt.options import ClientOptions, ConnectRefused, MqttError
 from gateway.mqtt.outbound import Lane, Outbound, OutboundCounters, OutboundQueue, lane_for
 from gateway.mqtt.topics import TopicMatcher
 from gateway.settings import MqttSettings
 
 log = logging.getLogger(__name__)
+_OPS_PREFIX = "snlpgw/v1/ops/"
 
 # A full lane logs its 1st loss, then every 100th (each is counted), not a line per publish.
 _LOG_EVERY = 100
+# A connection that stayed up this long starts the reconnect back-off again from its minimum.
+STABLE_S = 10.0
+# One ops alarm per kind at most this often (each failure is counted and logged regardless).
+ALARM_EVERY_S = 60.0
+# PUBACK / DISCONNECT reason codes as metric labels (a fixed set; any other is "other").
+_REASONS = {
+    0x80: "unspecified", 0x83: "implementation_specific", 0x87: "not_authorized",
+    0x90: "topic_name_invalid", 0x91: "packet_id_in_use", 0x95: "packet_too_large",
+    0x97: "quota_exceeded", 0x99: "payload_format_invalid", 0x9A: "retain_not_supported",
+    0x9B: "qos_not_supported",
+}  # fmt: skip
+AlarmSink = Callable[..., None]  # Ops.alarm(alarm, device=None, **detail)
 
 
 @dataclass(slots=True)
@@ -68,6 +90,7 @@ class MqttConnection:
         presence_topic: str,
         presence_payload: Callable[[bool], bytes],
         metrics: Metrics,
+        alarm: AlarmSink | None = None,
     ) -> None:
         self._settings = settings
         self._password = password
@@ -86,6 +109,12 @@ class MqttConnection:
         )
         self._client: Client | None = None
         self._lost = {Lane.EVENTS: 0, Lane.CONTROL: 0}  # publishes lost per lane, for the log
+        self._alarm = alarm
+        self._alarmed: dict[str, float] = {}  # alarm -> when last raised (ALARM_EVERY_S)
+        self._refused_filters: tuple[tuple[str, int], ...] = ()
+        self._last_error: str | None = None
+        self._session = core.MqttSession(self._client_options())
+        self.connected_since: float | None = None
 
         self.m_connected = metrics.gauge("mqtt_connected", "1 while connected to the broker")
         self.m_connects = metrics.counter("mqtt_connects", "Successful broker connections")
@@ -108,6 +137,24 @@ class MqttConnection:
             "mqtt_messages_out_oversize",
             "Publishes dropped as bigger than the broker's max_packet_size",
         )
+        self.m_out_failed = metrics.counter(
+            "mqtt_publish_failed",
+            "Publishes never delivered: refused by the broker (PUBACK >= 0x80, by reason), "
+            "dropped as poison (the broker disconnected us for them) or invalid (MQTT forbids)",
+            ["reason"],
+        )
+        self.m_fallbacks = metrics.counter(
+            "mqtt_fallbacks",
+            "Publishes sent below what was asked because the broker does not offer it "
+            "(qos_downgraded: Maximum QoS 0; retain_dropped: Retain Available 0)",
+            ["kind"],
+        )
+        self.m_sub_refused = metrics.gauge(
+            "mqtt_subscriptions_refused", "Subscriptions the broker refused at the last connect"
+        )
+        self.m_reconnects = metrics.counter(
+            "mqtt_connection_losses", "Broker connections lost or refused", ["how"]
+        )
         # Bounded lanes (see outbound.py); presence is re-sent on every connect.
         self._outbox = OutboundQueue(
             control_limit=settings.control_queue,
@@ -117,6 +164,9 @@ class MqttConnection:
                 dropped=self._dropped,
                 refused=self._refused,
                 published=self.m_out.inc,
+                failed=self._failed,
+                invalid=self._invalid,
+                fallback=lambda kind: self.m_fallbacks.labels(kind).inc(),
             ),
         )
         self.m_out_queue.set_function(lambda: len(self._outbox))  # read when scraped
@@ -158,18 +208,78 @@ class MqttConnection:
         on_sent: Callable[[], None] | None = None,
     ) -> bool:
         """Queue a publish in its lane (from the topic, :func:`lane_for`); ``False`` when it
-        was not queued (oversize, or the CONTROL lane full), counted either way."""
+        was not queued (MQTT forbids it, it is over the broker's packet limit, or the CONTROL
+        lane is full), counted either way."""
         data = payload.encode() if isinstance(payload, str) else payload
-        # The broker disconnects a client for a packet over its max_packet_size; refuse it here
-        # (counted) so one oversized message never costs the connection. 256 bytes cover the
-        # fixed header and properties.
-        if len(data) + len(topic) * 4 + 256 > self._settings.broker_max_packet_bytes:
+        try:
+            encoded = core.checked_publish(topic, qos)
+        except core.InvalidPublish as exc:
+            self.m_out_failed.labels("invalid").inc()
+            log.error("refused a publish: %s", exc)  # noqa: TRY400 - the caller's, no trace
+            return False
+        # The broker disconnects a client for a packet over its limit; refuse it here (counted)
+        # so one oversized message never costs the connection. Properties: at most 3 + 4 + 5.
+        props = (0 if correlation_data is None else 3 + len(correlation_data)) + (
+            0 if expiry_s is None else 5
+        )
+        size = codec.publish_size(len(encoded), len(data), qos=qos, properties=props)
+        if size > self.max_packet_bytes:
             self.m_out_oversize.inc()
-            log.error("dropped %d-byte publish on %s: over the broker's limit", len(data), topic)
+            self.m_out_failed.labels("too_large").inc()
+            log.error("dropped %d-byte publish on %s: over the broker's limit", size, topic)
             return False
         lane = lane_for(topic)
         msg = Outbound(topic, data, qos, retain, correlation_data, expiry_s, lane, on_sent)
         return self._outbox.put(msg)
+
+    @property
+    def max_packet_bytes(self) -> int:
+        """The largest packet the broker takes: what it announced, else the setting."""
+        announced = self._session.limits.maximum_packet_size
+        configured = self._settings.broker_max_packet_bytes
+        return configured if announced is None else min(announced, configured)
+
+    def health(self) -> dict[str, object]:
+        """Readiness for /healthz: connected, and every subscription granted."""
+        refused = [f for f, _ in self._refused_filters]
+        body: dict[str, object] = {"ok": self.connected and not refused}
+        if refused:
+            body["refused_subscriptions"] = refused
+        if not self.connected and self._last_error is not None:
+            body["error"] = self._last_error
+        return body
+
+    @property
+    def refused_subscriptions(self) -> tuple[tuple[str, int], ...]:
+        """(filter, reason code) of each subscription refused at the last connect."""
+        return self._refused_filters
+
+    def _failed(self, msg: Outbound, event: core.Failed) -> None:
+        reason = "poison" if event.failure is core.Failure.POISON else "refused"
+        code = _REASONS.get(event.reason, "other")
+        self.m_out_failed.labels(reason if reason == "poison" else f"refused_{code}").inc()
+        log.error(
+            "publish on %s %s by the broker (reason code 0x%02x, %s): dropped, not resent",
+            msg.topic,
+            "dropped as poison: disconnected" if reason == "poison" else "refused",
+            event.reason,
+            code,
+        )
+        if not msg.topic.startswith(_OPS_PREFIX):  # an alarm about an alarm could loop
+            self._raise(f"mqtt_publish_{reason}", topic=msg.topic[:200], reason_code=event.reason)
+
+    def _invalid(self, msg: Outbound, exc: core.InvalidPublish) -> None:
+        label = "too_large" if exc.reason is core.Invalid.TOO_LARGE else "invalid"
+        self.m_out_failed.labels(label).inc()
+        log.error("dropped a publish on %s: %s", msg.topic[:200], exc)
+
+    def _raise(self, alarm: str, **detail: object) -> None:
+        now = time.monotonic()
+        last = self._alarmed.get(alarm)
+        if self._alarm is None or (last is not None and now - last < ALARM_EVERY_S):
+            return
+        self._alarmed[alarm] = now
+        self._alarm(alarm, **detail)
 
     def _dropped(self, msg: Outbound) -> None:
         self.m_out_dropped.inc()
@@ -194,13 +304,36 @@ class MqttConnection:
     async def run(self) -> None:
         """Connect, serve, reconnect; returns only when cancelled."""
         while True:
+            started = time.monotonic()
             try:
                 await self._serve_once()
             except MqttError as exc:
                 self._mark_disconnected()
+                self._last_error = str(exc)
+                if self.connected_since is not None and time.monotonic() - started >= STABLE_S:
+                    self._backoff.reset()  # it held: the next failure starts from the minimum
+                self.connected_since = None
                 delay = self._backoff.failed()
-                log.warning("broker connection lost (%s); reconnecting in %.2fs", exc, delay)
+                self._log_loss(exc, delay)
                 await asyncio.sleep(delay)
+
+    def _log_loss(self, exc: MqttError, delay: float) -> None:
+        if isinstance(exc, ConnectRefused):
+            self.m_reconnects.labels("refused").inc()
+            if exc.bad_credentials:
+                log.error(
+                    "%s: the broker does not accept user %r with the gateway password "
+                    "(set mqtt.password or mqtt.password_file to the broker's gateway secret, "
+                    "SNLPGW_MQTT__PASSWORD / SNLPGW_MQTT__PASSWORD_FILE); retrying in %.1fs",
+                    exc,
+                    self._settings.username,
+                    delay,
+                )
+                return
+            log.error("%s; retrying in %.1fs", exc, delay)
+            return
+        self.m_reconnects.labels("lost").inc()
+        log.warning("broker connection lost (%s); reconnecting in %.2fs", exc, delay)
 
     async def close(self, grace_s: float) -> None:
         """Announce ``online: false`` and disconnect cleanly (no LWT); bounded by ``grace_s``."""
@@ -219,12 +352,11 @@ class MqttConnection:
         client = self._make_client()
         s = self._settings
         tls: ssl.SSLContext | None = ssl.create_default_context() if s.tls else None
-        await client.connect(s.host, s.port, tls=tls, wait_s=10)
+        limits = await client.connect(s.host, s.port, tls=tls, wait_s=10)
         self._client = client
+        self.connected_since = time.monotonic()
         try:
-            filters = [(r.topic_filter, r.qos) for r in self._routes]
-            if filters:
-                await client.subscribe(filters)
+            await self._subscribe(client, limits)
             await client.publish_wait(
                 self._presence_topic, self._presence_payload(True), qos=1, retain=True
             )
@@ -233,8 +365,14 @@ class MqttConnection:
             self.m_connected.set(1)
             self._connected.set()
             self._disconnected.clear()
-            self._backoff.reset()
-            log.info("connected to broker %s as %s", s.url, s.username)
+            self._last_error = None
+            log.info(
+                "connected to broker %s as %s (session %s, keep-alive %ds)",
+                s.url,
+                s.username,
+                "resumed" if limits.session_present else "new",
+                limits.keepalive_s,
+            )
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._outbox.pump(client), name="mqtt.publish")
                 tg.create_task(client.closed(), name="mqtt.closed")
@@ -244,17 +382,49 @@ class MqttConnection:
             self._client = None
             await client.disconnect(wait_s=1.0)
 
-    def _make_client(self) -> Client:
+    async def _subscribe(self, client: Client, limits: core.Limits) -> None:
+        filters = [(r.topic_filter, r.qos) for r in self._routes]
+        if not filters:
+            return
+        codes = await client.subscribe(filters)
+        refused = tuple((f, c) for (f, _), c in zip(filters, codes, strict=False) if c >= 0x80)
+        self._refused_filters = refused
+        self.m_sub_refused.set(len(refused))
+        for topic_filter, code in refused:
+            log.error(
+                "the broker refused the subscription %s (reason code 0x%02x): the gateway "
+                "hears nothing on it and reports not ready (check the broker's ACL for %r)",
+                topic_filter,
+                code,
+                self._settings.username,
+            )
+        if refused:
+            self._raise(
+                "mqtt_subscribe_refused",
+                filters=[f for f, _ in refused][:20],
+                reason_codes=[c for _, c in refused][:20],
+            )
+        if limits.maximum_qos < max(q for _, q in filters):
+            self.m_fallbacks.labels("qos_downgraded").inc()
+            log.warning(
+                "the broker offers QoS %d only: subscriptions downgraded", limits.maximum_qos
+            )
+
+    def _client_options(self) -> ClientOptions:
         s = self._settings
         will = codec.Will(self._presence_topic, self._presence_payload(False), qos=1, retain=True)
-        options = ClientOptions(
+        return ClientOptions(
             client_id=self._client_id,
             keepalive_s=s.keepalive_s,
             username=s.username,
             password=self._password,
             will=will,
+            session_expiry_s=s.session_expiry_s,
         )
-        return Client(options, self._on_message)
+
+    def _make_client(self) -> Client:
+        self._session.options = self._client_options()  # the will's presence: a fresh ts
+        return Client(self._session.options, self._on_message, session=self._session)
 
     def _mark_disconnected(self) -> None:
         self._connected.clear()

@@ -18,8 +18,11 @@ confirmations free the window. A topic always goes through the same lane (the la
 from the topic), so the broker forwards one topic's messages in the order they were put (MQTT §4.6): a board's
 LISTEN_STOP and its next PLAY_MEDIA leave back to back. ``on_sent`` runs when a message is
 written to the socket (a board command's ack deadline counts from then, not from the queue).
-When the connection breaks, every message not confirmed goes back to the head of its lane, in
-its original order, and is published again after the reconnect (at least once).
+When the connection breaks, the messages not confirmed stay in the session's in-flight table
+(:mod:`gateway.mqtt.session`), which sends them again, with their packet ids, before anything
+new after the reconnect (at least once). A message the broker refuses (PUBACK >= 0x80), one the
+poison rule drops and one MQTT forbids (an invalid topic, over the broker's Maximum Packet
+Size) is counted through ``failed``/``invalid`` and never queued again.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from enum import Enum
 from gateway.mqtt import codec
 from gateway.mqtt.client import Client
 from gateway.mqtt.options import MqttError
+from gateway.mqtt.session import Failed, InvalidPublish
 
 
 class Lane(Enum):
@@ -61,6 +65,9 @@ class OutboundCounters:
     dropped: Callable[[Outbound], None]  # EVENTS overflow: the oldest message went
     refused: Callable[[Outbound], None]  # CONTROL full: the newest was not queued
     published: Callable[[], None]  # confirmed (PUBACK for QoS 1, written for QoS 0)
+    failed: Callable[[Outbound, Failed], None]  # the broker refused it, or it was poison
+    invalid: Callable[[Outbound, InvalidPublish], None]  # MQTT forbids it: never sent
+    fallback: Callable[[str], None]  # sent at QoS 0 or unretained: the broker offers no more
 
 
 class OutboundQueue:
@@ -77,12 +84,12 @@ class OutboundQueue:
         self._control: deque[Outbound] = deque()
         self._events: deque[Outbound] = deque()
         self._lanes = {Lane.CONTROL: self._control, Lane.EVENTS: self._events}
-        # Written and not confirmed yet, in send order (QoS 1 only; at most ``window``).
+        # Written and not confirmed yet (QoS 1 only; at most ``window``), kept across
+        # connections like the session's table that resends them.
         self._in_flight: dict[int, Outbound] = {}
         self._tokens = itertools.count()
         self._ready = asyncio.Event()
         self._client: Client | None = None  # while a pump serves a connection
-        self._limit = window  # the window, capped by the broker's Receive Maximum
 
     def __len__(self) -> int:
         return len(self._control) + len(self._events) + len(self._in_flight)
@@ -115,27 +122,26 @@ class OutboundQueue:
         return True
 
     async def pump(self, client: Client) -> None:
-        """PublishPacket while connected; raises :class:`~gateway.mqtt.options.MqttError` when the
-        connection is gone, and puts back whatever was not confirmed, however it ends."""
-        self._limit = max(1, min(self._window, client.broker_receive_maximum))
+        """Publish while connected; raises :class:`~gateway.mqtt.options.MqttError` when the
+        connection is gone (what is in flight stays with the session)."""
         self._client = client
         control, events = self._control, self._events
         try:
             while True:
                 self._ready.clear()
                 self._send_ready(client)
-                if (control or events) and len(self._in_flight) < self._limit:
+                if (control or events) and client.room(self._window):
                     await client.writable.wait()  # the socket buffer is full: let it drain
                     continue
                 await self._ready.wait()
         finally:
             self._client = None
-            self._put_back()
 
     def _send_ready(self, client: Client) -> None:
         """Write queued publishes, CONTROL first, while the window and the socket have room."""
         control, events = self._control, self._events
-        while (control or events) and len(self._in_flight) < self._limit:
+        window = self._window
+        while (control or events) and client.room(window):
             if not client.writable.is_set():
                 return
             self._send(client, control.popleft() if control else events.popleft())
@@ -145,34 +151,46 @@ class OutboundQueue:
         if msg.correlation_data is not None or msg.expiry_s is not None:
             props = codec.publish_properties(msg.correlation_data, msg.expiry_s)
         on_done: Callable[[], None] | None = None
+        on_failed: Callable[[Failed], None] | None = None
+        token = 0
         if msg.qos:
             token = next(self._tokens)
-            self._in_flight[token] = msg
             on_done = lambda: self._confirmed(token)  # noqa: E731 - a closure per publish
+            on_failed = lambda event: self._failed(token, event)  # noqa: E731
         try:
-            client.publish(
+            sent = client.publish(
                 msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props,
-                on_done=on_done,
+                on_done=on_done, on_failed=on_failed,
             )  # fmt: skip
+        except InvalidPublish as exc:
+            self._counters.invalid(msg, exc)
+            return
         except BaseException:
-            if not msg.qos:
-                self._lanes[msg.lane].appendleft(msg)
+            self._lanes[msg.lane].appendleft(msg)
             raise
+        if sent.qos_downgraded:
+            self._counters.fallback("qos_downgraded")
+        if sent.retain_dropped:
+            self._counters.fallback("retain_dropped")
+        if sent.packet_id:
+            self._in_flight[token] = msg
         if msg.on_sent is not None:
             msg.on_sent()
-        if not msg.qos:
+        if not sent.packet_id:
             self._counters.published()
 
     def _confirmed(self, token: int) -> None:
         if self._in_flight.pop(token, None) is not None:
             self._counters.published()
-            if self._control or self._events:
-                self._ready.set()  # a slot for what waits
+        if self._control or self._events:
+            self._ready.set()  # a slot for what waits
 
-    def _put_back(self) -> None:
-        for msg in reversed(self._in_flight.values()):
-            self._lanes[msg.lane].appendleft(msg)
-        self._in_flight.clear()
+    def _failed(self, token: int, event: Failed) -> None:
+        msg = self._in_flight.pop(token, None)
+        if msg is not None:
+            self._counters.failed(msg, event)
+        if self._control or self._events:
+            self._ready.set()
 
 
 # Telemetry the backend and ops can lose under overload (oldest first, counted); everything

@@ -12,19 +12,28 @@ from gateway.mqtt.client import Client
 from gateway.mqtt.codec import PacketDecoder, PublishPacket, publish
 from gateway.mqtt.options import MqttError
 from gateway.mqtt.outbound import Lane, Outbound, OutboundCounters, OutboundQueue
+from gateway.mqtt.session import Failed, Failure, Invalid, InvalidPublish, Sent
 
 
 class FakeClient:
-    """Records publish calls in call order; QoS 1 ones wait until the test confirms them."""
+    """Records publish calls in call order; QoS 1 ones wait until the test confirms or fails
+    them (the session's in-flight table: :meth:`room` counts them)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, bytes, int, bytes]] = []
-        self.pending: dict[bytes, Callable[[], None] | None] = {}
+        self.pending: dict[
+            bytes, tuple[Callable[[], None] | None, Callable[[Failed], None] | None]
+        ] = {}
         self.changed = asyncio.Event()
         self.writable = asyncio.Event()
         self.writable.set()
         self.broken = False
         self.broker_receive_maximum = 65_535  # the CONNACK's Receive Maximum (none: 65,535)
+        self.invalid: set[str] = set()  # topics whose publish raises InvalidPublish
+        self.downgrade = False  # the broker offers QoS 0 and no retain
+
+    def room(self, window: int) -> bool:
+        return not self.broken and len(self.pending) < min(window, self.broker_receive_maximum)
 
     def publish(
         self,
@@ -35,15 +44,24 @@ class FakeClient:
         retain: bool,
         properties: bytes,
         on_done: Callable[[], None] | None,
-    ) -> None:
+        on_failed: Callable[[Failed], None] | None,
+    ) -> Sent:
         if self.broken:
             raise MqttError("not connected")
+        if topic in self.invalid:
+            raise InvalidPublish(Invalid.TOO_LARGE, topic)
         self.calls.append((topic, payload, qos, properties))
+        if self.downgrade:
+            self.changed.set()
+            if on_done is not None:
+                on_done()
+            return Sent(b"", 0, qos_downgraded=bool(qos), retain_dropped=retain)
         if qos:
-            self.pending[payload] = on_done
+            self.pending[payload] = (on_done, on_failed)
         elif on_done is not None:
             on_done()
         self.changed.set()
+        return Sent(b"", len(self.calls) if qos else 0)
 
     async def wait_calls(self, n: int) -> None:
         async with asyncio.timeout(5):
@@ -52,9 +70,14 @@ class FakeClient:
                 await self.changed.wait()
 
     def confirm(self, payload: bytes) -> None:
-        callback = self.pending.pop(payload)
+        callback, _ = self.pending.pop(payload)
         assert callback is not None
         callback()
+
+    def fail(self, payload: bytes, failure: Failure, reason: int) -> None:
+        _, callback = self.pending.pop(payload)
+        assert callback is not None
+        callback(Failed(None, failure, reason, "t"))
 
     def payloads(self) -> list[bytes]:
         return [c[1] for c in self.calls]
@@ -64,6 +87,9 @@ class Counts:
     def __init__(self) -> None:
         self.dropped: list[bytes] = []
         self.refused: list[bytes] = []
+        self.failed: list[tuple[bytes, Failure, int]] = []
+        self.invalid: list[tuple[bytes, Invalid]] = []
+        self.fallbacks: list[str] = []
         self.published = 0
 
     def counters(self) -> OutboundCounters:
@@ -71,6 +97,9 @@ class Counts:
             dropped=lambda m: self.dropped.append(m.payload),
             refused=lambda m: self.refused.append(m.payload),
             published=self._published,
+            failed=lambda m, e: self.failed.append((m.payload, e.failure, e.reason)),
+            invalid=lambda m, e: self.invalid.append((m.payload, e.reason)),
+            fallback=self.fallbacks.append,
         )
 
     def _published(self) -> None:
@@ -207,7 +236,7 @@ async def test_a_full_socket_buffer_holds_publishes_until_it_drains(put_first: b
     await stop(task)
 
 
-async def test_a_lost_connection_puts_back_everything_unconfirmed_in_order() -> None:
+async def test_a_lost_connection_leaves_in_flight_with_the_session_and_the_rest_queued() -> None:
     queue, client, counts = rig(window=3)
     put(queue, "e1", lane=Lane.EVENTS)
     put(queue, "a", "b", "c", "d")
@@ -216,22 +245,67 @@ async def test_a_lost_connection_puts_back_everything_unconfirmed_in_order() -> 
     client.confirm(b"b")
     await client.wait_calls(4)  # d took b's place
     client.broken = True
-    client.confirm(b"c")  # frees a slot: the pump's next publish (e1) finds the connection gone
-    with pytest.raises(MqttError):
-        await task
+    client.confirm(b"c")  # frees a slot, but the connection is gone: nothing more is sent
+    await settle()
+    await stop(task)
     assert counts.published == 2
-    assert [m.payload for m in queue.queued(Lane.CONTROL)] == [b"a", b"d"]
-    assert [m.payload for m in queue.queued(Lane.EVENTS)] == [b"e1"]
+    # a and d are in flight: the session sends them again after the reconnect, not the lanes.
+    assert [m.payload for m in queue.queued()] == [b"e1"]
     assert len(queue) == 3
+    client.broken = False
+    task = pump(queue, client)
+    await client.wait_calls(5)  # the next connection: the queued one goes
+    client.confirm(b"a")  # a resent one confirmed on the new connection still counts
+    await settle()
+    assert counts.published == 3
+    await stop(task)
 
 
-async def test_cancelled_pump_puts_back_what_was_in_flight() -> None:
+async def test_a_publish_that_raises_is_put_back_at_the_head_of_its_lane() -> None:
     queue, client, _ = rig(window=2)
-    put(queue, "a", "b", "c")
+    put(queue, "a", "b")
     task = pump(queue, client)
     await client.wait_calls(2)
     await stop(task)
-    assert [m.payload for m in queue.queued()] == [b"a", b"b", b"c"]
+    assert [m.payload for m in queue.queued()] == []
+    assert len(queue) == 2  # in flight, with the session
+    client.broken = True
+    put(queue, "c")
+    client.broken = False
+    client.writable.clear()
+    task = pump(queue, client)
+    await settle()
+    await stop(task)
+    assert [m.payload for m in queue.queued()] == [b"c"]
+
+
+async def test_refused_poison_and_invalid_publishes_are_counted_and_never_queued_again() -> None:
+    queue, client, counts = rig(window=5)
+    client.invalid.add("t/huge")
+    task = pump(queue, client)
+    await settle()
+    put(queue, "a", "b", "huge", "c")
+    client.fail(b"a", Failure.REFUSED, 0x87)
+    client.fail(b"b", Failure.POISON, 0x90)
+    client.confirm(b"c")
+    await settle()
+    assert counts.failed == [(b"a", Failure.REFUSED, 0x87), (b"b", Failure.POISON, 0x90)]
+    assert counts.invalid == [(b"huge", Invalid.TOO_LARGE)]
+    assert counts.published == 1
+    assert len(queue) == 0
+    await stop(task)
+
+
+async def test_fallbacks_the_broker_imposes_are_counted() -> None:
+    queue, client, counts = rig(window=5)
+    client.downgrade = True
+    task = pump(queue, client)
+    await settle()
+    queue.put(Outbound("t/p", b"p", qos=1, retain=True))
+    await settle()
+    assert counts.fallbacks == ["qos_downgraded", "retain_dropped"]
+    assert counts.published == 1
+    await stop(task)
 
 
 async def test_properties_carry_correlation_data_and_expiry() -> None:
