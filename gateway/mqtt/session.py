@@ -215,7 +215,7 @@ class MqttSession:
         self._ping_sent: float | None = None
         self._will_retain = True  # False once a broker refused the will's retain flag
         self._retain_available = True  # remembered across connections
-        self._connected_before = False
+        self._suspects = 0  # entries marked suspect (see isolating)
 
     # -- connection lifecycle ------------------------------------------------------------
 
@@ -264,16 +264,22 @@ class MqttSession:
             entry.closes += how is Loss.BROKER_CLOSED
             blamed = how is Loss.BROKER_DISCONNECT and reason in BLAMING
             if blamed or entry.closes >= CLOSES_BEFORE_POISON:
-                del self._in_flight[packet_id]
+                self._remove(packet_id, entry)
                 dropped.append(Failed(entry.ref, Failure.POISON, reason, entry.topic))
-        for _, entry in sent:
-            entry.suspect = True
+        for packet_id, entry in sent:
+            if not entry.suspect and packet_id in self._in_flight:
+                entry.suspect = True
+                self._suspects += 1
         return dropped
 
     @property
     def isolating(self) -> bool:
         """Publishes of a connection the broker ended are being resent one at a time."""
-        return any(e.suspect for e in self._in_flight.values())
+        return self._suspects > 0
+
+    def _remove(self, packet_id: int, entry: _InFlight) -> None:
+        del self._in_flight[packet_id]
+        self._suspects -= entry.suspect
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -329,14 +335,14 @@ class MqttSession:
             session_present=packet.session_present,
         )
         self.state = State.CONNECTED
-        self._connected_before = True
         events.append(Connected(self.limits, len(self._in_flight)))
         self._resend(now)
 
     def _puback(self, packet: codec.PubAck, events: list[MqttEvent], now: float) -> None:
-        entry = self._in_flight.pop(packet.packet_id, None)
+        entry = self._in_flight.get(packet.packet_id)
         if entry is None or not entry.sent:
-            return  # not ours, or a PUBACK for a copy of a previous connection: ignored
+            return  # not ours, or not sent on this connection: the broker is confused
+        self._remove(packet.packet_id, entry)
         if packet.reason >= 0x80:
             events.append(Failed(entry.ref, Failure.REFUSED, packet.reason, entry.topic))
         else:
@@ -345,14 +351,13 @@ class MqttSession:
             self._resend(now)
 
     def _resend(self, now: float) -> None:
-        """Send again what a previous connection left in flight: all at once, or while
-        isolating the first suspect alone once nothing else is in flight."""
+        """Send again what a previous connection left in flight: all at once, or, while
+        isolating, the next suspect alone (called at CONNACK and at a suspect's PUBACK; while
+        isolating nothing new is sent, so then nothing else is in flight)."""
         waiting = [(pid, e) for pid, e in self._in_flight.items() if not e.sent]
         if not waiting:
             return
         if self.isolating:
-            if any(e.sent for e in self._in_flight.values()):
-                return
             waiting = waiting[:1]
         for _, entry in waiting:
             entry.sent = True
