@@ -81,6 +81,7 @@ class Client(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._how = core.Loss.BROKER_CLOSED  # why the connection ends, unless said otherwise
         self._reason = 0
+        self._settled = asyncio.Event()  # set once the session is not isolating suspects
 
     # -- connection ----------------------------------------------------------------------
 
@@ -107,6 +108,20 @@ class Client(asyncio.Protocol):
             raise
         self._arm_timer()
         return limits
+
+    async def settled(self) -> None:
+        """Wait until publishes a broker-ended connection left in flight were each confirmed
+        or dropped (:attr:`MqttSession.isolating`); raises :class:`MqttError` if the
+        connection ends first. A publish sent meanwhile would be in flight beside a suspect,
+        and the poison rule could no longer tell which one the broker refused."""
+        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._settled.wait())]
+        waiters.append(self._lost)
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiters[0].cancel()
+        if not self._settled.is_set():
+            await self.closed()
 
     @property
     def is_connected(self) -> bool:
@@ -178,7 +193,7 @@ class Client(asyncio.Protocol):
 
     async def publish_wait(
         self, topic: str, payload: bytes, *, qos: int = 0, retain: bool = False
-    ) -> None:
+    ) -> core.Sent:
         """:meth:`publish` and wait for the PUBACK (QoS 1) or the write (QoS 0); raises
         :class:`MqttError` if the broker refuses it or the connection ends first."""
         done: asyncio.Future[None] = self._loop.create_future()
@@ -189,7 +204,7 @@ class Client(asyncio.Protocol):
                     MqttError(f"broker refused the publish on {topic} (reason {event.reason})")
                 )
 
-        self.publish(
+        sent = self.publish(
             topic,
             payload,
             qos=qos,
@@ -202,6 +217,7 @@ class Client(asyncio.Protocol):
             await self.closed()
             raise MqttError("connection lost")  # pragma: no cover - closed() raised
         done.result()
+        return sent
 
     @property
     def unacknowledged(self) -> int:
@@ -291,6 +307,8 @@ class Client(asyncio.Protocol):
         out = session.take_output()
         if out and self.is_connected:
             self._write(out)
+        if not session.isolating and session.state is core.State.CONNECTED:
+            self._settled.set()
 
     def _event(self, event: core.MqttEvent) -> None:
         if isinstance(event, core.Failed):

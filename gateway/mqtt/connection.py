@@ -357,9 +357,14 @@ class MqttConnection:
         self.connected_since = time.monotonic()
         try:
             await self._subscribe(client, limits)
-            await client.publish_wait(
+            await client.settled()  # the previous connection's suspects first (poison rule)
+            sent = await client.publish_wait(
                 self._presence_topic, self._presence_payload(True), qos=1, retain=True
             )
+            if sent.qos_downgraded:
+                self.m_fallbacks.labels("qos_downgraded").inc()
+            if sent.retain_dropped:
+                self.m_fallbacks.labels("retain_dropped").inc()
             self._connections += 1
             self.m_connects.inc()
             self.m_connected.set(1)
