@@ -43,6 +43,7 @@ from topics.tree import (
     normalize_mac,
     parse_topic,
     parse_xiaozhi_topic,
+    valid_response_topic,
 )
 from topics.wire import DEFAULT_MAX_BYTES, encode
 from topics.xiaozhi import (
@@ -118,4 +119,5 @@ __all__ = [
     "parse_xiaozhi",
     "parse_xiaozhi_downlink",
     "parse_xiaozhi_topic",
+    "valid_response_topic",
 ]

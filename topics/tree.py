@@ -216,6 +216,21 @@ def _make(topic: str, kind: TopicKind, *, dev: str | None = None, gw: str | None
         raise TopicError(topic, exc.detail) from None
 
 
+REPLY_TREE = "snlpgw/v1/reply/"
+_REPLY_LEVEL_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def valid_response_topic(topic: str) -> bool:
+    """Whether a control request's MQTT 5 Response Topic may be answered: a topic name (no
+    wildcard) in the reply tree backends may read, ``snlpgw/v1/reply/<one level>`` with that
+    level of ``[A-Za-z0-9_.-]{1,64}``. Anything else would have the gateway publish where the
+    requester told it to: a wildcard disconnects the gateway, another tree is not the
+    requester's to write through the gateway."""
+    if not topic.startswith(REPLY_TREE):
+        return False
+    return _REPLY_LEVEL_RE.fullmatch(topic[len(REPLY_TREE) :]) is not None
+
+
 def validate_template(template: str) -> str:
     """A Xiaozhi topic template: `{dev}` exactly once, as a whole level, no wildcards."""
     levels = _levels(template)

@@ -29,6 +29,7 @@ from topics import (
     encode,
     parse_ctl_request,
     parse_topic,
+    valid_response_topic,
 )
 from topics.backend import TASK_EVENT_ADAPTER
 from topics.fastwire import task_event_bytes
@@ -89,6 +90,14 @@ class TaskWire:
         if not self._owns(device):
             self._m_not_owner.inc()
             return
+        response_topic = msg.response_topic
+        if response_topic and not valid_response_topic(response_topic):
+            # Answered on the device's reply topic only: publishing where a requester says
+            # outside the reply tree (or to a wildcard, which the broker disconnects for) is
+            # not the requester's to ask.
+            self._m_ctl_invalid.labels("response_topic").inc()
+            log.warning("ignored response topic %r of a control request", response_topic[:80])
+            response_topic = None
         try:
             req = parse_ctl_request(msg.payload)
         except PayloadError as exc:
@@ -96,11 +105,11 @@ class TaskWire:
             self.send_reply(
                 device,
                 ControlReply("", "", accepted=False, detail=str(exc)[:200]),
-                response=(msg.response_topic, msg.correlation_data),
+                response=(response_topic, msg.correlation_data),
             )
             return
-        if msg.response_topic:
-            self._responses[req.id] = (msg.response_topic, msg.correlation_data)
+        if response_topic:
+            self._responses[req.id] = (response_topic, msg.correlation_data)
             while len(self._responses) > RESPONSE_ROUTES_KEPT:
                 self._responses.popitem(last=False)
         self._inbox.control(

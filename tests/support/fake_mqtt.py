@@ -70,10 +70,13 @@ class FakePublisher:
         """The JSON bodies published to topics ending in ``suffix``."""
         return [p.json() for p in self.on(suffix)]
 
-    def deliver(self, topic: str, body: dict[str, Any]) -> None:
+    def deliver(
+        self, topic: str, body: dict[str, Any], *, response_topic: str | None = None
+    ) -> None:
         """An inbound JSON message on ``topic``, to every registered route (QoS 1)."""
+        payload = json.dumps(body).encode()
         for _filter, handler, _qos in self.routes:
-            handler(Inbound(topic, json.dumps(body).encode(), 1, False, 0.0, 0))
+            handler(Inbound(topic, payload, 1, False, 0.0, 0, response_topic, b"corr"))
 
     async def wait_for(self, predicate: Callable[[], bool], wait_s: float = 5.0) -> None:
         """Wait (event-driven, bounded) until ``predicate`` holds after some publish."""

@@ -246,3 +246,26 @@ async def test_presence_memory_is_bounded(rig: TaskServiceRig) -> None:
     for i in range(10):
         rig.svc.on_presence(f"aa_bb_cc_dd_ff_{i:02x}", online=False)
     assert list(rig.svc._table.online) == [f"aa_bb_cc_dd_ff_{i:02x}" for i in (7, 8, 9)]
+
+
+@pytest.mark.parametrize(
+    ("response_topic", "answered_there"),
+    [
+        ("snlpgw/v1/reply/app-42", True),
+        ("snlpgw/v1/reply/#", False),  # a wildcard: the broker would disconnect the gateway
+        ("snlpgw/v1/reply/+", False),
+        ("snlp/v1/aa_bb_cc_dd_ee_02/cmd", False),  # another tree: a board's command topic
+        ("snlpgw/v1/reply/a/b", False),
+        ("snlpgw/v1/reply/", False),
+    ],
+)
+async def test_a_response_topic_is_answered_only_inside_the_reply_tree(
+    rig: TaskServiceRig, response_topic: str, answered_there: bool
+) -> None:
+    body = {"v": 1, "id": "rt1", "action": "stop"}  # nothing runs: refused, answered
+    rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", body, response_topic=response_topic)
+    await rig.mqtt.wait_for(lambda: bool(rig.mqtt.bodies("/reply/" + DEV)))
+    there = [p for p in rig.mqtt.sent if p.topic == response_topic]
+    assert bool(there) is answered_there
+    invalid = rig.metrics.snapshot().get('snlpgw_ctl_invalid_total{reason="response_topic"}', 0)
+    assert invalid == (0.0 if answered_there else 1.0)
