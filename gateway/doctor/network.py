@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import socket
 import ssl
@@ -104,7 +105,26 @@ def check_gateway_http(settings: Settings, found: Findings) -> list[Row]:
         hint = " (set http.admin_token as the gateway has it)" if status == 401 else ""
         return [row, fail("admin metrics", f"{metrics}: HTTP {status}{hint}")]
     found.metrics_text = body
-    return [row, ok("admin metrics", f"{metrics}: {body.count(chr(10))} lines")]
+    rows = [row, ok("admin metrics", f"{metrics}: {body.count(chr(10))} lines")]
+    return [*rows, _subscriptions(f"http://{local(http.admin_host)}:{http.admin_port}", token)]
+
+
+def _subscriptions(admin: str, token: str | None) -> Row:
+    """The gateway's broker subscriptions, from the admin /healthz's ``mqtt`` detail: a filter
+    the broker refused (its ACL) leaves the gateway deaf on it."""
+    try:
+        _, body, _ = _get(f"{admin}/healthz", token)
+        detail = json.loads(body).get("mqtt", {})
+    except (OSError, ValueError, AttributeError) as exc:
+        return skip("broker subscriptions", f"{admin}/healthz unreadable: {exc}")
+    refused = detail.get("refused_subscriptions") if isinstance(detail, dict) else None
+    if refused:
+        named = ", ".join(str(f) for f in refused)
+        return fail(
+            "broker subscriptions",
+            f"refused by the broker: {named} (the gateway hears nothing there; check the ACL)",
+        )
+    return ok("broker subscriptions", "every route granted")
 
 
 def _udp_drops(text: str | None) -> float | None:

@@ -85,7 +85,7 @@ async def test_doctor_green_then_each_breakage_fails_its_row(
             code, rows, text = await doctor(env)
             assert code == 0, text
             assert set(rows.values()) == {"ok"}, text
-            assert len(rows) == 10, text
+            assert len(rows) == 11, text
             assert asr.requests, "the ASR row must really call the engine"
             users = (fresh_broker.data_dir / "mosquitto" / "users.json").read_text()
             assert '"device"' not in users  # the throwaway device was revoked
