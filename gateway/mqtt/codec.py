@@ -41,7 +41,13 @@ PINGREQ = b"\xc0\x00"
 DISCONNECT = b"\xe0\x00"
 
 
+_ONE_BYTE = tuple(bytes((i,)) for i in range(128))
+
+
 def _length(n: int) -> bytes:
+    """A variable byte integer (MQTT §1.5.5)."""
+    if n < 128:
+        return _ONE_BYTE[n]  # most packets, and every property block, on the hot path
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -49,6 +55,10 @@ def _length(n: int) -> bytes:
         out.append(b | 0x80 if n else b)
         if not n:
             return bytes(out)
+
+
+def _length_size(n: int) -> int:
+    return 1 if n < 128 else 2 if n < 16_384 else 3 if n < 2_097_152 else 4
 
 
 def _str(s: str | bytes) -> bytes:
@@ -138,9 +148,9 @@ def publish(
 def publish_size(topic: int, payload: int, *, qos: int, properties: int, version: int = V5) -> int:
     """The length of a PUBLISH with a ``topic``-byte name, a ``payload``-byte body and (MQTT 5)
     a ``properties``-byte property block, without building it."""
-    props = len(_length(properties)) + properties if version == V5 else 0
+    props = _length_size(properties) + properties if version == V5 else 0
     rest = 2 + topic + (2 if qos else 0) + props + payload
-    return 1 + len(_length(rest)) + rest
+    return 1 + _length_size(rest) + rest
 
 
 def publish_properties(correlation_data: bytes | None, expiry_s: int | None) -> bytes:

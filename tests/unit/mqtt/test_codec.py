@@ -216,3 +216,17 @@ def test_publish_properties_each_alone() -> None:
     assert codec.publish_properties(b"c", None) == b"\x09\x00\x01c"
     assert codec.publish_properties(None, 5) == b"\x02\x00\x00\x00\x05"
     assert codec.publish_properties(None, None) == b""
+
+
+@pytest.mark.parametrize("payload", [0, 1, 100, 127, 128, 16_383, 16_384, 2_097_151, 2_097_152])
+@pytest.mark.parametrize("qos", [0, 1])
+@pytest.mark.parametrize("version", [codec.V5, codec.V311])
+def test_publish_size_is_the_length_of_the_packet_without_building_it(
+    payload: int, qos: int, version: int
+) -> None:
+    props = codec.publish_properties(b"c" * 200, 30) if version == codec.V5 else b""
+    packet = codec.publish(
+        b"t/x", b"p" * payload, qos=qos, packet_id=7, version=version, properties=props
+    )
+    size = codec.publish_size(3, payload, qos=qos, properties=len(props), version=version)
+    assert size == len(packet)
