@@ -434,7 +434,7 @@ def _default_gateway_id() -> str:
 
 
 class Settings(BaseSettings):
-    """Root settings; every field documented in README's settings table."""
+    """Root settings; every field documented in docs/settings.md's table (generated)."""
 
     model_config = SettingsConfigDict(
         env_prefix="SNLPGW_",

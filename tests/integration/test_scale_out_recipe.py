@@ -60,13 +60,13 @@ STOP_S = 60.0
 
 
 @dataclass(frozen=True)
-class Address:
+class RecipeBroker:
     host: str
     port: int
 
 
 @dataclass(frozen=True)
-class Login:
+class ProvisionedLogin:
     username: str
     password: str | None
 
@@ -116,7 +116,7 @@ def environ(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
 
 
-async def provision(broker_dir: str, name: str, role: str = "device") -> Login:
+async def provision(broker_dir: str, name: str, role: str = "device") -> ProvisionedLogin:
     """``snlpgw provision --data-dir <broker's data dir>``, as the doc says."""
     argv = [SNLPGW, "provision", "--data-dir", broker_dir, "--role", role, name]
     proc = await asyncio.create_subprocess_exec(
@@ -126,7 +126,7 @@ async def provision(broker_dir: str, name: str, role: str = "device") -> Login:
         out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     creds = json.loads(out)
-    return Login(creds["username"], creds["password"])
+    return ProvisionedLogin(creds["username"], creds["password"])
 
 
 @pytest.mark.timeout(600)
@@ -161,7 +161,7 @@ async def test_the_recipe_script_three_gateways_one_killed_mid_lesson(tmp_path: 
             manifest = json.loads((root / "cluster.json").read_text())
             broker_dir = manifest["broker"]["data_dir"]
             host, port = manifest["broker"]["url"].removeprefix("mqtt://").split(":")
-            broker = Address(host, int(port))
+            broker = RecipeBroker(host, int(port))
             broker_pid = manifest["broker"]["pid"]
             gws = [RecipeGateway(g["id"], Path(g["log"]), g["pid"]) for g in manifest["gateways"]]
             ids = [g.gateway_id for g in gws]
@@ -173,7 +173,7 @@ async def test_the_recipe_script_three_gateways_one_killed_mid_lesson(tmp_path: 
             def reload() -> None:
                 os.kill(broker_pid, signal.SIGHUP)
 
-            async def accepted(login: Login) -> Login:
+            async def accepted(login: ProvisionedLogin) -> ProvisionedLogin:
                 """Once the broker has reloaded its files (Mosquitto drops a SIGHUP that
                 arrives during another reload: signalled again while refused)."""
                 await asyncio.to_thread(

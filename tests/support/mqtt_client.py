@@ -69,7 +69,7 @@ class ClientSession:
             await self.queue.put(item)
 
 
-class Address(Protocol):
+class BrokerAddress(Protocol):
     """Where a broker listens: the harness :class:`~tests.support.broker.Broker`, or one the
     scale-out recipe started."""
 
@@ -79,7 +79,7 @@ class Address(Protocol):
     def port(self) -> int: ...
 
 
-class Login(Protocol):
+class BrokerLogin(Protocol):
     @property
     def username(self) -> str: ...
     @property
@@ -88,7 +88,7 @@ class Login(Protocol):
 
 @contextlib.asynccontextmanager
 async def mqtt_client(
-    broker: Address, creds: Credentials | Login, *, client_id: str | None = None
+    broker: BrokerAddress, creds: Credentials | BrokerLogin, *, client_id: str | None = None
 ) -> AsyncIterator[ClientSession]:
     """Connected MQTT 5 client for ``creds``; a refused CONNECT raises ``aiomqtt.MqttError``."""
     client = aiomqtt.Client(
@@ -114,7 +114,12 @@ async def mqtt_client(
 
 
 def publish_reason_code(
-    broker: Address, creds: Credentials, topic: str, payload: bytes = b"{}", *, timeout: float = 5.0
+    broker: BrokerAddress,
+    creds: Credentials,
+    topic: str,
+    payload: bytes = b"{}",
+    *,
+    timeout: float = 5.0,
 ) -> int:
     """Publish once at QoS 1 and return the broker's PUBACK reason code."""
     connected = threading.Event()
