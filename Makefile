@@ -52,11 +52,12 @@ run: setup
 	@$(BIN)/snlpgw dev-run
 
 lint: venv
-	$(BIN)/ruff check gateway codec topics devstack tests bench
-	$(BIN)/ruff format --check gateway codec topics devstack tests bench
+	$(BIN)/ruff check gateway codec topics devstack tests bench deploy
+	$(BIN)/ruff format --check gateway codec topics devstack tests bench deploy
 
 typecheck: venv
 	$(BIN)/mypy
+	$(BIN)/mypy deploy/scale_out_local.py
 
 check: lint typecheck
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.broker.credentials import gateway_mqtt_password
+from gateway.broker.credentials import gateway_secret
 from gateway.gcwatch import GcWatch, freeze_startup_heap, set_thresholds
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
@@ -83,10 +83,10 @@ class Context:
         the metrics registry and the ops alarm publisher for ``settings``."""
         metrics = Metrics()
         gw = settings.gateway_id
-        password = gateway_mqtt_password(settings)
-        if password is None:
-            where = settings.data_dir
-            log.warning("no gateway password in settings or %s; connecting without one", where)
+        secret = gateway_secret(settings)
+        password = secret.password
+        if password is None:  # `snlpgw run` refuses a configured password_file it cannot read
+            log.warning("no gateway password (%s); connecting without one", secret.problem)
         mqtt = MqttConnection(
             settings=settings.mqtt,
             password=password,

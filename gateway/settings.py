@@ -58,7 +58,15 @@ class MqttSettings(_Section):
     )
     username: str = Field("snlp-gateway", description="Gateway broker user.")
     password: str | None = Field(
-        None, description="Gateway broker password; if unset, read from the data directory."
+        None,
+        description="Gateway broker password (wins over password_file; never logged). Both "
+        "unset: read from <data_dir>/secrets/gateway.password.",
+    )
+    password_file: Path | None = Field(
+        None,
+        description="File holding the gateway broker password (one line), used when password "
+        "is unset: the broker's <data_dir>/secrets/gateway.password, which every gateway of a "
+        "cluster shares. Missing or empty: `snlpgw run` refuses to start.",
     )
     keepalive_s: int = Field(30, ge=5, le=600, description="MQTT keep-alive of the gateway.")
     reconnect_min_s: float = Field(0.5, gt=0, description="First reconnect back-off.")
@@ -434,7 +442,7 @@ def _default_gateway_id() -> str:
 
 
 class Settings(BaseSettings):
-    """Root settings; every field documented in README's settings table."""
+    """Root settings; every field documented in docs/settings.md's table (generated)."""
 
     model_config = SettingsConfigDict(
         env_prefix="SNLPGW_",

@@ -1,6 +1,7 @@
-"""Render the settings tree as the README's markdown table (``python -m gateway.settings_doc``).
+"""Render the settings tree as the markdown table of ``docs/settings.md``
+(``python -m gateway.settings_doc --write`` rewrites it there; without ``--write`` it prints it).
 
-A test compares the README's table with this output, so the documentation cannot drift.
+A test compares that page's table with this output, so the documentation cannot drift.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pydantic.fields import FieldInfo
 
 from gateway.settings import Settings
 
+DOC = Path("docs") / "settings.md"  # relative to the repository root
 BEGIN = "<!-- settings-table:begin -->"
 END = "<!-- settings-table:end -->"
 
@@ -43,7 +45,7 @@ def render() -> str:
     return "\n".join([BEGIN, *header, *_rows(Settings, "SNLPGW_"), END])
 
 
-def update_readme(path: Path) -> bool:
+def update_doc(path: Path) -> bool:
     """Rewrite the table between the markers; returns True when the file changed."""
     text = path.read_text(encoding="utf-8")
     start, end = text.index(BEGIN), text.index(END) + len(END)
@@ -55,6 +57,6 @@ def update_readme(path: Path) -> bool:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
-        update_readme(Path("README.md"))
+        update_doc(DOC)
     else:
         sys.stdout.write(render() + "\n")

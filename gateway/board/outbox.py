@@ -1,6 +1,6 @@
 """Per-device command outbox: a sans-I/O state machine (time in, sends and outcomes out).
 
-DeliveryResult rules (SPEC §3 "Command delivery"; the README's board section states them for users):
+DeliveryResult rules (SPEC §3 "Command delivery"; docs/components.md's board section states them for users):
 
 * **Pipelined, in submit order.** Up to ``window`` commands are in flight per device at once
   (sent, not yet acked): LISTEN_STOP and the next PLAY_MEDIA leave together instead of the

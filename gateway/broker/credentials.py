@@ -51,6 +51,7 @@ __all__ = [
     "BrokerFiles",
     "Credentials",
     "CredentialsError",
+    "GatewaySecret",
     "Reloader",
     "Role",
     "command_reloader",
@@ -58,6 +59,7 @@ __all__ = [
     "ensure_password",
     "gateway_mqtt_password",
     "gateway_password",
+    "gateway_secret",
     "init_broker_files",
     "local_broker_url",
     "pid_file_reloader",
@@ -209,16 +211,56 @@ def gateway_password(data_dir: Path) -> str:
     return reg.read_gateway_password(BrokerFiles.at(data_dir))
 
 
-def gateway_mqtt_password(settings: Settings) -> str | None:
-    """The password the gateway connects with: ``mqtt.password`` if set, else the one in its
-    data dir (:func:`gateway_password`); None if there is neither (the service and the doctor
-    say so)."""
-    if settings.mqtt.password is not None:
-        return settings.mqtt.password
+@dataclass(frozen=True, slots=True)
+class GatewaySecret:
+    """The gateway's broker password as the settings resolve it (:func:`gateway_secret`):
+    ``source`` says where it came from (or was looked for); ``problem``, when there is none,
+    says why and which setting to fix. Never logged with the password."""
+
+    password: str | None = field(repr=False)
+    source: str
+    problem: str | None = None
+
+
+_FIX = (
+    "set mqtt.password_file (SNLPGW_MQTT__PASSWORD_FILE) to the broker's "
+    "<data_dir>/secrets/gateway.password, or mqtt.password"
+)
+
+
+def gateway_secret(settings: Settings) -> GatewaySecret:
+    """The password the gateway connects with, first found: ``mqtt.password``, then the file
+    ``mqtt.password_file`` (when set, the only place looked at), then
+    ``<data_dir>/secrets/gateway.password`` (what ``snlpgw broker init`` wrote there)."""
+    mqtt = settings.mqtt
+    if mqtt.password is not None:
+        return GatewaySecret(mqtt.password, "mqtt.password")
+    if mqtt.password_file is not None:
+        return _read_secret(Path(mqtt.password_file), f"mqtt.password_file {mqtt.password_file}")
+    default = BrokerFiles.at(Path(settings.data_dir)).gateway_password_file
+    found = _read_secret(default, str(default))
+    if found.password is None:
+        unset = "mqtt.password and mqtt.password_file unset"
+        return GatewaySecret(None, found.source, f"{unset}, {found.problem}: {_FIX}")
+    return found
+
+
+def _read_secret(path: Path, source: str) -> GatewaySecret:
     try:
-        return gateway_password(Path(settings.data_dir))
+        text = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        return None
+        return GatewaySecret(None, source, f"{source} missing")
+    except OSError as exc:
+        return GatewaySecret(None, source, f"{source} unreadable ({exc.strerror or exc})")
+    if not text:
+        return GatewaySecret(None, source, f"{source} is empty")
+    return GatewaySecret(text, source)
+
+
+def gateway_mqtt_password(settings: Settings) -> str | None:
+    """The password the gateway connects with (:func:`gateway_secret`); None if there is none
+    (the service and the doctor say why)."""
+    return gateway_secret(settings).password
 
 
 # -- internals ---------------------------------------------------------------------------------

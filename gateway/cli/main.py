@@ -33,6 +33,14 @@ def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
 def _cmd_run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     setup_logging(settings.ops.log_level, json_lines=settings.ops.log_json)
+    from gateway.broker.credentials import gateway_secret  # noqa: PLC0415
+
+    secret = gateway_secret(settings)
+    if settings.mqtt.password_file is not None and secret.password is None:
+        # asked for a shared secret and there is none: a refused login retried forever helps
+        # nobody (unset, the data dir's file may be absent on purpose: a broker without auth)
+        print(f"snlpgw: cannot start: {secret.problem}", file=sys.stderr)  # noqa: T201
+        return 2
     from gateway.app import build_service  # noqa: PLC0415 - keeps `snlpgw provision` light
 
     async def main() -> None:

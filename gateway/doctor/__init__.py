@@ -2,8 +2,11 @@
 
 Rows, in order (a row whose prerequisite failed is ``skip`` and says so):
 
+* gateway secret — the gateway's broker password is found: ``mqtt.password``, else the file
+  ``mqtt.password_file``, else ``<data_dir>/secrets/gateway.password``; a missing or empty one
+  fails, naming the setting to fix.
 * broker reachable, broker credentials — TCP (TLS for mqtts) to ``mqtt.url``; the gateway user
-  logs in with its password (settings or ``<data_dir>/secrets/gateway.password``).
+  logs in with that password.
 * ACL isolation — a throwaway device is provisioned, must read its own ``cmd`` topic and must
   neither read nor write another device's topics; then it is revoked (``acl.py``).
 * gateway health, admin metrics — ``GET /healthz`` on the device listener, ``GET /metrics`` on
@@ -23,14 +26,20 @@ from gateway.broker.layout import BrokerFiles
 from gateway.cli.subcommands import Subparsers
 from gateway.doctor.acl import check_acl
 from gateway.doctor.local import check_asr, check_audio_libs, check_clock, check_store
-from gateway.doctor.network import Findings, check_broker, check_gateway_http, check_udp
+from gateway.doctor.network import (
+    Findings,
+    check_broker,
+    check_gateway_http,
+    check_secret,
+    check_udp,
+)
 from gateway.doctor.report import Row, exit_code, render
 from gateway.settings import Settings, load_settings
 
 
 def run_checks(settings: Settings, reload: Reloader) -> list[Row]:
     found = Findings()
-    rows = check_broker(settings, found)
+    rows = [check_secret(settings), *check_broker(settings, found)]
     rows.append(check_acl(settings, found, reload))
     rows += check_gateway_http(settings, found)
     rows.append(check_udp(settings, found))

@@ -13,7 +13,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from gateway.broker.credentials import gateway_mqtt_password
+from gateway.broker.credentials import gateway_secret
 from gateway.doctor.report import Row, fail, ok, skip
 from gateway.mqtt.probe import connack
 from gateway.settings import Settings
@@ -46,6 +46,15 @@ def local(host: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)  # noqa: S104
 
 
+def check_secret(settings: Settings) -> Row:
+    """Where the gateway's broker password comes from, or why there is none and which
+    setting to fix (a gateway without one retries a refused login: nothing else says so)."""
+    secret = gateway_secret(settings)
+    if secret.password is None:
+        return fail("gateway secret", secret.problem or secret.source)
+    return ok("gateway secret", f"from {secret.source}")
+
+
 def check_broker(settings: Settings, found: Findings) -> list[Row]:
     mqtt = settings.mqtt
     where = f"{mqtt.host}:{mqtt.port}"
@@ -61,7 +70,11 @@ def check_broker(settings: Settings, found: Findings) -> list[Row]:
         ]
     found.broker_up = True
     rows = [ok("broker reachable", f"{where} accepts {'TLS' if mqtt.tls else 'TCP'}")]
-    password = gateway_mqtt_password(settings)
+    secret = gateway_secret(settings)
+    if secret.password is None:
+        rows.append(skip("broker credentials", "no gateway password (see gateway secret)"))
+        return rows
+    password = secret.password
     code = connack(mqtt.host, mqtt.port, mqtt.username, password, tls=mqtt.tls, timeout_s=5)
     if code == 0:
         found.gateway_login = True

@@ -82,7 +82,7 @@ async def test_eavesdropper_xoring_captured_directions_learns_nothing(broker: Br
     leaks = eavesdrop(captured, plain)
     assert leaks["down"] == 0
     # The attack works on real captures: firmware's own uplink reuses keystream between
-    # consecutive frames of equal size (a protocol limit no server can change; README).
+    # consecutive frames of equal size (a protocol limit no server can change; docs/security.md).
     assert leaks["up"] > 0
 
 

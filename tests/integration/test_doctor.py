@@ -1,6 +1,6 @@
 """`snlpgw doctor` against a real Mosquitto and a running gateway process (the dev stack's
 :func:`devstack.process.gateway_process`): all green, then one thing broken at a time (wrong
-password, store directory read-only, broker down) makes the right row fail and the exit code
+password, a missing password file, store directory read-only, broker down) makes the right row fail and the exit code
 non-zero.
 """
 
@@ -85,7 +85,7 @@ async def test_doctor_green_then_each_breakage_fails_its_row(
             code, rows, text = await doctor(env)
             assert code == 0, text
             assert set(rows.values()) == {"ok"}, text
-            assert len(rows) == 11, text
+            assert len(rows) == 12, text
             assert asr.requests, "the ASR row must really call the engine"
             users = (fresh_broker.data_dir / "mosquitto" / "users.json").read_text()
             assert '"device"' not in users  # the throwaway device was revoked
@@ -95,6 +95,13 @@ async def test_doctor_green_then_each_breakage_fails_its_row(
             assert rows["broker credentials"] == "FAIL", text
             assert rows["ACL isolation"] == "skip", text
             assert rows["broker reachable"] == rows["gateway health"] == "ok", text
+
+            absent = tmp_path / "absent.password"
+            code, rows, text = await doctor({**env, "SNLPGW_MQTT__PASSWORD_FILE": str(absent)})
+            assert code == 1, text
+            assert rows["gateway secret"] == "FAIL", text
+            assert f"mqtt.password_file {absent} missing" in text
+            assert rows["broker credentials"] == rows["ACL isolation"] == "skip", text
 
             store = tmp_path / "store"
             code, rows, text = await doctor(env, *_read_only(store))

@@ -24,34 +24,39 @@ Deadlines are generous (2 busy cores); every wait is woken by arrivals.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import time
 import uuid
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 
 from devstack.process import GatewayProcess
 from gateway.cluster import owner_of
 from gateway.simulators.board import SimOptions
 from tests.support.broker import Broker, new_device_id
-from tests.support.cluster import cluster_gateway, cluster_sections, intervals
+from tests.support.cluster import (
+    PlayingBoard,
+    ScaleSeen,
+    StoreView,
+    check_boards,
+    check_ownership,
+    check_store,
+    cluster_gateway,
+    cluster_sections,
+    intervals,
+    pump,
+)
 from tests.support.lesson_rig import (
     APP,
     CLIPS,
     LESSON,
     TASK,
-    TimedBoard,
     Watch,
     clip_path,
     fast_catalog,
     now_ms,
 )
-from tests.support.mqtt_client import ClientSession, Received, mqtt_client
+from tests.support.mqtt_client import mqtt_client
 from tests.support.postgres import Postgres
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -65,63 +70,10 @@ START_S = 120.0  # three gateway processes importing and settling on two busy co
 LESSON_S = 240.0
 
 
-class ScaleSeen:
-    def __init__(self) -> None:
-        self.metrics: dict[str, dict[str, float]] = {}
-        self.status: dict[str, dict[str, Any]] = {}
-        self.events: list[dict[str, Any]] = []
-        self.replies: list[dict[str, Any]] = []
-        self.completed: Counter[str] = Counter()  # instance id → instance.completed seen
-
-
-async def _pump(session: ClientSession, seen: ScaleSeen, watch: Watch) -> None:
-    while True:
-        message: Received = await session.queue.get()
-        try:
-            body = json.loads(message.payload)
-        except ValueError:
-            continue
-        parts = message.topic.split("/")
-        if message.topic.endswith("/metrics"):
-            seen.metrics[parts[3]] = body["metrics"]
-        elif parts[2] == "gw":
-            seen.status[parts[3]] = body
-        elif parts[2] == "task":
-            seen.events.append(body)
-            if body.get("event") == "instance.completed":
-                seen.completed[body.get("instance_id") or ""] += 1
-        elif parts[2] == "reply":
-            seen.replies.append(body)
-        watch.poke()
-
-
 async def _exited(gateway: GatewayProcess, watch: Watch) -> None:
     """Wake the waits when a gateway process ends (they check it is not an unexpected exit)."""
     await gateway.wait()
     watch.poke()
-
-
-class PlayingBoard(TimedBoard):
-    """The timed board simulator, also keeping its PLAY_MEDIA clips as they arrive (one per
-    command id: a resend is the same command), so the test's waits stay cheap to re-check."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.plays: list[tuple[str, float]] = []
-        self._play_ids: set[str] = set()
-
-    def _on_command(self, payload: bytes) -> None:
-        before = len(self.commands)
-        super()._on_command(payload)
-        for c in self.commands[before:]:
-            cid = c.body.get("id")
-            if c.body.get("cmd") == "PLAY_MEDIA" and cid not in self._play_ids:
-                self._play_ids.add(cid)
-                self.plays.append((c.body["params"]["name"], c.at_ms))
-
-
-def _clips(board: PlayingBoard) -> list[tuple[str, float]]:
-    return board.plays
 
 
 @pytest.mark.timeout(900)
@@ -179,8 +131,8 @@ async def test_three_gateways_sixty_lessons_one_killed_mid_lesson(
         await backend.subscribe("snlpgw/v1/task/+")
         await backend.subscribe("snlpgw/v1/reply/+")
         helpers = [
-            tg.create_task(_pump(ops, seen, watch), name="test.ops"),
-            tg.create_task(_pump(backend, seen, watch), name="test.backend"),
+            tg.create_task(pump(ops, seen, watch), name="test.ops"),
+            tg.create_task(pump(backend, seen, watch), name="test.backend"),
         ]
         try:
             async with asyncio.TaskGroup() as starting:  # at once: each waits to be serving
@@ -248,12 +200,12 @@ async def test_three_gateways_sixty_lessons_one_killed_mid_lesson(
             victim = max(gws, key=lambda g: sum(o == g.gateway_id for o in owners.values()))
             moved = [d for d in devs if owners[d] == victim.gateway_id]
             await watch.until(
-                lambda: alive() or all(len(_clips(b)) >= 2 for b in boards) or None,
+                lambda: alive() or all(len(b.plays) >= 2 for b in boards) or None,
                 "every board in its second step",
                 LESSON_S,
             )
             await victim.kill()
-            played_at_kill = {b.dev: len(_clips(b)) for b in boards}
+            played_at_kill = {b.dev: len(b.plays) for b in boards}
             assert any(played_at_kill[d] < len(CLIPS) for d in moved), "kill was not mid-lesson"
 
             store = StoreView(store_url)
@@ -272,7 +224,7 @@ async def test_three_gateways_sixty_lessons_one_killed_mid_lesson(
                 done_ids = set(seen.completed)
                 board_of = {b.dev: b for b in boards}
                 missing = [
-                    (d, i, owners[d], [p for p, _ in _clips(board_of[d])])
+                    (d, i, owners[d], [p for p, _ in board_of[d].plays])
                     for d, i in instance_of.items()
                     if i not in done_ids
                 ]
@@ -292,84 +244,6 @@ async def test_three_gateways_sixty_lessons_one_killed_mid_lesson(
         # across a crash; the store and the boards are checked exactly below)
         allowed = {0, 1, 2} if dev in moved else {1}
         assert done[instance_id] in allowed, (dev, instance_id, done[instance_id])
-    _check_boards(boards, moved, victim)
-    _check_store(store_url, instance_of)
-    _check_ownership(intervals(gws, end_ms), owners, victim)
-
-
-class StoreView:
-    """Which instances the shared store has ``completed``; read at most once a second (the
-    waits re-check on every MQTT arrival)."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-        self._at = 0.0
-        self._done: set[str] = set()
-
-    def completed(self, ids: set[str]) -> set[str]:
-        if time.monotonic() - self._at >= 1.0:
-            self._at = time.monotonic()
-            with psycopg.connect(self._url) as conn:
-                rows = conn.execute(
-                    "SELECT id FROM instances WHERE state = 'completed' AND id = ANY(%s)",
-                    (list(ids),),
-                ).fetchall()
-            self._done |= {r[0] for r in rows}
-        return self._done & ids
-
-
-def _check_boards(boards: list[PlayingBoard], moved: list[str], victim: GatewayProcess) -> None:
-    """Every clip, in order; only the killed gateway's in-flight step heard again, after it."""
-    expected = [clip_path(c) for c in CLIPS]
-    for b in boards:
-        clips = _clips(b)
-        paths = [p for p, _ in clips]
-        collapsed = [p for n, p in enumerate(paths) if n == 0 or p != paths[n - 1]]
-        assert collapsed == expected, (b.dev, paths)
-        repeats = [n for n in range(1, len(paths)) if paths[n] == paths[n - 1]]
-        assert len(repeats) <= (1 if b.dev in moved else 0), (b.dev, paths)
-        for n in repeats:
-            assert clips[n][1] >= (victim.killed_at_ms or 0), ("replay before the kill", b.dev)
-
-
-def _check_store(store_url: str, instance_of: dict[str, str]) -> None:
-    """Each instance completed with steps 0..3 exactly, each played and its window closed."""
-    with psycopg.connect(store_url) as conn:
-        rows = conn.execute(
-            "SELECT device, id, state FROM instances WHERE id = ANY(%s)",
-            (list(instance_of.values()),),
-        ).fetchall()
-        steps = conn.execute(
-            "SELECT instance_id, step_index, played_ms, window_closed_ms, failure FROM steps "
-            "WHERE instance_id = ANY(%s) ORDER BY instance_id, step_index",
-            (list(instance_of.values()),),
-        ).fetchall()
-    assert sorted(rows) == sorted((d, i, "completed") for d, i in instance_of.items())
-    by_instance: dict[str, list[int]] = {}
-    for instance_id, index, played, closed, failure in steps:
-        assert (played is None, closed is None, failure) == (False, False, None), (
-            instance_id,
-            index,
-        )
-        by_instance.setdefault(instance_id, []).append(index)
-    assert by_instance == {i: [0, 1, 2, 3] for i in instance_of.values()}
-
-
-def _check_ownership(
-    spans: dict[str, list[tuple[int, int, str]]],
-    owners: dict[str, str | None],
-    victim: GatewayProcess,
-) -> None:
-    """One gateway acting for a device at any time; only the victim's devices moved, to a
-    survivor, after the kill."""
-    killed = victim.killed_at_ms or 0
-    for dev, owner in owners.items():
-        mine = sorted(spans.get(dev, []))
-        assert mine, f"nobody acted for {dev}"
-        for (_, end, gw_a), (start, _, gw_b) in itertools.pairwise(mine):
-            assert start >= end, f"{dev}: {gw_a} and {gw_b} acted at once: {mine}"
-        if owner == victim.gateway_id:
-            assert mine[0][2] == victim.gateway_id, mine
-            assert any(gw != owner and start >= killed for start, _, gw in mine), mine
-        else:
-            assert {gw for _, _, gw in mine} == {owner}, mine
+    check_boards(boards, moved, victim.killed_at_ms or 0)
+    check_store(store_url, instance_of)
+    check_ownership(intervals(gws, end_ms), owners, victim.gateway_id, victim.killed_at_ms or 0)

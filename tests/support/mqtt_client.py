@@ -14,14 +14,13 @@ import threading
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiomqtt
 from paho.mqtt.client import Client
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from gateway.broker.credentials import Credentials
-from tests.support.broker import Broker
 
 DEFAULT_WAIT_S = 5.0
 
@@ -70,9 +69,26 @@ class ClientSession:
             await self.queue.put(item)
 
 
+class BrokerAddress(Protocol):
+    """Where a broker listens: the harness :class:`~tests.support.broker.Broker`, or one the
+    scale-out recipe started."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+
+
+class BrokerLogin(Protocol):
+    @property
+    def username(self) -> str: ...
+    @property
+    def password(self) -> str | None: ...
+
+
 @contextlib.asynccontextmanager
 async def mqtt_client(
-    broker: Broker, creds: Credentials, *, client_id: str | None = None
+    broker: BrokerAddress, creds: Credentials | BrokerLogin, *, client_id: str | None = None
 ) -> AsyncIterator[ClientSession]:
     """Connected MQTT 5 client for ``creds``; a refused CONNECT raises ``aiomqtt.MqttError``."""
     client = aiomqtt.Client(
@@ -98,7 +114,12 @@ async def mqtt_client(
 
 
 def publish_reason_code(
-    broker: Broker, creds: Credentials, topic: str, payload: bytes = b"{}", *, timeout: float = 5.0
+    broker: BrokerAddress,
+    creds: Credentials,
+    topic: str,
+    payload: bytes = b"{}",
+    *,
+    timeout: float = 5.0,
 ) -> int:
     """Publish once at QoS 1 and return the broker's PUBACK reason code."""
     connected = threading.Event()

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import socket
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
 
+import pytest
+
+from gateway.cli.main import main as cli_main
 from gateway.doctor.local import check_audio_libs, check_clock, check_store
+from gateway.doctor.network import Findings, check_broker, check_secret
 from gateway.doctor.report import Status, exit_code, fail, ok, render, skip
 from gateway.settings import load_settings
 
@@ -47,3 +52,52 @@ def test_clock_skew_is_taken_when_the_date_arrived_not_when_checked() -> None:
     assert check_clock(format_datetime(seen, usegmt=True), seen).status is Status.OK
     late = check_clock(format_datetime(seen - timedelta(seconds=60), usegmt=True), seen)
     assert late.status is Status.FAIL
+
+
+def test_gateway_secret_row_says_where_the_password_comes_from(tmp_path: Path) -> None:
+    shared = tmp_path / "gateway.password"
+    shared.write_text("s3cret\n")
+    row = check_secret(load_settings(data_dir=str(tmp_path), mqtt={"password_file": str(shared)}))
+    assert (row.status, row.detail) == (Status.OK, f"from mqtt.password_file {shared}")
+    assert "s3cret" not in row.detail
+    row = check_secret(load_settings(data_dir=str(tmp_path), mqtt={"password": "s3cret"}))
+    assert (row.status, row.detail) == (Status.OK, "from mqtt.password")
+
+
+def test_gateway_secret_row_names_a_missing_or_empty_secret_and_the_setting(
+    tmp_path: Path,
+) -> None:
+    row = check_secret(load_settings(data_dir=str(tmp_path)))
+    assert row.status is Status.FAIL
+    assert f"{tmp_path}/secrets/gateway.password missing" in row.detail
+    assert "SNLPGW_MQTT__PASSWORD_FILE" in row.detail
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    row = check_secret(load_settings(data_dir=str(tmp_path), mqtt={"password_file": str(empty)}))
+    assert (row.status, row.detail) == (Status.FAIL, f"mqtt.password_file {empty} is empty")
+
+
+def test_no_secret_skips_the_login_instead_of_trying_without_one(tmp_path: Path) -> None:
+    """With no password the broker row still runs (reachability), the login is skipped."""
+    with socket.socket() as listener:  # a "broker" that accepts TCP
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        settings = load_settings(data_dir=str(tmp_path), mqtt={"url": f"mqtt://127.0.0.1:{port}"})
+        rows = check_broker(settings, Findings())
+    assert [(r.check, r.status) for r in rows] == [
+        ("broker reachable", Status.OK),
+        ("broker credentials", Status.SKIP),
+    ]
+    assert rows[1].detail == "no gateway password (see gateway secret)"
+
+
+def test_run_refuses_to_start_when_the_configured_password_file_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absent = tmp_path / "absent.password"
+    monkeypatch.setenv("SNLPGW_MQTT__PASSWORD_FILE", str(absent))
+    assert cli_main(["run", "--data-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"snlpgw: cannot start: mqtt.password_file {absent} missing\n"
+    )

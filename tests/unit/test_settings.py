@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from gateway import settings_doc
 from gateway.settings import load_settings
 
-README = Path(__file__).parents[2] / "README.md"
+SETTINGS_DOC = Path(__file__).parents[2] / settings_doc.DOC
 
 
 def test_defaults_match_spec_section_8() -> None:
@@ -72,8 +72,8 @@ def test_missing_config_file_is_reported(tmp_path: Path) -> None:
         load_settings(tmp_path / "absent.toml")
 
 
-def test_readme_settings_table_is_current() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_settings_page_table_is_current() -> None:
+    text = SETTINGS_DOC.read_text(encoding="utf-8")
     start = text.index(settings_doc.BEGIN)
     end = text.index(settings_doc.END) + len(settings_doc.END)
     assert text[start:end] == settings_doc.render(), "run: python -m gateway.settings_doc --write"

@@ -16,6 +16,7 @@ from gateway.broker.credentials import (
     device_listener_port,
     gateway_mqtt_password,
     gateway_password,
+    gateway_secret,
     init_broker_files,
     local_broker_url,
     pid_file_reloader,
@@ -138,6 +139,50 @@ def test_the_gateway_connects_with_the_configured_password_else_the_one_in_its_d
     assert gateway_mqtt_password(load_settings(data_dir=str(tmp_path))) == written
     configured = load_settings(data_dir=str(tmp_path), mqtt={"password": "set-in-settings"})
     assert gateway_mqtt_password(configured) == "set-in-settings"
+
+
+def test_password_precedence_setting_then_file_then_data_dir(tmp_path: Path) -> None:
+    """mqtt.password > mqtt.password_file > <data_dir>/secrets/gateway.password."""
+    init_broker_files(tmp_path / "gw", listener_port=18999)
+    in_data_dir = gateway_password(tmp_path / "gw")
+    shared = tmp_path / "shared.password"
+    shared.write_text("from-the-broker\n")
+    both = {"mqtt": {"password": "in-settings", "password_file": str(shared)}}
+    secret = gateway_secret(load_settings(data_dir=str(tmp_path / "gw"), **both))
+    assert (secret.password, secret.source) == ("in-settings", "mqtt.password")
+    file_only = {"mqtt": {"password_file": str(shared)}}
+    secret = gateway_secret(load_settings(data_dir=str(tmp_path / "gw"), **file_only))
+    assert (secret.password, secret.source) == ("from-the-broker", f"mqtt.password_file {shared}")
+    secret = gateway_secret(load_settings(data_dir=str(tmp_path / "gw")))
+    assert secret.password == in_data_dir
+    assert secret.source == str(tmp_path / "gw" / "secrets" / "gateway.password")
+    assert "from-the-broker" not in repr(secret)
+    assert in_data_dir not in repr(secret)
+
+
+def test_a_configured_password_file_is_the_only_place_looked_at(tmp_path: Path) -> None:
+    init_broker_files(tmp_path, listener_port=18999)  # a data-dir password that must not be used
+    absent = tmp_path / "absent.password"
+    settings = load_settings(data_dir=str(tmp_path), mqtt={"password_file": str(absent)})
+    secret = gateway_secret(settings)
+    assert secret.password is None
+    assert secret.problem == f"mqtt.password_file {absent} missing"
+    empty = tmp_path / "empty.password"
+    empty.write_text(" \n")
+    settings = load_settings(data_dir=str(tmp_path), mqtt={"password_file": str(empty)})
+    assert gateway_secret(settings).problem == f"mqtt.password_file {empty} is empty"
+    unreadable = load_settings(data_dir=str(tmp_path), mqtt={"password_file": str(tmp_path)})
+    problem = gateway_secret(unreadable).problem or ""
+    assert problem.startswith(f"mqtt.password_file {tmp_path} unreadable (")
+
+
+def test_no_password_anywhere_names_the_setting_to_fix(tmp_path: Path) -> None:
+    secret = gateway_secret(load_settings(data_dir=str(tmp_path)))
+    assert secret.password is None
+    problem = secret.problem or ""
+    assert f"{tmp_path}/secrets/gateway.password missing" in problem
+    assert "mqtt.password and mqtt.password_file unset" in problem
+    assert "SNLPGW_MQTT__PASSWORD_FILE" in problem
 
 
 def test_init_is_idempotent_and_private(tmp_path: Path) -> None:
