@@ -19,7 +19,7 @@ What the session owns, and the rules it keeps (docs/mqtt.md):
   Size caps what is sent; Server Keep Alive replaces the asked keep-alive; a Maximum QoS of 0
   sends QoS 1 publishes at QoS 0 and Retain Available 0 sends retained publishes unretained
   (both fallbacks reported in :class:`Sent`), and a CONNECT refused for its will's retain flag
-  (0x9A) is made again without it.
+  (0x9A) or its will's QoS (0x9B) is made again without the retain flag or at QoS 0.
 * **Reason codes are outcomes.** A PUBACK under 0x80 is :class:`Delivered`; at or over 0x80 the
   message is :class:`Failed` (dropped, never sent again). A SUBACK reports each filter's code.
 * **No input causes a reconnect loop (the poison rule).** When the broker ends the connection
@@ -64,6 +64,7 @@ BLAMING = frozenset({
 # DISCONNECT before it is taken for the cause (a broker restart closes it once).
 CLOSES_BEFORE_POISON = 2
 RETAIN_NOT_SUPPORTED = 0x9A
+QOS_NOT_SUPPORTED = 0x9B
 
 
 class State(Enum):
@@ -214,6 +215,7 @@ class MqttSession:
         self._last_received = 0.0
         self._ping_sent: float | None = None
         self._will_retain = True  # False once a broker refused the will's retain flag
+        self._will_qos0 = False  # True once a broker refused the will's QoS (Maximum QoS 0)
         self._retain_available = True  # remembered across connections
         self._connected_before = False
 
@@ -225,8 +227,13 @@ class MqttSession:
             raise SessionError(f"connect in state {self.state.value}")
         o = self.options
         will = o.will
-        if will is not None and will.retain and not self._will_retain:
-            will = codec.Will(will.topic, will.payload, will.qos, retain=False)
+        if will is not None and (
+            (will.retain and not self._will_retain) or (will.qos and self._will_qos0)
+        ):
+            qos = 0 if self._will_qos0 else will.qos
+            will = codec.Will(
+                will.topic, will.payload, qos, retain=will.retain and self._will_retain
+            )
         self.state = State.CONNECTING
         self._decoder = codec.PacketDecoder(o.version, max_packet=o.maximum_packet_size)
         self._last_sent = self._last_received = now
@@ -311,6 +318,8 @@ class MqttSession:
         if packet.reason != 0:
             if packet.reason == RETAIN_NOT_SUPPORTED and self.options.will is not None:
                 self._will_retain = False  # next CONNECT: the will unretained (fallback)
+            if packet.reason == QOS_NOT_SUPPORTED and self.options.will is not None:
+                self._will_qos0 = True  # next CONNECT: the will at QoS 0 (fallback)
             self.state = State.IDLE
             events.append(Refused(packet.reason, packet.reason_string))
             return
