@@ -24,9 +24,11 @@ What the session owns, and the rules it keeps (docs/mqtt.md):
   message is :class:`Failed` (dropped, never sent again). A SUBACK reports each filter's code.
 * **No input causes a reconnect loop (the poison rule).** When the broker ends the connection
   (DISCONNECT, or it closes the socket), what was in flight is sent again *one at a time*
-  (:attr:`isolating`) until each is acknowledged. A publish alone in flight when the broker
-  disconnects with a reason that blames a packet (:data:`BLAMING`) is dropped as
-  :attr:`Failure.POISON`; one alone in flight when the broker closes the socket twice is too.
+  (:attr:`isolating`) until each is acknowledged. A publish alone in flight (while isolating:
+  the suspect resent alone, whatever was published after it without :meth:`room`, such as the
+  connect's presence) when the broker disconnects with a reason that blames a packet
+  (:data:`BLAMING`) is dropped as :attr:`Failure.POISON`; one alone in flight when the broker
+  closes the socket twice is too.
   A connection this side ends (keep-alive timeout, a protocol error, a close) blames nothing.
 * **Keep-alive.** A PINGREQ after half the keep-alive without a send or a receive; no packet
   from the broker within the keep-alive after a PINGREQ ends the connection
@@ -266,8 +268,11 @@ class MqttSession:
         if not was_connected or how is Loss.LOCAL or not sent:
             return []
         dropped: list[Failed] = []
-        if len(sent) == 1:
-            packet_id, entry = sent[0]
+        # While isolating, the suspect resent alone is the one to blame: a publish made meanwhile
+        # without room() (the connect's presence) was written after it.
+        blamable = [(pid, e) for pid, e in sent if e.suspect] or sent
+        if len(blamable) == 1:
+            packet_id, entry = blamable[0]
             entry.closes += how is Loss.BROKER_CLOSED
             blamed = how is Loss.BROKER_DISCONNECT and reason in BLAMING
             if blamed or entry.closes >= CLOSES_BEFORE_POISON:
@@ -350,7 +355,7 @@ class MqttSession:
             events.append(Failed(entry.ref, Failure.REFUSED, packet.reason, entry.topic))
         else:
             events.append(Delivered(entry.ref))
-        if entry.suspect:
+        if entry.suspect or self.isolating:  # the next suspect may have waited for this one
             self._resend(now)
 
     def _resend(self, now: float) -> None:
