@@ -360,6 +360,7 @@ class MqttConnection:
             await client.publish_wait(
                 self._presence_topic, self._presence_payload(True), qos=1, retain=True
             )
+            self._count_fallbacks(limits, qos=1, retain=True)  # the presence skips the lanes
             self._connections += 1
             self.m_connects.inc()
             self.m_connected.set(1)
@@ -381,6 +382,13 @@ class MqttConnection:
         finally:
             self._client = None
             await client.disconnect(wait_s=1.0)
+
+    def _count_fallbacks(self, limits: core.Limits, *, qos: int, retain: bool) -> None:
+        """Count what the session did to a publish sent outside the lanes (see outbound.py)."""
+        if qos > limits.maximum_qos:
+            self.m_fallbacks.labels("qos_downgraded").inc()
+        if retain and not limits.retain_available:
+            self.m_fallbacks.labels("retain_dropped").inc()
 
     async def _subscribe(self, client: Client, limits: core.Limits) -> None:
         filters = [(r.topic_filter, r.qos) for r in self._routes]
