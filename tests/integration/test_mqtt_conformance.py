@@ -26,7 +26,7 @@ from devstack.gateway import gateway_settings
 from gateway.mqtt.connection import MqttConnection
 from gateway.mqtt.edge import Inbound
 from gateway.service import Context
-from tests.support.broker import Broker, new_device_id, start_variant
+from tests.support.broker import Broker, start_variant
 from tests.support.cut_proxy import cut_proxy
 from tests.support.lesson_rig import clip_path, lesson_rig
 from tests.support.mqtt_client import ClientSession, mqtt_client
@@ -236,7 +236,9 @@ async def test_a_publish_the_broker_disconnects_for_is_dropped_as_poison(
             await mqtt.wait_connected()
         losses = metric(ctx, 'mqtt_connection_losses_total{how="lost"}')
         assert 1 <= losses <= 3
-        assert 2 <= mqtt.connection_count <= 1 + losses  # a CONNACK cut before the presence: no count
+        assert (
+            2 <= mqtt.connection_count <= 1 + losses
+        )  # a CONNACK cut before the presence: no count
         await stays_up(mqtt, 2.0)
         assert metric(ctx, 'mqtt_connection_losses_total{how="lost"}') == losses
 
@@ -265,3 +267,60 @@ async def test_a_refused_subscription_makes_the_gateway_not_ready(
             await ops.publish(f"snlp/v1/{device_id}/evt", b"heard")
             got = await asyncio.wait_for(seen.get(), WAIT_S)
             assert (got.topic, got.payload) == (f"snlp/v1/{device_id}/evt", b"heard")
+
+
+async def board_event(watch: ClientSession, dev: str, evt: str, ref: str) -> None:
+    """Wait until the broker has the board's event ``evt`` for command ``ref``."""
+    topic = f"snlp/v1/{dev}/evt"
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            body = json.loads(await next_payload(watch, topic))
+            if (body.get("evt"), body.get("ref")) == (evt, ref):
+                return
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept-session", "clean-session-control"])
+async def test_no_board_message_is_lost_across_a_gateway_reconnect(
+    broker: Broker, tmp_path: Path, kept: bool
+) -> None:
+    """MQTT 5 §3.1.2.4 / §4.1: with Clean Start 0 and a Session Expiry Interval the broker
+    keeps the gateway's session while it is away and queues its QoS 1 messages; the gateway
+    resumes it (``mqtt.session_expiry_s``). The gateway's TCP link to the broker is cut (a
+    proxy, not the process) as the board starts playing step 1; the board's completion reaches
+    the broker while the gateway is cut off; after the reconnect it is delivered and the lesson
+    completes with every step. Control: with ``session_expiry_s`` 0 the same completion is
+    lost and the step fails on its watchdog (the test can fail)."""
+    async with cut_proxy(broker.host, broker.port) as proxy:
+        mqtt: dict[str, object] = {"url": proxy.url}
+        if not kept:
+            mqtt["session_expiry_s"] = 0
+        grace = 5000 if kept else 1500  # the watchdog: the play's duration + this
+        async with (
+            lesson_rig(
+                broker,
+                tmp_path,
+                durations_ms=(300, 600, 300, 300),
+                mqtt=mqtt,
+                runtime={"completion_grace_ms": grace},
+            ) as rig,
+            mqtt_client(broker, broker.gateway_credentials()) as watch,
+        ):
+            await watch.subscribe(f"snlp/v1/{rig.dev}/evt")
+            iid = (await rig.start(priority=2))["instance_id"]
+            play = (await rig.wait_command("PLAY_MEDIA", 2))[1]
+            proxy.cut()
+            await board_event(watch, rig.dev, "audio.completed", play.body["id"])
+            assert proxy.live == 0  # the completion reached the broker with the gateway away
+            assert rig.find_event("window.opened", 1, instance_id=iid) is None
+            proxy.restore()
+            if not kept:
+                await rig.wait_event("step.failed", 1, instance_id=iid)
+                assert rig.find_event("window.opened", 1, instance_id=iid) is None
+                return
+            await rig.wait_event("instance.completed", instance_id=iid)
+            assert rig.gw.service.mqtt.connection_count == 2
+            assert rig.find_event("step.failed", instance_id=iid) is None
+            for step in range(4):
+                assert rig.find_event("window.closed", step, instance_id=iid) is not None
+            plays = [p.body["params"]["name"] for p in rig.commands("PLAY_MEDIA")]
+            assert plays == [clip_path(c) for c in ("01.mp3", "02.mp3", "03.mp3", "04.mp3")]
