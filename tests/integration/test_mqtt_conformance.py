@@ -38,8 +38,8 @@ WAIT_S = 15.0
 
 @pytest.fixture
 def variant(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Broker]:
-    """A broker of its own: ``@pytest.mark.parametrize("variant", [...], indirect=True)`` or
-    the marker's config lines (``start_variant``'s arguments as a dict)."""
+    """A broker of its own, from ``@pytest.mark.parametrize("variant", [...], indirect=True)``:
+    config lines (a string) or ``start_variant``'s keyword arguments (a dict)."""
     param = request.param
     kwargs = param if isinstance(param, dict) else {"config": param}
     running = start_variant(tmp_path / "broker", **kwargs)
