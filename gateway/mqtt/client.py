@@ -79,6 +79,9 @@ class Client(asyncio.Protocol):
         self._writable.set()
         self._last_write = _now() - FLUSH_GAP_S  # the CONNECT leaves at once
         self._timer: asyncio.TimerHandle | None = None
+        # Run after a read that acknowledged publishes: room may have opened for new ones
+        # (a publish of someone else's, or the end of isolating, frees it too).
+        self.on_room: Callable[[], None] | None = None
         self._how = core.Loss.BROKER_CLOSED  # why the connection ends, unless said otherwise
         self._reason = 0
         self._settled = asyncio.Event()  # set once the session is not isolating suspects
@@ -289,6 +292,7 @@ class Client(asyncio.Protocol):
         except codec.ProtocolError as exc:
             self._fail(MqttError(f"protocol error from the broker: {exc}"), core.Loss.LOCAL)
             return
+        acknowledged = False
         for event in events:
             if type(event) is core.PublishIn:
                 packet = event.packet
@@ -299,16 +303,20 @@ class Client(asyncio.Protocol):
                 if packet.qos and self.is_connected:
                     self._write(session.acknowledge(packet, now))
             elif type(event) is core.Delivered:
+                acknowledged = True
                 ref = event.ref
                 if isinstance(ref, _Callbacks) and ref.done is not None:
                     ref.done()
             else:
+                acknowledged = acknowledged or type(event) is core.Failed
                 self._event(event)
         out = session.take_output()
         if out and self.is_connected:
             self._write(out)
         if not session.isolating and session.state is core.State.CONNECTED:
             self._settled.set()
+        if acknowledged and self.on_room is not None:
+            self.on_room()
 
     def _event(self, event: core.MqttEvent) -> None:
         if isinstance(event, core.Failed):

@@ -361,7 +361,7 @@ class MqttConnection:
             sent = await client.publish_wait(
                 self._presence_topic, self._presence_payload(True), qos=1, retain=True
             )
-            if sent.qos_downgraded:
+            if sent.qos_downgraded:  # the presence skips the lanes, which count the rest
                 self.m_fallbacks.labels("qos_downgraded").inc()
             if sent.retain_dropped:
                 self.m_fallbacks.labels("retain_dropped").inc()

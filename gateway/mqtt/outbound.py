@@ -125,6 +125,7 @@ class OutboundQueue:
         """Publish while connected; raises :class:`~gateway.mqtt.options.MqttError` when the
         connection is gone (what is in flight stays with the session)."""
         self._client = client
+        client.on_room = self._wake  # PUBACKs of publishes not ours open room too
         control, events = self._control, self._events
         try:
             while True:
@@ -135,7 +136,12 @@ class OutboundQueue:
                     continue
                 await self._ready.wait()
         finally:
+            client.on_room = None
             self._client = None
+
+    def _wake(self) -> None:
+        if self._control or self._events:
+            self._ready.set()
 
     def _send_ready(self, client: Client) -> None:
         """Write queued publishes, CONTROL first, while the window and the socket have room."""

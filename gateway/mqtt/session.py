@@ -19,14 +19,16 @@ What the session owns, and the rules it keeps (docs/mqtt.md):
   Size caps what is sent; Server Keep Alive replaces the asked keep-alive; a Maximum QoS of 0
   sends QoS 1 publishes at QoS 0 and Retain Available 0 sends retained publishes unretained
   (both fallbacks reported in :class:`Sent`), and a CONNECT refused for its will's retain flag
-  (0x9A) is made again without it.
+  (0x9A) or its will's QoS (0x9B) is made again without the retain flag or at QoS 0.
 * **Reason codes are outcomes.** A PUBACK under 0x80 is :class:`Delivered`; at or over 0x80 the
   message is :class:`Failed` (dropped, never sent again). A SUBACK reports each filter's code.
 * **No input causes a reconnect loop (the poison rule).** When the broker ends the connection
   (DISCONNECT, or it closes the socket), what was in flight is sent again *one at a time*
-  (:attr:`isolating`) until each is acknowledged. A publish alone in flight when the broker
-  disconnects with a reason that blames a packet (:data:`BLAMING`) is dropped as
-  :attr:`Failure.POISON`; one alone in flight when the broker closes the socket twice is too.
+  (:attr:`isolating`) until each is acknowledged. A publish alone in flight (while isolating:
+  the suspect resent alone, whatever was published after it without :meth:`room`, such as the
+  connect's presence) when the broker disconnects with a reason that blames a packet
+  (:data:`BLAMING`) is dropped as :attr:`Failure.POISON`; one alone in flight when the broker
+  closes the socket twice is too.
   A connection this side ends (keep-alive timeout, a protocol error, a close) blames nothing.
 * **Keep-alive.** A PINGREQ after half the keep-alive without a send or a receive; no packet
   from the broker within the keep-alive after a PINGREQ ends the connection
@@ -64,6 +66,7 @@ BLAMING = frozenset({
 # DISCONNECT before it is taken for the cause (a broker restart closes it once).
 CLOSES_BEFORE_POISON = 2
 RETAIN_NOT_SUPPORTED = 0x9A
+QOS_NOT_SUPPORTED = 0x9B
 
 
 class State(Enum):
@@ -214,6 +217,7 @@ class MqttSession:
         self._last_received = 0.0
         self._ping_sent: float | None = None
         self._will_retain = True  # False once a broker refused the will's retain flag
+        self._will_qos0 = False  # True once a broker refused the will's QoS (Maximum QoS 0)
         self._retain_available = True  # remembered across connections
         self._suspects = 0  # entries marked suspect (see isolating)
 
@@ -225,8 +229,13 @@ class MqttSession:
             raise SessionError(f"connect in state {self.state.value}")
         o = self.options
         will = o.will
-        if will is not None and will.retain and not self._will_retain:
-            will = codec.Will(will.topic, will.payload, will.qos, retain=False)
+        if will is not None and (
+            (will.retain and not self._will_retain) or (will.qos and self._will_qos0)
+        ):
+            qos = 0 if self._will_qos0 else will.qos
+            will = codec.Will(
+                will.topic, will.payload, qos, retain=will.retain and self._will_retain
+            )
         self.state = State.CONNECTING
         self._decoder = codec.PacketDecoder(o.version, max_packet=o.maximum_packet_size)
         self._last_sent = self._last_received = now
@@ -259,8 +268,11 @@ class MqttSession:
         if not was_connected or how is Loss.LOCAL or not sent:
             return []
         dropped: list[Failed] = []
-        if len(sent) == 1:
-            packet_id, entry = sent[0]
+        # While isolating, the suspect resent alone is the one to blame: a publish made meanwhile
+        # without room() (the connect's presence) was written after it.
+        blamable = [(pid, e) for pid, e in sent if e.suspect] or sent
+        if len(blamable) == 1:
+            packet_id, entry = blamable[0]
             entry.closes += how is Loss.BROKER_CLOSED
             blamed = how is Loss.BROKER_DISCONNECT and reason in BLAMING
             if blamed or entry.closes >= CLOSES_BEFORE_POISON:
@@ -317,6 +329,8 @@ class MqttSession:
         if packet.reason != 0:
             if packet.reason == RETAIN_NOT_SUPPORTED and self.options.will is not None:
                 self._will_retain = False  # next CONNECT: the will unretained (fallback)
+            if packet.reason == QOS_NOT_SUPPORTED and self.options.will is not None:
+                self._will_qos0 = True  # next CONNECT: the will at QoS 0 (fallback)
             self.state = State.IDLE
             events.append(Refused(packet.reason, packet.reason_string))
             return
@@ -347,7 +361,7 @@ class MqttSession:
             events.append(Failed(entry.ref, Failure.REFUSED, packet.reason, entry.topic))
         else:
             events.append(Delivered(entry.ref))
-        if entry.suspect:
+        if entry.suspect or self.isolating:  # the next suspect may have waited for this one
             self._resend(now)
 
     def _resend(self, now: float) -> None:
