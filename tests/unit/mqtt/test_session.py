@@ -408,3 +408,52 @@ def test_the_brokers_server_keep_alive_wins_and_zero_turns_it_off() -> None:
     off = connected(session(keepalive_s=60), props={b.SERVER_KEEPALIVE: 0})
     assert off.deadline() is None
     assert off.on_deadline(1_000.0) == b""
+
+
+def test_a_will_refused_for_its_qos_is_sent_at_qos_0_next_time() -> None:
+    s = session(will=WILL)
+    assert (b.connect_flags(one(s.connect(0.0))) >> 3) & 3 == 1
+    assert s.receive(b.connack(core.QOS_NOT_SUPPORTED), 0.0) == [Refused(0x9B)]
+    second = b.connect_flags(one(s.connect(1.0)))
+    assert (second >> 3) & 3 == 0  # the will at QoS 0
+    assert second & 0x20  # still retained: only its QoS was refused
+    s.receive(b.connack(core.RETAIN_NOT_SUPPORTED), 1.0)
+    third = b.connect_flags(one(s.connect(2.0)))
+    assert (third >> 3) & 3 == 0
+    assert not third & 0x20
+    bare = session()
+    bare.connect(0.0)
+    bare.receive(b.connack(core.QOS_NOT_SUPPORTED), 0.0)
+    assert not bare._will_qos0
+
+
+def test_while_isolating_the_suspect_is_blamed_not_a_publish_made_beside_it() -> None:
+    s = connected()
+    s.publish("t/bad", b"bad", 0.0, qos=1, ref="bad")
+    s.publish("t/ok", b"ok", 0.0, qos=1, ref="ok")
+    s.connection_lost(Loss.BROKER_DISCONNECT, 0x81)  # two in flight: who?
+    connected(s, 1.0)
+    assert [p.topic for p in sent(s)] == ["t/bad"]
+    s.publish("gw/status", b"online", 1.0, qos=1, ref="presence")  # the connect's, no room()
+    assert s.connection_lost(Loss.BROKER_DISCONNECT, 0x81) == [
+        Failed("bad", Failure.POISON, 0x81, "t/bad")
+    ]
+    connected(s, 2.0)  # the presence and t/ok are both suspects now, resent one at a time
+    assert [p.topic for p in sent(s)] == ["t/ok"]
+
+
+def test_any_puback_while_isolating_sends_the_next_suspect() -> None:
+    s = connected()
+    s.publish("t/a", b"a", 0.0, qos=1, ref="a")
+    s.publish("t/b", b"b", 0.0, qos=1, ref="b")
+    s.connection_lost(Loss.BROKER_CLOSED)
+    connected(s, 1.0)
+    assert [p.topic for p in sent(s)] == ["t/a"]
+    presence = s.publish("gw/status", b"online", 1.0, qos=1, ref="presence")
+    assert s.receive(b.puback(1), 1.0) == [Delivered("a")]
+    assert [p.topic for p in sent(s)] == ["t/b"]
+    assert s.receive(b.puback(presence.packet_id) + b.puback(2), 1.0) == [
+        Delivered("presence"),
+        Delivered("b"),
+    ]
+    assert not s.isolating
