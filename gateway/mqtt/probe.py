@@ -32,7 +32,7 @@ _READ = 65_536
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class ProbeMessage:
     """A PUBLISH the probe received (acknowledged already when QoS 1)."""
 
     topic: str
@@ -46,7 +46,7 @@ class Probe:
 
     After :meth:`connect`, :meth:`pump_until` reads and answers the broker until a condition
     holds; what arrived is in ``granted`` (SUBACK reason codes by packet id), ``acked`` (what
-    became of each :meth:`publish`) and ``received`` (:class:`Message`, oldest first)."""
+    became of each :meth:`publish`) and ``received`` (:class:`ProbeMessage`, oldest first)."""
 
     def __init__(
         self,
@@ -66,7 +66,7 @@ class Probe:
         # publish number -> 0 (QoS 0 written, QoS 1 acknowledged under 0x80) or the reason code
         # it failed with (a PUBACK at or over 0x80, or the DISCONNECT that blamed it).
         self.acked: dict[int, int] = {}
-        self.received: list[Message] = []
+        self.received: list[ProbeMessage] = []
         self.tls = tls or ca_file is not None  # ca_file: trust that CA instead of the system's
         self.ca_file = ca_file
         self.session = core.MqttSession(
@@ -171,7 +171,9 @@ class Probe:
     def _on(self, event: core.MqttEvent, now: float) -> None:
         if isinstance(event, core.PublishIn):
             packet = event.packet
-            self.received.append(Message(packet.topic, packet.payload, packet.qos, packet.retain))
+            self.received.append(
+                ProbeMessage(packet.topic, packet.payload, packet.qos, packet.retain)
+            )
             ack = self.session.acknowledge(packet, now)
             if ack and not self.closed:
                 self._send(ack)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gateway.mqtt import probe as probe_module
-from gateway.mqtt.probe import RESIGNAL_S, Message, Probe, await_login, connack
+from gateway.mqtt.probe import RESIGNAL_S, Probe, ProbeMessage, await_login, connack
 from tests.support.tls import make_server_certs
 
 NOT_AUTHORIZED = 135
@@ -28,7 +28,7 @@ BAD_LOGIN = 134
 # -- the fake broker -----------------------------------------------------------------------
 
 
-class Peer:
+class BrokerEnd:
     """One accepted connection, as the script sees it."""
 
     def __init__(self, sock: socket.socket, log: list[tuple[int, bytes]]) -> None:
@@ -73,7 +73,7 @@ class Peer:
         self.sock.sendall(data)
 
 
-Script = Callable[[Peer], None]
+Script = Callable[[BrokerEnd], None]
 
 
 class FakeBroker:
@@ -111,7 +111,7 @@ class FakeBroker:
                         conn.close()
                         continue  # a failed handshake: the test says what the probe saw
                 with sock:
-                    self._script(Peer(sock, self.log))
+                    self._script(BrokerEnd(sock, self.log))
         except BaseException as exc:  # reported by the fixture, in the test's thread
             self.errors.append(exc)
 
@@ -206,7 +206,7 @@ def parse_connect(body: bytes) -> dict[str, object]:
 def answer_connect(reason: int) -> Script:
     """Read the CONNECT, answer ``reason``; then read until the probe closes."""
 
-    def script(peer: Peer) -> None:
+    def script(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         peer.send(connack_packet(reason))
         while peer.read() is not None:
@@ -263,7 +263,7 @@ def test_nobody_listening_is_none_and_probe_connect_raises() -> None:
 
 
 def test_no_connack_within_the_timeout_is_none(broker: Callable[..., FakeBroker]) -> None:
-    def silent(peer: Peer) -> None:
+    def silent(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         assert peer.read() is None  # the probe gives up and closes; no DISCONNECT unconnected
 
@@ -274,7 +274,7 @@ def test_no_connack_within_the_timeout_is_none(broker: Callable[..., FakeBroker]
 
 
 def test_closed_without_a_connack_is_none_at_once(broker: Callable[..., FakeBroker]) -> None:
-    def hang_up(peer: Peer) -> None:
+    def hang_up(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
 
     fake = broker(hang_up)
@@ -284,7 +284,7 @@ def test_closed_without_a_connack_is_none_at_once(broker: Callable[..., FakeBrok
 
 
 def test_bytes_mqtt_forbids_end_the_connection(broker: Callable[..., FakeBroker]) -> None:
-    def garbage(peer: Peer) -> None:
+    def garbage(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         peer.send(b"\x36\x00")  # PUBLISH with QoS 3 (and before any CONNACK)
         assert peer.read() is None
@@ -341,7 +341,7 @@ def test_plain_mqtt_to_a_tls_listener_is_none(
 def test_suback_codes_messages_in_and_pubacks_out(broker: Callable[..., FakeBroker]) -> None:
     seen: dict[str, object] = {}
 
-    def script(peer: Peer) -> None:
+    def script(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         peer.send(connack_packet(0))
         for code in (1, NOT_AUTHORIZED):  # the first filter granted at QoS 1, the second refused
@@ -370,7 +370,7 @@ def test_suback_codes_messages_in_and_pubacks_out(broker: Callable[..., FakeBrok
         assert probe.pump_until(lambda: {mine, theirs} <= probe.granted.keys(), 5)
         assert probe.granted == {mine: [1], theirs: [NOT_AUTHORIZED]}
         assert probe.pump_until(lambda: bool(probe.received), 5)
-        assert probe.received == [Message("snlp/v1/me/cmd", b"yours", qos=1, retain=True)]
+        assert probe.received == [ProbeMessage("snlp/v1/me/cmd", b"yours", qos=1, retain=True)]
         refused = probe.publish("snlp/v1/other/evt", b"doctor", qos=1)
         assert refused is not None
         assert probe.pump_until(lambda: refused in probe.acked, 5)
@@ -385,7 +385,7 @@ def test_suback_codes_messages_in_and_pubacks_out(broker: Callable[..., FakeBrok
 
 
 def test_a_disconnect_that_blames_the_publish_answers_it(broker: Callable[..., FakeBroker]) -> None:
-    def script(peer: Peer) -> None:
+    def script(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         peer.send(connack_packet(0))
         peer.expect(PUBLISH)
@@ -405,7 +405,7 @@ def test_a_disconnect_that_blames_the_publish_answers_it(broker: Callable[..., F
 
 
 def test_a_broker_that_goes_away_ends_the_pump(broker: Callable[..., FakeBroker]) -> None:
-    def script(peer: Peer) -> None:
+    def script(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         peer.send(connack_packet(0))
 
@@ -427,7 +427,7 @@ def test_await_login_signals_a_lost_reload_again_until_accepted(
 ) -> None:
     reloads: list[float] = []
 
-    def until_reloaded(peer: Peer) -> None:
+    def until_reloaded(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         peer.send(connack_packet(0 if reloads else NOT_AUTHORIZED))
         while peer.read() is not None:
