@@ -83,18 +83,18 @@ def _probe(settings: Settings, me: str, other: str, password: str | None) -> Row
 
 def _exchange(device: Probe, gateway: Probe, me: str, other: str) -> Row:
     mine, theirs = f"snlp/v1/{me}/cmd", f"snlp/v1/{other}/cmd"
-    mid_theirs = device.client.subscribe(theirs, qos=1)[1] or -1  # None: not sent
-    mid_mine = device.client.subscribe(mine, qos=1)[1] or -1
+    mid_theirs = device.subscribe(theirs, qos=1) or -1  # None: not sent
+    mid_mine = device.subscribe(mine, qos=1) or -1
     device.pump_until(lambda: {mid_theirs, mid_mine} <= device.granted.keys(), WAIT_S)
     if not device.granted.get(mid_mine, [_DENIED])[0] < _DENIED:
         return fail(NAME, f"device {me} may not subscribe to its own {mine}")
     # Published in this order by one client: once the device has its own message, the other
     # device's (sent first) would have arrived already if the broker let it through.
     sent = [
-        gateway.client.publish(theirs, b"doctor: not for you", qos=1),
-        gateway.client.publish(mine, b"doctor: yours", qos=1),
+        gateway.publish(theirs, b"doctor: not for you", qos=1),
+        gateway.publish(mine, b"doctor: yours", qos=1),
     ]
-    gateway.pump_until(lambda: all(info.is_published() for info in sent), WAIT_S)
+    gateway.pump_until(lambda: all(number in gateway.acked for number in sent), WAIT_S)
     got = device.pump_until(lambda: any(m.topic == mine for m in device.received), WAIT_S)
     if not got:
         return fail(NAME, f"device {me} did not receive a message on its own {mine}")
@@ -111,8 +111,6 @@ def _exchange(device: Probe, gateway: Probe, me: str, other: str) -> Row:
 
 
 def _puback(device: Probe, topic: str) -> int | None:
-    codes: list[int] = []
-    device.client.on_publish = lambda _c, _u, _mid, rc, _p: codes.append(int(rc.value))
-    device.client.publish(topic, b"doctor", qos=1)
-    device.pump_until(lambda: bool(codes), WAIT_S)
-    return codes[0] if codes else None
+    number = device.publish(topic, b"doctor", qos=1)
+    device.pump_until(lambda: number in device.acked, WAIT_S)
+    return None if number is None else device.acked.get(number)

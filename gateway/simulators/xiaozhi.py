@@ -5,7 +5,9 @@ firmware's headers, the firmware's exact hello JSON, the firmware's hello-reply 
 (``ParseServerHello``), device-side UDP rules (type, exact length, ``seq <= last`` dropped,
 downlink audio kept only after ``tts start``), goodbye honoured only with the current
 ``session_id``. One deliberate difference: it subscribes to its downlink topic (SPEC §3; stock
-firmware needs the subscribe patch to work with a standard broker).
+firmware needs the subscribe patch to work with a standard broker). Its MQTT client is the
+gateway's own (:mod:`gateway.mqtt.client`, in 3.1.1 like the firmware): the broker stands
+between it and the gateway, and the tests' reference client (paho) checks that client's wire.
 
 The UDP packet code here is written from the reference directly on ``cryptography`` — the header
 is built the firmware's way, by overwriting fields of the server's nonce — and shares nothing
@@ -34,9 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import aiomqtt
 import opuslib
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from gateway.mqtt import codec
+from gateway.mqtt.client import Client
+from gateway.mqtt.options import ClientOptions
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +261,7 @@ class XiaozhiDeviceSim:
         self.downlink_discarded = 0
         self.raw_downlink: list[bytes] | None = None  # set to [] to record every datagram
         self._changed = asyncio.Event()
-        self._client: aiomqtt.Client | None = None
+        self._client: Client | None = None
         self._udp: asyncio.DatagramTransport | None = None
         self._tg: asyncio.TaskGroup | None = None
 
@@ -322,29 +327,30 @@ class XiaozhiDeviceSim:
 
     async def __aenter__(self) -> XiaozhiDeviceSim:
         info = self._info()
-        self._client = aiomqtt.Client(
-            info.host,
-            info.port,
+        options = ClientOptions(
+            client_id=info.client_id,
+            keepalive_s=info.keepalive,
             username=info.username,
             password=info.password,
-            identifier=info.client_id,
-            protocol=aiomqtt.ProtocolVersion.V311,
-            clean_session=True,
-            keepalive=info.keepalive,
-            tls_context=ssl.create_default_context() if info.tls else None,
-            timeout=10,
+            version=codec.V311,  # the firmware's MQTT, clean session
         )
-        await self._client.__aenter__()
-        await self._client.subscribe(info.subscribe_topic, qos=0)
+        client = Client(options, lambda message: self._on_json(message.payload))
+        tls = ssl.create_default_context() if info.tls else None
+        await client.connect(info.host, info.port, tls=tls, wait_s=10)
+        try:
+            await client.subscribe([(info.subscribe_topic, 0)])
+        except BaseException:
+            client.abort()
+            raise
+        self._client = client
         self._tg = asyncio.TaskGroup()
         await self._tg.__aenter__()
-        self._tg.create_task(self._receive(self._client), name=f"sim[{self.mac}].mqtt")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self._close_udp()
         if self._client is not None:
-            await self._client.__aexit__(None, None, None)  # ends the receive loop
+            await self._client.disconnect()
             self._client = None
         if self._tg is not None:
             await self._tg.__aexit__(None, None, None)
@@ -352,10 +358,13 @@ class XiaozhiDeviceSim:
 
     # -- device actions ------------------------------------------------------------------------
 
-    async def publish(self, payload: bytes | str) -> None:
+    async def publish(self, payload: bytes | str, *, topic: str | None = None) -> None:
+        """Publish at QoS 0 (as the firmware does) on the device's publish topic, or on
+        ``topic`` (a device trying where it should not; the broker's ACL drops it silently)."""
         if self._client is None:
             raise RuntimeError("not connected")
-        await self._client.publish(self._info().publish_topic, payload, qos=0)
+        data = payload.encode() if isinstance(payload, str) else payload
+        await self._client.publish_wait(topic or self._info().publish_topic, data, qos=0)
 
     async def open_audio_channel(self, *, timeout_s: float = 10.0) -> ServerHelloParams:
         """Send hello, wait for a reply the firmware accepts, open the UDP socket."""
@@ -437,17 +446,6 @@ class XiaozhiDeviceSim:
         if self.mqtt_info is None:
             raise RuntimeError("provision() first")
         return self.mqtt_info
-
-    async def _receive(self, client: aiomqtt.Client) -> None:
-        try:
-            async for message in client.messages:
-                self._on_json(
-                    bytes(message.payload)
-                    if isinstance(message.payload, bytes | bytearray)
-                    else b""
-                )
-        except aiomqtt.MqttError:
-            log.debug("simulator %s: MQTT receive loop ended", self.mac)
 
     def _on_json(self, payload: bytes) -> None:
         try:

@@ -126,11 +126,9 @@ async def test_another_device_cannot_hello_or_listen_as_the_first(broker: Broker
                 )
                 == NOT_AUTHORIZED
             )
-            assert intruder._client is not None
-            await intruder._client.publish(
-                f"device-server/{victim_dev}",
+            await intruder.publish(
                 b'{"type":"hello","version":3,"transport":"udp"}',
-                qos=0,
+                topic=f"device-server/{victim_dev}",
             )
             # Nor log in as the victim with its own password.
             assert connack(broker.host, broker.port, victim_dev, creds.password) == NOT_AUTHORIZED
