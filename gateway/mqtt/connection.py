@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from gateway.mqtt.client import Client
 from gateway.mqtt.edge import Handler, Inbound
 from gateway.mqtt.options import ClientOptions, MqttError
 from gateway.mqtt.outbound import Lane, Outbound, OutboundCounters, OutboundQueue, lane_for
+from gateway.mqtt.tls import BrokerTls
 from gateway.mqtt.topics import TopicMatcher
 from gateway.settings import MqttSettings
 
@@ -86,6 +86,7 @@ class MqttConnection:
         )
         self._client: Client | None = None
         self._lost = {Lane.EVENTS: 0, Lane.CONTROL: 0}  # publishes lost per lane, for the log
+        self._tls = BrokerTls(settings, metrics)  # mqtts://: a context per connect (tls.py)
 
         self.m_connected = metrics.gauge("mqtt_connected", "1 while connected to the broker")
         self.m_connects = metrics.counter("mqtt_connects", "Successful broker connections")
@@ -218,8 +219,13 @@ class MqttConnection:
     async def _serve_once(self) -> None:
         client = self._make_client()
         s = self._settings
-        tls: ssl.SSLContext | None = ssl.create_default_context() if s.tls else None
-        await client.connect(s.host, s.port, tls=tls, wait_s=10)
+        tls = await self._tls.context()  # None for mqtt://; a TLS file unusable: TlsSetupError
+        try:
+            await client.connect(s.host, s.port, tls=tls, wait_s=10)
+        except MqttError as exc:  # a TLS failure is said as the setting to fix (and counted)
+            if (tls_error := self._tls.failure(exc)) is None:
+                raise
+            raise tls_error from exc
         self._client = client
         try:
             filters = [(r.topic_filter, r.qos) for r in self._routes]
