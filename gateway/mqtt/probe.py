@@ -20,6 +20,8 @@ from typing import Any
 from paho.mqtt.client import Client, MQTTMessage
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
+from gateway.mqtt.tls import client_context
+
 
 class Probe:
     """One MQTT 5 client with a hand-driven loop; ``connack`` is None until answered."""
@@ -31,8 +33,9 @@ class Probe:
         username: str | None,
         password: str | None,
         *,
-        tls: bool,
+        tls: bool = False,
         ca_file: Path | None = None,
+        context: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -47,9 +50,12 @@ class Probe:
         )
         if username is not None:
             self.client.username_pw_set(username, password)
-        if tls or ca_file is not None:  # ca_file: trust that CA instead of the system's
-            ca_certs = None if ca_file is None else str(ca_file)
-            self.client.tls_set(ca_certs=ca_certs, cert_reqs=ssl.CERT_REQUIRED)
+        # TLS: ``context`` as given (the gateway's: gateway.mqtt.tls.broker_context), else one
+        # trusting ca_file instead of the system's CAs.
+        if context is None and (tls or ca_file is not None):
+            context = client_context(ca_file=ca_file)
+        if context is not None:
+            self.client.tls_set_context(context)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
         self.client.on_subscribe = self._on_subscribe
@@ -95,11 +101,13 @@ def connack(
     *,
     tls: bool = False,
     ca_file: Path | None = None,
+    context: ssl.SSLContext | None = None,
     timeout_s: float = 5.0,
 ) -> int | None:
     """Connect once and disconnect: the CONNACK reason code (0 = accepted), None when nobody
-    answered (refused socket, failed TLS handshake, closed without a CONNACK)."""
-    probe = Probe(host, port, username, password, tls=tls, ca_file=ca_file)
+    answered (refused socket, failed TLS handshake, closed without a CONNACK). TLS as
+    :class:`Probe` takes it."""
+    probe = Probe(host, port, username, password, tls=tls, ca_file=ca_file, context=context)
     try:
         return probe.connect(timeout_s)
     except OSError:
@@ -124,6 +132,7 @@ def await_login(
     accepted: bool = True,
     tls: bool = False,
     ca_file: Path | None = None,
+    context: ssl.SSLContext | None = None,
     reload: Callable[[], None] | None = None,
     alive: Callable[[], None] | None = None,
     gap_s: float = 0.02,
@@ -142,7 +151,7 @@ def await_login(
             alive()
         remaining = deadline - time.monotonic()
         answer = connack(
-            host, port, username, password, tls=tls, ca_file=ca_file,
+            host, port, username, password, tls=tls, ca_file=ca_file, context=context,
             timeout_s=max(0.1, min(2.0, remaining)),
         )  # fmt: skip
         if answer is not None and (answer == 0) == accepted:

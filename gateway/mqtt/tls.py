@@ -22,11 +22,13 @@ import asyncio
 import re
 import ssl
 from pathlib import Path
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
-from gateway.metrics import Metrics
 from gateway.mqtt.options import MqttError
 from gateway.settings import MqttSettings
+
+if TYPE_CHECKING:
+    from gateway.metrics import Metrics
 
 TlsReason = Literal["untrusted", "hostname", "expired", "client_cert", "handshake", "files"]
 REASONS: tuple[TlsReason, ...] = get_args(TlsReason)
