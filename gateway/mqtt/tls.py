@@ -83,7 +83,9 @@ def client_context(
     Raises :class:`TlsSetupError` naming the ``mqtt.*`` setting whose file is missing,
     unreadable, not PEM, encrypted, or (key) not the certificate's."""
     if (cert_file is None) != (key_file is None):
-        raise TlsSetupError("mqtt.cert_file and mqtt.key_file go together: set both or neither")
+        raise TlsSetupError(
+            "TLS: mqtt.cert_file and mqtt.key_file go together: set both or neither"
+        )
     for setting, path in (("ca_file", ca_file), ("cert_file", cert_file), ("key_file", key_file)):
         if path is not None:
             _check_readable(setting, path)
@@ -93,7 +95,7 @@ def client_context(
         raise TlsSetupError(
             f"TLS: mqtt.ca_file {ca_file} holds no PEM certificate ({exc})"
         ) from exc
-    except OSError as exc:  # pragma: no cover - checked readable just above
+    except OSError as exc:  # pragma: no cover - a race: it was readable just above
         raise TlsSetupError(f"TLS: mqtt.ca_file {ca_file} cannot be read ({exc})") from exc
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.check_hostname = True
@@ -136,7 +138,7 @@ def _load_client_certificate(context: ssl.SSLContext, cert_file: Path, key_file:
             f"TLS: mqtt.cert_file {cert_file} and mqtt.key_file {key_file} are not a PEM "
             f"certificate and its private key ({detail})"
         ) from None
-    except OSError as exc:  # pragma: no cover - checked readable just above
+    except OSError as exc:  # pragma: no cover - a race: it was readable just above
         raise TlsSetupError(f"TLS: mqtt.cert_file or mqtt.key_file cannot be read ({exc})") from exc
 
 
