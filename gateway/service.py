@@ -26,6 +26,7 @@ from gateway.http import HttpServer
 from gateway.metrics import Metrics
 from gateway.mqtt.connection import MqttConnection
 from gateway.mqtt.edge import gateway_client_id, presence_payload
+from gateway.mqtt.tls import broker_context
 from gateway.ops_snapshot import capped_snapshot
 from gateway.settings import Settings
 from topics import OpsEvent, TopicKind, build_topic, encode
@@ -83,6 +84,9 @@ class Context:
         the metrics registry and the ops alarm publisher for ``settings``."""
         metrics = Metrics()
         gw = settings.gateway_id
+        # TLS files are read at each connect; one unusable now stops the start (TlsSetupError,
+        # an OSError `snlpgw run` reports) instead of failing every reconnect.
+        broker_context(settings.mqtt)
         secret = gateway_secret(settings)
         password = secret.password
         if password is None:  # `snlpgw run` refuses a configured password_file it cannot read

@@ -54,7 +54,24 @@ class MqttDsn(AnyUrl):
 
 class MqttSettings(_Section):
     url: MqttDsn = Field(
-        MqttDsn("mqtt://127.0.0.1:1883"), description="Broker URI (mqtt:// or mqtts://)."
+        MqttDsn("mqtt://127.0.0.1:1883"),
+        description="Broker URI (mqtt:// or mqtts://: TLS 1.2+, the broker's certificate and "
+        "host name verified).",
+    )
+    ca_file: Path | None = Field(
+        None,
+        description="PEM bundle of the CA(s) trusted for the broker's certificate instead of "
+        "the system's store (mqtts:// only; read at start and at each connect).",
+    )
+    cert_file: Path | None = Field(
+        None,
+        description="Client certificate (PEM, its chain may follow) for a broker that requires "
+        "one; with key_file (mqtts:// only).",
+    )
+    key_file: Path | None = Field(
+        None,
+        description="The client certificate's private key (PEM, not encrypted; keep it 0600); "
+        "with cert_file.",
     )
     username: str = Field("snlp-gateway", description="Gateway broker user.")
     password: str | None = Field(
@@ -106,6 +123,25 @@ class MqttSettings(_Section):
         description="The broker's max_packet_size: a bigger publish is dropped (counted), "
         "since the broker would disconnect the gateway for it.",
     )
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> MqttSettings:
+        """TLS files only with TLS, and a client certificate only with its key (the files
+        themselves are read when the gateway starts: :mod:`gateway.mqtt.tls`)."""
+        for given, missing in (("cert_file", "key_file"), ("key_file", "cert_file")):
+            if getattr(self, given) is not None and getattr(self, missing) is None:
+                raise ValueError(
+                    f"mqtt.{given} is set without mqtt.{missing}: a client certificate needs "
+                    "both (or set neither)"
+                )
+        named = [n for n in ("ca_file", "cert_file", "key_file") if getattr(self, n) is not None]
+        if named and not self.tls:
+            raise ValueError(
+                f"mqtt.{' and mqtt.'.join(named)} {'is' if len(named) == 1 else 'are'} for TLS, "
+                f"but mqtt.url is {self.url.scheme}://: use an mqtts:// URL (or unset "
+                f"{'it' if len(named) == 1 else 'them'})"
+            )
+        return self
 
     @property
     def host(self) -> str:

@@ -5,8 +5,9 @@ Rows, in order (a row whose prerequisite failed is ``skip`` and says so):
 * gateway secret — the gateway's broker password is found: ``mqtt.password``, else the file
   ``mqtt.password_file``, else ``<data_dir>/secrets/gateway.password``; a missing or empty one
   fails, naming the setting to fix.
-* broker reachable, broker credentials — TCP (TLS for mqtts) to ``mqtt.url``; the gateway user
-  logs in with that password.
+* broker reachable, broker credentials — TCP (TLS for mqtts, with the gateway's own context:
+  ``mqtt.ca_file``, client certificate; a TLS failure said as the setting to fix) to
+  ``mqtt.url``; the gateway user logs in with that password.
 * ACL isolation — a throwaway device is provisioned, must read its own ``cmd`` topic and must
   neither read nor write another device's topics; then it is revoked (``acl.py``).
 * gateway health, admin metrics — ``GET /healthz`` on the device listener, ``GET /metrics`` on

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import ssl
 
 from gateway.broker.credentials import BrokerFiles, gateway_mqtt_password, provision, revoke
 from gateway.broker.io import Reloader
 from gateway.doctor.network import Findings
 from gateway.doctor.report import Row, fail, ok, skip
 from gateway.mqtt.probe import Probe, await_login
+from gateway.mqtt.tls import broker_context
 from gateway.settings import Settings
 from gateway.xiaozhi.provisioning import device_endpoint
 
@@ -43,7 +45,11 @@ def check_acl(settings: Settings, found: Findings, reload: Reloader) -> Row:
     try:
         # Wait for the reload (signalling again if it was lost) before the isolation check.
         host, port, tls = device_endpoint(settings)
-        await_login(host, port, me, creds.password, within_s=WAIT_S, tls=tls, reload=reload)
+        context = _gateway_tls(settings, host, port)
+        await_login(
+            host, port, me, creds.password, within_s=WAIT_S, tls=tls, context=context,
+            reload=reload,
+        )  # fmt: skip
         return _probe(settings, me, other, creds.password)
     finally:
         with contextlib.suppress(Exception):
@@ -58,12 +64,20 @@ def _login(
     host, port, tls = device_endpoint(settings) if device else (mqtt.host, mqtt.port, mqtt.tls)
     # One attempt: check_acl waited for the device's reload (await_login), and the gateway's
     # login was checked before this row.
-    probe = Probe(host, port, user, password, tls=tls)
+    probe = Probe(host, port, user, password, tls=tls, context=_gateway_tls(settings, host, port))
     with contextlib.suppress(OSError):
         if probe.connect(WAIT_S) == 0:
             return probe
     probe.close()
     return None
+
+
+def _gateway_tls(settings: Settings, host: str, port: int) -> ssl.SSLContext | None:
+    """On the gateway's own listener, its TLS settings (``mqtt.ca_file``, client certificate;
+    the broker row has read the files); elsewhere (boards' listener) ``None``: the system's
+    CAs, as boards trust."""
+    mqtt = settings.mqtt
+    return broker_context(mqtt) if (host, port) == (mqtt.host, mqtt.port) else None
 
 
 def _probe(settings: Settings, me: str, other: str, password: str | None) -> Row:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import secrets
 import socket
 import ssl
 import time
@@ -15,8 +16,10 @@ from datetime import UTC, datetime
 
 from gateway.broker.credentials import gateway_secret
 from gateway.doctor.report import Row, fail, ok, skip
+from gateway.mqtt import codec
 from gateway.mqtt.probe import connack
-from gateway.settings import Settings
+from gateway.mqtt.tls import broker_context, explain
+from gateway.settings import MqttSettings, Settings
 
 TIMEOUT_S = 3.0
 SEEN_WITHIN_S = 3.0
@@ -56,26 +59,29 @@ def check_secret(settings: Settings) -> Row:
 
 
 def check_broker(settings: Settings, found: Findings) -> list[Row]:
+    """TCP to ``mqtt.url`` (mqtts: TLS with the gateway's own context, ``mqtt.ca_file`` and
+    client certificate, a TLS failure said as the setting to fix); then the gateway's login."""
     mqtt = settings.mqtt
     where = f"{mqtt.host}:{mqtt.port}"
+    password = gateway_secret(settings).password
     try:
+        context = broker_context(mqtt)  # an unusable file: TlsSetupError, an OSError
         with socket.create_connection((mqtt.host, mqtt.port), timeout=TIMEOUT_S) as sock:
-            if mqtt.tls:
-                ssl.create_default_context().wrap_socket(sock, server_hostname=mqtt.host).close()
+            if context is not None:
+                _tls_answer(context, sock, mqtt, password)
     except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
+        tls_error = explain(exc, mqtt)
+        reason = str(tls_error) if tls_error else exc.strerror or str(exc) or type(exc).__name__
         return [
             fail("broker reachable", f"{where}: {reason}"),
             skip("broker credentials", "broker unreachable"),
         ]
     found.broker_up = True
     rows = [ok("broker reachable", f"{where} accepts {'TLS' if mqtt.tls else 'TCP'}")]
-    secret = gateway_secret(settings)
-    if secret.password is None:
+    if password is None:
         rows.append(skip("broker credentials", "no gateway password (see gateway secret)"))
         return rows
-    password = secret.password
-    code = connack(mqtt.host, mqtt.port, mqtt.username, password, tls=mqtt.tls, timeout_s=5)
+    code = connack(mqtt.host, mqtt.port, mqtt.username, password, context=context, timeout_s=5)
     if code == 0:
         found.gateway_login = True
         rows.append(ok("broker credentials", f"user {mqtt.username} logged in"))
@@ -85,6 +91,25 @@ def check_broker(settings: Settings, found: Findings) -> list[Row]:
         meaning = _CONNACK_MEANING.get(code, "refused")
         rows.append(fail("broker credentials", f"user {mqtt.username}: {meaning} ({code})"))
     return rows
+
+
+def _tls_answer(
+    context: ssl.SSLContext, sock: socket.socket, mqtt: MqttSettings, password: str | None
+) -> None:
+    """The TLS handshake, then a CONNECT and the first byte of the broker's answer: a TLS 1.3
+    broker refuses a client certificate (or its absence) only after the handshake, with an
+    alert that arrives instead of the CONNACK (raised here as an ``ssl.SSLError``)."""
+    with context.wrap_socket(sock, server_hostname=mqtt.host) as tls:
+        hello = codec.connect(
+            client_id=f"snlpgw-doctor-{secrets.token_hex(6)}",
+            keepalive_s=10,
+            username=mqtt.username,
+            password=password,
+        )
+        with contextlib.suppress(OSError):  # closed on us: the read below raises why
+            tls.sendall(hello)
+        with contextlib.suppress(TimeoutError):  # no answer: the credentials row says more
+            tls.recv(1)
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, str, str | None]:

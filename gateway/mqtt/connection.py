@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from gateway.mqtt.client import Client
 from gateway.mqtt.edge import Handler, Inbound
 from gateway.mqtt.options import ClientOptions, ConnectRefused, MqttError
 from gateway.mqtt.outbound import Lane, Outbound, OutboundCounters, OutboundQueue, lane_for
+from gateway.mqtt.tls import BrokerTls
 from gateway.mqtt.topics import TopicMatcher
 from gateway.settings import MqttSettings
 
@@ -115,6 +115,7 @@ class MqttConnection:
         self._last_error: str | None = None
         self._session = core.MqttSession(self._client_options())
         self.connected_since: float | None = None
+        self._tls = BrokerTls(settings, metrics)  # mqtts://: a context per connect (tls.py)
 
         self.m_connected = metrics.gauge("mqtt_connected", "1 while connected to the broker")
         self.m_connects = metrics.counter("mqtt_connects", "Successful broker connections")
@@ -351,8 +352,13 @@ class MqttConnection:
     async def _serve_once(self) -> None:
         client = self._make_client()
         s = self._settings
-        tls: ssl.SSLContext | None = ssl.create_default_context() if s.tls else None
-        limits = await client.connect(s.host, s.port, tls=tls, wait_s=10)
+        tls = await self._tls.context()  # None for mqtt://; a TLS file unusable: TlsSetupError
+        try:
+            limits = await client.connect(s.host, s.port, tls=tls, wait_s=10)
+        except MqttError as exc:  # a TLS failure is said as the setting to fix (and counted)
+            if (tls_error := self._tls.failure(exc)) is None:
+                raise
+            raise tls_error from exc
         self._client = client
         self.connected_since = time.monotonic()
         try:

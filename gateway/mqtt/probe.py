@@ -24,6 +24,7 @@ from pathlib import Path
 from gateway.mqtt import codec
 from gateway.mqtt import session as core
 from gateway.mqtt.options import ClientOptions
+from gateway.mqtt.tls import client_context
 
 KEEPALIVE_S = 10
 POLL_S = 0.05  # the longest a pump waits on the socket before asking ``done()`` again
@@ -55,8 +56,9 @@ class Probe:
         username: str | None,
         password: str | None,
         *,
-        tls: bool,
+        tls: bool = False,
         ca_file: Path | None = None,
+        context: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -79,13 +81,18 @@ class Probe:
         )
         self._sock: socket.socket | None = None
         self._published = 0
+        # TLS: ``context`` as given (the gateway's: gateway.mqtt.tls.broker_context), else one
+        # trusting ca_file instead of the system's CAs.
+        if context is None and self.tls:
+            context = client_context(ca_file=ca_file)
+        self.context = context
 
     def connect(self, timeout_s: float) -> int | None:
         """CONNACK reason code (0 = accepted); None when the broker never answered within
         ``timeout_s`` or closed the connection first. Raises :class:`OSError` when no
         connection is made in that time (nobody listening, a failed or slow TLS handshake)."""
         deadline = time.monotonic() + timeout_s
-        self._sock = _open(self.host, self.port, tls=self.tls, ca_file=self.ca_file, by=deadline)
+        self._sock = _open(self.host, self.port, context=self.context, by=deadline)
         self._send(self.session.connect(time.monotonic()))
         self.pump_until(lambda: self.connack is not None, deadline - time.monotonic())
         return self.connack
@@ -226,16 +233,14 @@ class Probe:
                 self._sock.close()
 
 
-def _open(host: str, port: int, *, tls: bool, ca_file: Path | None, by: float) -> socket.socket:
-    """A connected socket (TLS-wrapped when asked, the broker's name checked against its
-    certificate) or :class:`OSError`; connecting and the handshake end by ``by``."""
+def _open(host: str, port: int, *, context: ssl.SSLContext | None, by: float) -> socket.socket:
+    """A connected socket (TLS-wrapped with ``context`` when given: the broker's name checked
+    against its certificate) or :class:`OSError`; connecting and the handshake end by ``by``."""
     sock = socket.create_connection((host, port), timeout=max(by - time.monotonic(), 0.001))
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not tls:
+        if context is None:
             return sock
-        # The system's CAs, or only ca_file's; certificate and host name verified.
-        context = ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
         sock.settimeout(max(by - time.monotonic(), 0.001))
         return context.wrap_socket(sock, server_hostname=host)
     except BaseException:
@@ -251,11 +256,13 @@ def connack(
     *,
     tls: bool = False,
     ca_file: Path | None = None,
+    context: ssl.SSLContext | None = None,
     timeout_s: float = 5.0,
 ) -> int | None:
     """Connect once and disconnect: the CONNACK reason code (0 = accepted), None when nobody
-    answered (refused socket, failed TLS handshake, closed without a CONNACK)."""
-    probe = Probe(host, port, username, password, tls=tls, ca_file=ca_file)
+    answered (refused socket, failed TLS handshake, closed without a CONNACK). TLS as
+    :class:`Probe` takes it."""
+    probe = Probe(host, port, username, password, tls=tls, ca_file=ca_file, context=context)
     try:
         return probe.connect(timeout_s)
     except OSError:
@@ -280,6 +287,7 @@ def await_login(
     accepted: bool = True,
     tls: bool = False,
     ca_file: Path | None = None,
+    context: ssl.SSLContext | None = None,
     reload: Callable[[], None] | None = None,
     alive: Callable[[], None] | None = None,
     gap_s: float = 0.02,
@@ -298,7 +306,7 @@ def await_login(
             alive()
         remaining = deadline - time.monotonic()
         answer = connack(
-            host, port, username, password, tls=tls, ca_file=ca_file,
+            host, port, username, password, tls=tls, ca_file=ca_file, context=context,
             timeout_s=max(0.1, min(2.0, remaining)),
         )  # fmt: skip
         if answer is not None and (answer == 0) == accepted:

@@ -107,3 +107,46 @@ def test_mqtt_url_refusals_say_why(url: str, says: str) -> None:
     with pytest.raises(ValidationError, match=r"mqtt\.url") as refused:
         load_settings(mqtt={"url": url})
     assert says in str(refused.value)
+
+
+def test_tls_files_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only paths are checked here; the files are read when the gateway starts (mqtt/tls.py)."""
+    monkeypatch.setenv("SNLPGW_MQTT__URL", "mqtts://broker.example")
+    monkeypatch.setenv("SNLPGW_MQTT__CA_FILE", "/etc/snlpgw/ca.crt")
+    monkeypatch.setenv("SNLPGW_MQTT__CERT_FILE", "/etc/snlpgw/gw.crt")
+    monkeypatch.setenv("SNLPGW_MQTT__KEY_FILE", "/etc/snlpgw/gw.key")
+    mqtt = load_settings().mqtt
+    assert mqtt.ca_file == Path("/etc/snlpgw/ca.crt")
+    assert (mqtt.cert_file, mqtt.key_file) == (
+        Path("/etc/snlpgw/gw.crt"),
+        Path("/etc/snlpgw/gw.key"),
+    )
+    assert mqtt.tls
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        (
+            {"url": "mqtts://b", "cert_file": "gw.crt"},
+            "mqtt.cert_file is set without mqtt.key_file: a client certificate needs both",
+        ),
+        (
+            {"url": "mqtts://b", "ca_file": "ca.crt", "key_file": "gw.key"},
+            "mqtt.key_file is set without mqtt.cert_file: a client certificate needs both",
+        ),
+        (
+            {"url": "mqtt://b", "ca_file": "ca.crt"},
+            "mqtt.ca_file is for TLS, but mqtt.url is mqtt://: use an mqtts:// URL (or unset it)",
+        ),
+        (
+            {"url": "mqtt://b", "cert_file": "gw.crt", "key_file": "gw.key"},
+            "mqtt.cert_file and mqtt.key_file are for TLS, but mqtt.url is mqtt://: use an "
+            "mqtts:// URL (or unset them)",
+        ),
+    ],
+)
+def test_tls_file_settings_refusals_say_what_to_fix(fields: dict[str, str], says: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        load_settings(mqtt=fields)
+    assert says in str(refused.value)
