@@ -73,15 +73,19 @@ class BrokerEnd:
         self.sock.sendall(data)
 
 
-Script = Callable[[BrokerEnd], None]
+BrokerScript = Callable[[BrokerEnd], None]
 
 
-class FakeBroker:
+class ScriptedBroker:
     """Serves ``connections`` connections on 127.0.0.1 (None: until stopped), one after
     another, each by ``script``; over TLS when given a server context."""
 
     def __init__(
-        self, script: Script, *, connections: int | None = 1, tls: ssl.SSLContext | None = None
+        self,
+        script: BrokerScript,
+        *,
+        connections: int | None = 1,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.settimeout(5.0)  # a test that never connects fails instead of hanging
@@ -129,13 +133,13 @@ class FakeBroker:
 
 
 @pytest.fixture
-def broker() -> Iterator[Callable[..., FakeBroker]]:
-    started: list[FakeBroker] = []
+def broker() -> Iterator[Callable[..., ScriptedBroker]]:
+    started: list[ScriptedBroker] = []
 
     def start(
-        script: Script, *, connections: int | None = 1, tls: ssl.SSLContext | None = None
-    ) -> FakeBroker:
-        fake = FakeBroker(script, connections=connections, tls=tls)
+        script: BrokerScript, *, connections: int | None = 1, tls: ssl.SSLContext | None = None
+    ) -> ScriptedBroker:
+        fake = ScriptedBroker(script, connections=connections, tls=tls)
         started.append(fake)
         return fake
 
@@ -203,7 +207,7 @@ def parse_connect(body: bytes) -> dict[str, object]:
     }
 
 
-def answer_connect(reason: int) -> Script:
+def answer_connect(reason: int) -> BrokerScript:
     """Read the CONNECT, answer ``reason``; then read until the probe closes."""
 
     def script(peer: BrokerEnd) -> None:
@@ -219,7 +223,7 @@ def answer_connect(reason: int) -> Script:
 
 
 def test_an_accepted_login_is_0_and_the_probe_says_goodbye(
-    broker: Callable[..., FakeBroker],
+    broker: Callable[..., ScriptedBroker],
 ) -> None:
     fake = broker(answer_connect(0))
     assert connack("127.0.0.1", fake.port, "gw", "secret") == 0
@@ -235,7 +239,7 @@ def test_an_accepted_login_is_0_and_the_probe_says_goodbye(
     assert last >> 4 == DISCONNECT  # accepted: a clean goodbye, so the broker sends no will
 
 
-def test_no_credentials_send_none(broker: Callable[..., FakeBroker]) -> None:
+def test_no_credentials_send_none(broker: Callable[..., ScriptedBroker]) -> None:
     fake = broker(answer_connect(NOT_AUTHORIZED))
     assert connack("127.0.0.1", fake.port, None, None) == NOT_AUTHORIZED
     fake.stop()
@@ -244,7 +248,7 @@ def test_no_credentials_send_none(broker: Callable[..., FakeBroker]) -> None:
 
 
 @pytest.mark.parametrize("reason", [BAD_LOGIN, NOT_AUTHORIZED, 0x88])
-def test_a_refusal_is_its_reason_code(broker: Callable[..., FakeBroker], reason: int) -> None:
+def test_a_refusal_is_its_reason_code(broker: Callable[..., ScriptedBroker], reason: int) -> None:
     fake = broker(answer_connect(reason))
     assert connack("127.0.0.1", fake.port, "dev", "wrong") == reason
     fake.stop()
@@ -262,7 +266,7 @@ def test_nobody_listening_is_none_and_probe_connect_raises() -> None:
         probe.close()  # nothing to close: no error either
 
 
-def test_no_connack_within_the_timeout_is_none(broker: Callable[..., FakeBroker]) -> None:
+def test_no_connack_within_the_timeout_is_none(broker: Callable[..., ScriptedBroker]) -> None:
     def silent(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         assert peer.read() is None  # the probe gives up and closes; no DISCONNECT unconnected
@@ -273,7 +277,7 @@ def test_no_connack_within_the_timeout_is_none(broker: Callable[..., FakeBroker]
     assert 0.3 <= time.monotonic() - started < 2.0
 
 
-def test_closed_without_a_connack_is_none_at_once(broker: Callable[..., FakeBroker]) -> None:
+def test_closed_without_a_connack_is_none_at_once(broker: Callable[..., ScriptedBroker]) -> None:
     def hang_up(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
 
@@ -283,7 +287,7 @@ def test_closed_without_a_connack_is_none_at_once(broker: Callable[..., FakeBrok
     assert time.monotonic() - started < 2.0
 
 
-def test_bytes_mqtt_forbids_end_the_connection(broker: Callable[..., FakeBroker]) -> None:
+def test_bytes_mqtt_forbids_end_the_connection(broker: Callable[..., ScriptedBroker]) -> None:
     def garbage(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         peer.send(b"\x36\x00")  # PUBLISH with QoS 3 (and before any CONNACK)
@@ -308,7 +312,7 @@ def tls_server(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
 
 
 def test_tls_with_the_brokers_ca(
-    broker: Callable[..., FakeBroker], tls_server: tuple[ssl.SSLContext, Path]
+    broker: Callable[..., ScriptedBroker], tls_server: tuple[ssl.SSLContext, Path]
 ) -> None:
     context, ca = tls_server
     fake = broker(answer_connect(0), tls=context)
@@ -318,7 +322,7 @@ def test_tls_with_the_brokers_ca(
 
 
 def test_tls_to_an_untrusted_certificate_is_none(
-    broker: Callable[..., FakeBroker], tls_server: tuple[ssl.SSLContext, Path]
+    broker: Callable[..., ScriptedBroker], tls_server: tuple[ssl.SSLContext, Path]
 ) -> None:
     context, _ = tls_server
     fake = broker(answer_connect(0), tls=context)
@@ -328,7 +332,7 @@ def test_tls_to_an_untrusted_certificate_is_none(
 
 
 def test_plain_mqtt_to_a_tls_listener_is_none(
-    broker: Callable[..., FakeBroker], tls_server: tuple[ssl.SSLContext, Path]
+    broker: Callable[..., ScriptedBroker], tls_server: tuple[ssl.SSLContext, Path]
 ) -> None:
     context, _ = tls_server
     fake = broker(answer_connect(0), tls=context)
@@ -338,7 +342,7 @@ def test_plain_mqtt_to_a_tls_listener_is_none(
 # -- subscribe, publish, receive -----------------------------------------------------------
 
 
-def test_suback_codes_messages_in_and_pubacks_out(broker: Callable[..., FakeBroker]) -> None:
+def test_suback_codes_messages_in_and_pubacks_out(broker: Callable[..., ScriptedBroker]) -> None:
     seen: dict[str, object] = {}
 
     def script(peer: BrokerEnd) -> None:
@@ -384,7 +388,9 @@ def test_suback_codes_messages_in_and_pubacks_out(broker: Callable[..., FakeBrok
     assert seen == {"acked": (7).to_bytes(2), "topic": "snlp/v1/other/evt", "qos0": True}
 
 
-def test_a_disconnect_that_blames_the_publish_answers_it(broker: Callable[..., FakeBroker]) -> None:
+def test_a_disconnect_that_blames_the_publish_answers_it(
+    broker: Callable[..., ScriptedBroker],
+) -> None:
     def script(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         peer.send(connack_packet(0))
@@ -404,7 +410,7 @@ def test_a_disconnect_that_blames_the_publish_answers_it(broker: Callable[..., F
     probe.close()
 
 
-def test_a_broker_that_goes_away_ends_the_pump(broker: Callable[..., FakeBroker]) -> None:
+def test_a_broker_that_goes_away_ends_the_pump(broker: Callable[..., ScriptedBroker]) -> None:
     def script(peer: BrokerEnd) -> None:
         peer.expect(CONNECT)
         peer.send(connack_packet(0))
@@ -423,7 +429,7 @@ def test_a_broker_that_goes_away_ends_the_pump(broker: Callable[..., FakeBroker]
 
 
 def test_await_login_signals_a_lost_reload_again_until_accepted(
-    broker: Callable[..., FakeBroker],
+    broker: Callable[..., ScriptedBroker],
 ) -> None:
     reloads: list[float] = []
 
