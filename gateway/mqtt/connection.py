@@ -325,13 +325,13 @@ class MqttConnection:
                 log.error(
                     "%s: the broker does not accept user %r with the gateway password "
                     "(set mqtt.password or mqtt.password_file to the broker's gateway secret, "
-                    "SNLPGW_MQTT__PASSWORD / SNLPGW_MQTT__PASSWORD_FILE); retrying in %.1fs",
+                    "SNLPGW_MQTT__PASSWORD / SNLPGW_MQTT__PASSWORD_FILE); reconnecting in %.2fs",
                     exc,
                     self._settings.username,
                     delay,
                 )
                 return
-            log.error("%s; retrying in %.1fs", exc, delay)
+            log.error("%s; reconnecting in %.2fs", exc, delay)
             return
         self.m_reconnects.labels("lost").inc()
         log.warning("broker connection lost (%s); reconnecting in %.2fs", exc, delay)
