@@ -17,7 +17,7 @@ import pytest
 from devstack.gateway import gateway_settings
 from gateway.broker.credentials import Credentials, revoke
 from gateway.mqtt.probe import await_login, connack
-from gateway.xiaozhi.provisioning import broker_provisioner
+from gateway.xiaozhi.ota.provisioning import broker_provisioner
 from tests.adversarial.peers import Peer, wait_for
 from tests.support.broker import Broker, LostFirstSignal, new_device_id, start_broker
 
@@ -140,7 +140,7 @@ def test_ota_provisioning_confirms_on_the_listener_boards_use(
     broker = split_broker
     dev, password = new_device_id(), secrets.token_urlsafe(24)
     reload = LostFirstSignal(broker)
-    with caplog.at_level(logging.WARNING, logger="gateway.xiaozhi.provisioning"):
+    with caplog.at_level(logging.WARNING, logger="gateway.xiaozhi.ota.provisioning"):
         broker_provisioner(gateway_settings(broker), reload=reload)(dev, password)
     assert "did not accept" not in caplog.text
     assert reload.calls >= 2  # the lost signal was noticed and sent again

@@ -22,7 +22,7 @@ from devstack.gateway import gateway_settings
 from gateway.broker.credentials import Credentials, gateway_password, init_broker_files, provision
 from gateway.broker.rules import GATEWAY_USERNAME, Role
 from gateway.mqtt.probe import await_login, connack
-from gateway.xiaozhi.provisioning import broker_provisioner, broker_revoker
+from gateway.xiaozhi.ota.provisioning import broker_provisioner, broker_revoker
 from tests.support.broker import LostFirstSignal, new_device_id
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
 from tests.support.tls import make_server_certs

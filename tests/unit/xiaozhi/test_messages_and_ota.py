@@ -9,7 +9,7 @@ import pytest
 from gateway.settings import Settings
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.messages import ControlError, DeviceGoodbye, DeviceHello, DeviceMcp, Listen
-from gateway.xiaozhi.ota_wire import (
+from gateway.xiaozhi.ota.wire import (
     ActivateBody,
     OtaRefused,
     activate_body,

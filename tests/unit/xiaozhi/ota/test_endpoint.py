@@ -18,9 +18,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from gateway.http import RouteHandler
 from gateway.metrics import Metrics
 from gateway.settings import Settings
-from gateway.xiaozhi.ota import OtaEndpoint
-from gateway.xiaozhi.ota_admin import OtaAdmin
-from gateway.xiaozhi.provisioning import Provisioner
+from gateway.xiaozhi.ota.admin import OtaAdmin
+from gateway.xiaozhi.ota.endpoint import OtaEndpoint
+from gateway.xiaozhi.ota.provisioning import Provisioner
 from gateway.xiaozhi.stats import ChannelStats
 from tests.unit.xiaozhi.fakes import sample
 

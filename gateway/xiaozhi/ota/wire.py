@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.settings import Settings
-from gateway.xiaozhi.trust import Activation
+from gateway.xiaozhi.ota.trust import Activation
 from topics.tree import build_xiaozhi_topic
 
 OTA_PATHS = ("/xiaozhi/ota/", "/xiaozhi/ota")

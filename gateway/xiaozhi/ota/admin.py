@@ -24,10 +24,10 @@ from aiohttp import web
 
 from gateway.http import RouteTable
 from gateway.settings import Settings
-from gateway.xiaozhi.ota import OtaEndpoint
-from gateway.xiaozhi.provisioning import Provisioner, broker_provisioner, broker_revoker
+from gateway.xiaozhi.ota.endpoint import OtaEndpoint
+from gateway.xiaozhi.ota.provisioning import Provisioner, broker_provisioner, broker_revoker
+from gateway.xiaozhi.ota.trust import Approval
 from gateway.xiaozhi.stats import ChannelStats
-from gateway.xiaozhi.trust import Approval
 
 log = logging.getLogger(__name__)
 
