@@ -1,7 +1,7 @@
 """Cross-listener client-id takeover on the real broker. Client ids are one namespace across
 Mosquitto's listeners: the device listener renames a board to its bare device id, so a device
 credential that could log in on the gateway's listener (which keeps client ids as given) could
-take that id and knock the board off. With a device listener, `snlpgw broker init` gives the
+take that id and knock the board off. `snlpgw broker init` (and `make run`) gives the
 gateway's listener a password file without device users (`per_listener_settings true`)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ NOT_AUTHORIZED = 135
 
 @pytest.fixture
 def split_broker(tmp_path: Path) -> Iterator[Broker]:
-    """The broker exactly as `snlpgw broker init --device-port N` configures it."""
+    """The broker exactly as `snlpgw broker init` and `make run` configure it."""
     running = start_broker(tmp_path / "data", split=True)
     yield running
     running.stop()

@@ -59,7 +59,7 @@ async def test_cli_credentials_connect_at_once(broker: Broker, device_id: str) -
     code, out, err = cli_provision(broker, device_id)
     assert code == 0, err
     assert out is not None
-    assert out["broker_url"] == f"mqtt://127.0.0.1:{broker.port}"
+    assert out["broker_url"] == f"mqtt://127.0.0.1:{broker.device_port}"  # the devices' listener
     assert out["password"] not in err
     device = _creds(out)
     async with (
