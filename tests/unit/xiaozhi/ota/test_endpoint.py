@@ -180,10 +180,21 @@ async def test_rotate_gives_the_bound_board_its_next_password(rig: OtaRig) -> No
     assert (await rig.client.post("/admin/devices/nope/rotate")).status == 400
 
 
-@pytest.mark.parametrize("body", [b"not json", b'{"code": 123456}', b'{"code": "12345"}', b"[]"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b'{"code": 123456}',
+        b'{"code": "12345"}',
+        b"[]",
+        b"[" * 1000 + b"]" * 1000,  # was a RecursionError: 500
+        b'{"code": "\\ud800"}',
+    ],
+)
 async def test_malformed_approvals_are_400(rig: OtaRig, body: bytes) -> None:
     resp = await rig.client.post("/admin/devices/approve", data=body)
     assert resp.status == 400
+    assert (await resp.json())["error"] == "bad_request"
 
 
 async def test_wrong_codes_lock_approval(rig: OtaRig) -> None:
