@@ -147,7 +147,7 @@ def test_deep_json_inside_free_form_data(depth: int) -> None:
         with pytest.raises(PayloadError) as info:
             EVT(payload)
         assert info.value.reason is R.TOO_DEEP
-        assert f"nested {depth + 2} levels > {MAX_JSON_DEPTH}" in info.value.detail
+        assert f"nested deeper than {MAX_JSON_DEPTH} levels" in info.value.detail
     else:
         event = EVT(payload)
         assert event.evt == "sd.deep"  # type: ignore[attr-defined]
@@ -166,13 +166,27 @@ def test_brackets_that_do_not_nest_are_not_depth(payload: bytes) -> None:
     assert EVT(payload).evt == "sd.x"  # type: ignore[attr-defined]
 
 
-def test_the_depth_check_works_on_text_alone() -> None:
-    check_depth("]]]]" * 20 + "[" * MAX_JSON_DEPTH)  # unbalanced, never past the limit
+def test_the_depth_check_works_on_bytes_alone() -> None:
+    check_depth(b"]]]]" * 20 + b"[" * MAX_JSON_DEPTH)  # unbalanced, never past the limit
     with pytest.raises(PayloadError, match="too_deep"):  # malformed anyway: any refusal will do
-        check_depth('"' + "[" * 50)  # an unterminated string is no string: its brackets count
-    with pytest.raises(PayloadError, match="too_deep: nested 3 levels > 2"):
-        check_depth("[[[]]]", limit=2)
-    check_depth("[[]]", limit=2)
+        check_depth(b'"' + b"[" * 50)  # an unterminated string is no string: its brackets count
+    with pytest.raises(PayloadError, match="too_deep: nested deeper than 2 levels"):
+        check_depth(b"[[[]]]", limit=2)  # three openers in a row
+    with pytest.raises(PayloadError, match="too_deep"):
+        check_depth(b"[[][[][[]]]]", limit=2)  # no run of three: the running depth shows it
+    check_depth(b"[[]]", limit=2)
+    check_depth(b"[[][][][]]", limit=2)
+    check_depth(b'"' + b"[" * 50 + b'"')  # all inside a string: nothing left to count
+    check_depth('["字", "第"]'.encode(), limit=1)  # UTF-8: no bracket inside a character
+
+
+def test_utf16_and_utf32_payloads_are_measured_as_text() -> None:
+    deep = "[" * 40 + "]" * 40
+    for codec in ("utf-16-le", "utf-16-be", "utf-32"):
+        assert EVT('{"evt":"sd.x","data":{"t":"字"}}'.encode(codec)).evt == "sd.x"  # type: ignore[attr-defined]
+        with pytest.raises(PayloadError) as info:
+            EVT(('{"evt":"sd.x","data":' + deep + "}").encode(codec))
+        assert info.value.reason is R.TOO_DEEP
 
 
 @pytest.mark.parametrize(
