@@ -31,7 +31,7 @@ from gateway.broker.credentials import (
     init_broker_files,
     provision,
 )
-from gateway.broker.rules import GATEWAY_USERNAME, GRANTS, Role
+from gateway.broker.rules import GATEWAY_USERNAME, GRANTS, Role, default_device_port
 from gateway.devrun import StartError, mosquitto_command
 from gateway.mqtt.probe import await_login
 
@@ -85,6 +85,23 @@ def free_ports(*kinds: int) -> list[int]:
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
     return free_ports(kind)[0]
+
+
+def free_broker_ports(*others: int) -> tuple[list[int], int]:
+    """:func:`free_ports` for ``make run`` (``others``: socket kinds after the broker's): the
+    broker's gateway port first, and the free device port that ``make run`` derives from it
+    (:func:`gateway.broker.rules.default_device_port`), distinct from every pick."""
+    while True:
+        picked = free_ports(socket.SOCK_STREAM, *others)
+        device = default_device_port(picked[0])
+        if device in picked:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", device))
+            except OSError:
+                continue
+        return picked, device
 
 
 class BrokerBackend(Protocol):
@@ -338,10 +355,10 @@ def start_broker(
 ) -> Broker:
     """Write the broker files under ``data_dir`` and start a broker on a free port.
 
-    ``device_listener``: a second listener, the one boards are sent to (`snlpgw broker init
-    --device-port`); ``split``: that config as deployed, where the first listener admits no
-    device user (by default device users may also log in there, as most simulated boards in the
-    tests connect there). ``extra_config``: lines appended to the generated configuration
+    ``device_listener``: a second listener, the one boards are sent to; ``split``: that config
+    as `snlpgw broker init` and `make run` write it, where the first listener admits no device
+    user (by default device users may also log in there, as most simulated boards in the tests
+    connect there: a test harness shape, never a broker that faces boards). ``extra_config``: lines appended to the generated configuration
     (benchmarks' variants; local broker only)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     port, second = free_ports(socket.SOCK_STREAM, socket.SOCK_STREAM)

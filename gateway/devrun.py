@@ -12,9 +12,14 @@ the recipe; so the supervisor also watches the make that started it: make sittin
 fatal-signal handler (the signal shows in make's blocked mask in ``/proc/PID/status``) or gone
 counts as a stop signal.
 
+The broker has the production shape (:func:`broker_files`): the gateway's listener on
+``mqtt.url`` and the devices' ten ports above it (1883 and 1893 by default), each with its own
+password file, client ids forced to user names on the devices' one.
+
 A second instance on the same data dir is told the running one's pid and ports; a port held by
-anything else is named with its owner. Ports come from the settings (``SNLPGW_MQTT__URL``,
-``SNLPGW_HTTP__PORT``, ``SNLPGW_HTTP__ADMIN_PORT``, ``SNLPGW_UDP__PORT``), so several stacks can run side by side.
+anything else is named with its owner. Ports come from the settings (``SNLPGW_MQTT__URL`` — the
+device listener follows it —, ``SNLPGW_HTTP__PORT``, ``SNLPGW_HTTP__ADMIN_PORT``,
+``SNLPGW_UDP__PORT``), so several stacks can run side by side.
 """
 
 from __future__ import annotations
@@ -35,7 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from gateway.broker.credentials import CredentialsError, gateway_password, init_broker_files
+from gateway.broker.credentials import (
+    BrokerFiles,
+    CredentialsError,
+    gateway_password,
+    init_broker_files,
+)
+from gateway.broker.rules import DEVICE_PORT_OFFSET, default_device_port
 from gateway.mqtt.probe import connack
 from gateway.ports import Proto, describe_holder, port_free
 from gateway.procwatch import fatal_signal_in_handler, make_ancestor
@@ -77,7 +88,10 @@ def endpoints(settings: Settings) -> list[Endpoint]:
             f"dev-run starts its own broker on loopback, but mqtt.url is {mqtt.url}; "
             "run `snlpgw run` to use another broker"
         )
-    out = [Endpoint("broker", mqtt.host, mqtt.port, "tcp")]
+    out = [
+        Endpoint("broker", mqtt.host, mqtt.port, "tcp"),
+        Endpoint("broker (devices)", mqtt.host, default_device_port(mqtt.port), "tcp"),
+    ]
     if settings.http.port:
         out.append(Endpoint("HTTP", settings.http.host, settings.http.port, "tcp"))
     if settings.http.admin_port:
@@ -127,8 +141,24 @@ def check_ports(ends: list[Endpoint]) -> None:
             holder = describe_holder(end.port, end.proto)
             raise StartError(
                 f"{end} is in use by {holder}; stop it, or pick other ports "
-                "(SNLPGW_MQTT__URL, SNLPGW_HTTP__PORT, SNLPGW_HTTP__ADMIN_PORT, SNLPGW_UDP__PORT)"
+                f"(SNLPGW_MQTT__URL, the devices' listener {DEVICE_PORT_OFFSET} above it; "
+                "SNLPGW_HTTP__PORT, SNLPGW_HTTP__ADMIN_PORT, SNLPGW_UDP__PORT)"
             )
+
+
+def broker_files(settings: Settings) -> BrokerFiles:
+    """Write the broker files as ``make run`` starts Mosquitto: the production shape. The
+    gateway's listener is ``mqtt.url`` (loopback) with gateway, ops and backend users only; the
+    devices' listener, :func:`gateway.broker.rules.default_device_port` beside it, has device
+    users only and forces each client id to the user name, so no device can disconnect another
+    (or the gateway) by reusing its client id. OTA hands boards the device listener."""
+    mqtt = settings.mqtt
+    return init_broker_files(
+        settings.data_dir,
+        listener_host=mqtt.host,
+        listener_port=mqtt.port,
+        device_port=default_device_port(mqtt.port),
+    )
 
 
 def mosquitto_command(config: Path) -> list[str]:
@@ -173,21 +203,20 @@ class Supervisor:
             check_ports(ends)
             signal.pthread_sigmask(signal.SIG_BLOCK, self.waited)
             try:
-                return self._supervise(ends[0])
+                return self._supervise(ends[0], ends[1])
             finally:
                 self._stop_all()
 
-    def _supervise(self, broker_end: Endpoint) -> int:
+    def _supervise(self, broker_end: Endpoint, device_end: Endpoint) -> int:
         try:
-            files = init_broker_files(
-                self.settings.data_dir,
-                listener_host=broker_end.host,
-                listener_port=broker_end.port,
-            )
+            files = broker_files(self.settings)
         except (CredentialsError, OSError) as exc:
             raise StartError(f"broker files: {exc}") from None
         self.broker = spawn(mosquitto_command(files.config))
-        say(f"broker pid {self.broker.pid} on {broker_end.host}:{broker_end.port}")
+        say(
+            f"broker pid {self.broker.pid} on {broker_end.host}:{broker_end.port} (gateway), "
+            f"{device_end.host}:{device_end.port} (devices)"
+        )
         password = self.settings.mqtt.password or gateway_password(self.settings.data_dir)
         username = self.settings.mqtt.username
         deadline = time.monotonic() + BROKER_READY_S

@@ -41,6 +41,8 @@ class PayloadReason(StrEnum):
     INVALID = "invalid"
     UNKNOWN_TYPE = "unknown_type"
     UNSUPPORTED_VERSION = "unsupported_version"
+    TOO_DEEP = "too_deep"  # arrays/objects nested past topics.wire.MAX_JSON_DEPTH
+    INVALID_UNICODE = "invalid_unicode"  # a lone surrogate: not a Unicode scalar value
 
 
 class PayloadError(WireError):

@@ -246,6 +246,19 @@ acl_file {acl_file}
 # allow_anonymous / allow_zero_length_clientid / password_file / acl_file per `listener` line.
 # Xiaozhi firmware connects with the OTA's `GID_…@@@{dev}@@@uuid` id over MQTT 3.1.1 with a clean
 # session and never reads its id back, so the rewrite is invisible to it.
+# The device listener a generated config gets beside the gateway's (`make run`, `snlpgw broker
+# init` without --device-port): ten above it, so 1883 (gateway, loopback, as in production) gives
+# 1893 for devices, and a second stack on 1884 gets 1894 without a port of its own to set. Not
+# 8883: the Xiaozhi firmware speaks TLS exactly on 8883. See mosquitto/README.md.
+DEVICE_PORT_OFFSET = 10
+
+
+def default_device_port(gateway_port: int) -> int:
+    """The device listener's port for a gateway listener on ``gateway_port``."""
+    above = gateway_port + DEVICE_PORT_OFFSET
+    return above if above <= 65535 else gateway_port - DEVICE_PORT_OFFSET
+
+
 DEVICE_LISTENER_TEMPLATE = """
 # Devices: client id := user name; device users only (see mosquitto/README.md).
 listener {port} {host}

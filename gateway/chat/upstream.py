@@ -31,6 +31,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from gateway.chat.framing import AudioFrame, FrameError, Framing, pack, unpack
+from topics.errors import PayloadError
+from topics.wire import load_json
 
 log = logging.getLogger(__name__)
 
@@ -273,8 +275,10 @@ async def _close(ws: aiohttp.ClientWebSocketResponse, code: int = aiohttp.WSClos
 
 
 def _json(data: str) -> dict[str, Any] | None:
+    """A text frame as a JSON object within the bounds of every outside JSON (``topics.wire``:
+    nesting, lone surrogates — the body may be relayed to a device); None to drop it."""
     try:
-        body = json.loads(data)
-    except ValueError:
+        body = load_json(data.encode("utf-8", "surrogatepass"), max_bytes=None)
+    except PayloadError:
         return None
     return body if isinstance(body, dict) else None

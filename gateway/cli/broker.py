@@ -20,7 +20,12 @@ from gateway.broker.layout import (
     local_broker_url,
     local_listener,
 )
-from gateway.broker.rules import CredentialsError, Role
+from gateway.broker.rules import (
+    DEVICE_PORT_OFFSET,
+    CredentialsError,
+    Role,
+    default_device_port,
+)
 from gateway.cli.subcommands import Subparsers
 from gateway.mqtt.probe import await_login, connack
 from gateway.settings import load_settings
@@ -36,12 +41,15 @@ def add_credentials_commands(subparsers: Subparsers) -> None:
     )
     _data_dir_option(init)
     init.add_argument("--host", default="127.0.0.1", help="listener address (127.0.0.1)")
-    init.add_argument("--port", type=int, default=1883, help="listener port (1883)")
+    init.add_argument(
+        "--port", type=int, default=1883, help="the gateway's listener (1883): no device users"
+    )
     init.add_argument(
         "--device-port",
         type=int,
         default=None,
-        help="also listen here for boards, with client id = user name (no id takeover)",
+        help="the boards' listener, with client id = user name (no id takeover) and device "
+        f"users only (default: --port + {DEVICE_PORT_OFFSET})",
     )
     init.set_defaults(func=cmd_broker_init)
 
@@ -81,13 +89,18 @@ def _data_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_broker_init(args: argparse.Namespace) -> int:
+    device_port = args.device_port or default_device_port(args.port)
     files = init_broker_files(
         _data_dir(args),
         listener_host=args.host,
         listener_port=args.port,
-        device_port=args.device_port,
+        device_port=device_port,
     )
     sys.stdout.write(f"wrote {files.config}, {files.password_file}, {files.acl_file}\n")
+    sys.stdout.write(
+        f"listeners: gateway and local tools {args.host}:{args.port}, "
+        f"devices {args.host}:{device_port}\n"
+    )
     sys.stdout.write(f"start the broker with: mosquitto -c {files.config}\n")
     return 0
 
@@ -112,9 +125,20 @@ def cmd_provision(args: argparse.Namespace) -> int:
         )
     if reload.failed is not None:
         sys.stderr.write(f"warning: reloading the broker failed ({reload.failed}); reload it\n")
-    url = args.broker_url or local_broker_url(data_dir) or "mqtt://127.0.0.1:1883"
+    url = args.broker_url or _local_url(data_dir, creds.role) or "mqtt://127.0.0.1:1883"
     sys.stdout.write(json.dumps(creds.as_dict(broker_url=url), indent=2) + "\n")
     return 0
+
+
+def _local_url(data_dir: Path, role: Role) -> str | None:
+    """Where a user of ``role`` logs in on the generated config: devices on the device listener
+    (if it has one), everyone else on the first."""
+    url = local_broker_url(data_dir)
+    listener = local_listener(data_dir)
+    device_port = device_listener_port(data_dir)
+    if role is Role.DEVICE and listener is not None and device_port is not None:
+        return f"mqtt://{listener[0]}:{device_port}"
+    return url
 
 
 class _Reload:

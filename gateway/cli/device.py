@@ -1,5 +1,5 @@
 """``snlpgw device approve CODE | pending | list | rotate DEV | forget DEV``: the running gateway's device
-approval API (admin listener, ``gateway.xiaozhi.ota_admin``) from the command line.
+approval API (admin listener, ``gateway.xiaozhi.ota.admin``) from the command line.
 
 The admin URL and token come from the settings (``http.admin_host``, ``http.admin_port``,
 ``http.admin_token``, e.g. ``SNLPGW_HTTP__ADMIN_TOKEN``) unless ``--admin-url`` is given.

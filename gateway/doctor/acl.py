@@ -18,7 +18,7 @@ from gateway.doctor.report import Row, fail, ok, skip
 from gateway.mqtt.probe import Probe, await_login
 from gateway.mqtt.tls import broker_context
 from gateway.settings import Settings
-from gateway.xiaozhi.provisioning import device_endpoint
+from gateway.xiaozhi.ota.provisioning import device_endpoint
 
 NAME = "ACL isolation"
 WAIT_S = 5.0

@@ -401,7 +401,11 @@ def add_board_simulator_command(subparsers: Any) -> None:
     """``snlpgw simulate board DEVICE_ID …``: ``subparsers`` is the ``simulate`` group's."""
     p = subparsers.add_parser("board", help="simulate a Sening board on snlp/v1")
     p.add_argument("device_id", help="board id (lowercase MAC with underscores)")
-    p.add_argument("--url", default="mqtt://127.0.0.1:1883", help="broker mqtt://host:port")
+    p.add_argument(
+        "--url",
+        default="mqtt://127.0.0.1:1893",
+        help="broker mqtt://host:port (default: the devices' listener of `make run`)",
+    )
     p.add_argument("--username", help="broker user (default: the device id)")
     p.add_argument("--password", help="broker password")
     p.add_argument("--heartbeat-s", type=float, default=30.0, help="heartbeat period")

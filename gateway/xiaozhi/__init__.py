@@ -4,8 +4,8 @@ AES-128-CTR Opus over UDP, uplink decode + VAD, paced downlink (reference/xiaozh
 from gateway.xiaozhi.channel import XiaozhiChannel
 from gateway.xiaozhi.downlink import SpeakResult
 from gateway.xiaozhi.mcp import McpError, McpTimeout
+from gateway.xiaozhi.ota.provisioning import Provisioner
 from gateway.xiaozhi.pipeline import VoiceSink, utterance_id
-from gateway.xiaozhi.provisioning import Provisioner
 from gateway.xiaozhi.roster import SessionEvents, SessionLink
 from gateway.xiaozhi.speaking import NoSession
 

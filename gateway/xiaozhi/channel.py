@@ -27,10 +27,10 @@ from gateway.xiaozhi.counting import CounterBatch
 from gateway.xiaozhi.downlink import SpeakResult
 from gateway.xiaozhi.live import LiveFactory, LiveSession
 from gateway.xiaozhi.mcp import McpClient
-from gateway.xiaozhi.ota import OtaEndpoint
-from gateway.xiaozhi.ota_admin import serve_ota
+from gateway.xiaozhi.ota.admin import serve_ota
+from gateway.xiaozhi.ota.endpoint import OtaEndpoint
+from gateway.xiaozhi.ota.provisioning import Provisioner
 from gateway.xiaozhi.pipeline import Segmenter, VoiceSink
-from gateway.xiaozhi.provisioning import Provisioner
 from gateway.xiaozhi.pump import AudioPump
 from gateway.xiaozhi.roster import SessionEvents, SessionRoster, UplinkTap
 from gateway.xiaozhi.sessions import SessionCore

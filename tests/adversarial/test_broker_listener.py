@@ -1,7 +1,7 @@
 """Cross-listener client-id takeover on the real broker. Client ids are one namespace across
 Mosquitto's listeners: the device listener renames a board to its bare device id, so a device
 credential that could log in on the gateway's listener (which keeps client ids as given) could
-take that id and knock the board off. With a device listener, `snlpgw broker init` gives the
+take that id and knock the board off. `snlpgw broker init` (and `make run`) gives the
 gateway's listener a password file without device users (`per_listener_settings true`)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from devstack.gateway import gateway_settings
 from gateway.broker.credentials import Credentials, revoke
 from gateway.mqtt.probe import await_login, connack
-from gateway.xiaozhi.provisioning import broker_provisioner
+from gateway.xiaozhi.ota.provisioning import broker_provisioner
 from tests.adversarial.peers import Peer, wait_for
 from tests.support.broker import Broker, LostFirstSignal, new_device_id, start_broker
 
@@ -28,7 +28,7 @@ NOT_AUTHORIZED = 135
 
 @pytest.fixture
 def split_broker(tmp_path: Path) -> Iterator[Broker]:
-    """The broker exactly as `snlpgw broker init --device-port N` configures it."""
+    """The broker exactly as `snlpgw broker init` and `make run` configure it."""
     running = start_broker(tmp_path / "data", split=True)
     yield running
     running.stop()
@@ -140,7 +140,7 @@ def test_ota_provisioning_confirms_on_the_listener_boards_use(
     broker = split_broker
     dev, password = new_device_id(), secrets.token_urlsafe(24)
     reload = LostFirstSignal(broker)
-    with caplog.at_level(logging.WARNING, logger="gateway.xiaozhi.provisioning"):
+    with caplog.at_level(logging.WARNING, logger="gateway.xiaozhi.ota.provisioning"):
         broker_provisioner(gateway_settings(broker), reload=reload)(dev, password)
     assert "did not accept" not in caplog.text
     assert reload.calls >= 2  # the lost signal was noticed and sent again

@@ -25,7 +25,7 @@ def split_broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 def test_doctor_acl_check_uses_the_device_listener(split_broker: Broker) -> None:
-    """On a broker whose gateway listener admits no device user (`broker init --device-port`),
+    """On a broker whose gateway listener admits no device user (`broker init`, `make run`),
     the doctor logs its throwaway device in on the device listener (where OTA sends boards):
     the ACL isolation check still runs and passes, and the device is revoked afterwards."""
     broker = split_broker

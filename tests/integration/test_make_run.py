@@ -2,23 +2,29 @@
 
 Each test runs the real `make run` (make → `snlpgw dev-run` → Mosquitto + `snlpgw run`) on free
 ports and a data dir of its own, signals it one way, and checks: make exits, no process of the
-session survives (found by an inherited marker variable, wherever it was re-parented), all four
+session survives (found by an inherited marker variable, wherever it was re-parented), all five
 ports are free, and the gateway's retained `online: false` reached the broker before it stopped.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gateway.mqtt.probe import connack
 from tests.support.make_run import ROOT, STOP_S, MakeRun, StatusWatcher, session_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
+
+NOT_AUTHORIZED = 135
 
 
 @pytest.fixture
@@ -90,6 +96,7 @@ def test_second_instance_names_pid_and_ports(make_run: MakeRun, tmp_path: Path) 
     assert same.returncode != 0
     assert f"already running as pid {first_pid}" in same.stderr
     assert f"127.0.0.1:{make_run.mqtt_port}" in same.stderr
+    assert f"127.0.0.1:{make_run.device_port}" in same.stderr  # the devices' listener
     assert f"127.0.0.1:{make_run.http_port}" in same.stderr
     assert "Traceback" not in same.stderr
 
@@ -116,3 +123,27 @@ def test_a_gateway_that_cannot_start_takes_the_broker_down(tmp_path: Path) -> No
         assert run.ports_free()
     finally:
         run.cleanup()
+
+
+def test_ota_sends_boards_to_the_devices_listener(make_run: MakeRun) -> None:
+    """`make run` starts the production shape: OTA answers with the devices' listener, where the
+    board's credentials work, and the gateway's listener refuses them."""
+    watcher = _started(make_run)
+    headers = {
+        "Device-Id": "24:0a:c4:12:34:56",
+        "Client-Id": str(uuid.uuid4()),
+        "User-Agent": "bread-compact-wifi/2.4.2",
+        "Content-Type": "application/json",
+    }
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{make_run.http_port}/xiaozhi/ota/", data=b"{}", headers=headers
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
+        mqtt = json.loads(answer.read())["mqtt"]
+    assert mqtt["endpoint"] == f"127.0.0.1:{make_run.device_port}"
+    user, password = mqtt["username"], mqtt["password"]
+    assert connack("127.0.0.1", make_run.device_port, user, password) == 0
+    assert connack("127.0.0.1", make_run.mqtt_port, user, password) == NOT_AUTHORIZED
+    assert make_run.proc is not None
+    os.killpg(make_run.proc.pid, signal.SIGTERM)
+    _assert_all_stopped(make_run, watcher)

@@ -22,7 +22,7 @@ from devstack.gateway import gateway_settings
 from gateway.broker.credentials import Credentials, gateway_password, init_broker_files, provision
 from gateway.broker.rules import GATEWAY_USERNAME, Role
 from gateway.mqtt.probe import await_login, connack
-from gateway.xiaozhi.provisioning import broker_provisioner, broker_revoker
+from gateway.xiaozhi.ota.provisioning import broker_provisioner, broker_revoker
 from tests.support.broker import LostFirstSignal, new_device_id
 from tests.support.mqtt_client import mqtt_client, publish_reason_code
 from tests.support.tls import make_server_certs
@@ -59,7 +59,7 @@ async def test_cli_credentials_connect_at_once(broker: Broker, device_id: str) -
     code, out, err = cli_provision(broker, device_id)
     assert code == 0, err
     assert out is not None
-    assert out["broker_url"] == f"mqtt://127.0.0.1:{broker.port}"
+    assert out["broker_url"] == f"mqtt://127.0.0.1:{broker.device_port}"  # the devices' listener
     assert out["password"] not in err
     device = _creds(out)
     async with (

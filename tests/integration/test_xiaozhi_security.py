@@ -168,6 +168,7 @@ async def test_malformed_control_flood_is_counted_and_harmless(broker: Broker) -
                 gw.metric("xiaozhi_control_dropped_total", reason=r)
                 for r in (
                     "malformed_json",
+                    "too_deep",
                     "not_object",
                     "missing_type",
                     "unknown_type",

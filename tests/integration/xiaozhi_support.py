@@ -19,7 +19,7 @@ from gateway.service import Context, Service
 from gateway.settings import Settings
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim
 from gateway.xiaozhi.channel import XiaozhiChannel
-from gateway.xiaozhi.provisioning import broker_provisioner
+from gateway.xiaozhi.ota.provisioning import broker_provisioner
 from tests.support.broker import Broker
 
 

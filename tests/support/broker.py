@@ -28,7 +28,7 @@ __all__ = ["Broker", "LostFirstSignal", "new_device_id", "start_broker", "start_
 
 def start_broker(data_dir: Path, *, split: bool = False) -> Broker:
     """A broker with a device listener; ``split``: the first listener admits no device user
-    (the config `snlpgw broker init --device-port` writes)."""
+    (the config `snlpgw broker init` and `make run` write)."""
     forced = os.environ.get("SNLPGW_TEST_BROKER", "")
     backend: stack.BackendName = "auto"
     if forced in ("local", "container"):

@@ -25,7 +25,7 @@ from pathlib import Path
 from paho.mqtt.client import Client, MQTTMessage
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from devstack.broker import free_ports
+from devstack.broker import free_broker_ports
 from gateway.ports import port_free
 
 ROOT = Path(__file__).parents[2]
@@ -60,12 +60,12 @@ class MakeRun:
         self.gateway_id = f"mk-{self.mark[:8]}"
         if ports_from is None:
             tcp, udp = socket.SOCK_STREAM, socket.SOCK_DGRAM
-            self.mqtt_port, self.http_port, self.admin_port, self.udp_port = free_ports(
-                tcp, tcp, tcp, udp
-            )
+            picked, self.device_port = free_broker_ports(tcp, tcp, udp)
+            self.mqtt_port, self.http_port, self.admin_port, self.udp_port = picked
         else:
             self.mqtt_port, self.http_port = ports_from.mqtt_port, ports_from.http_port
             self.admin_port, self.udp_port = ports_from.admin_port, ports_from.udp_port
+            self.device_port = ports_from.device_port
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SNLPGW_")}
         self.env.update(
             {
@@ -185,6 +185,7 @@ class MakeRun:
     def ports_free(self) -> bool:
         return (
             port_free("127.0.0.1", self.mqtt_port, "tcp")
+            and port_free("127.0.0.1", self.device_port, "tcp")
             and port_free("127.0.0.1", self.http_port, "tcp")
             and port_free("127.0.0.1", self.admin_port, "tcp")
             and port_free("127.0.0.1", self.udp_port, "udp")

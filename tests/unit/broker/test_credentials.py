@@ -29,6 +29,7 @@ from gateway.broker.rules import (
     CredentialsError,
     Role,
     check_name,
+    default_device_port,
     hash_password,
     parse_passwd,
     render_acl,
@@ -299,25 +300,39 @@ def test_pid_file_reloader_never_signals_a_stranger(tmp_path: Path) -> None:
 
 
 def test_committed_example_config_matches_renderer() -> None:
-    base = Path(".data/mosquitto")
-    paths = ConfigPaths(base / "passwd", base / "acl", base / "mosquitto.pid", base / "data")
-    rendered = render_config(paths, listener_host="127.0.0.1", listener_port=1883, run_as=None)
+    """mosquitto.dev.conf is what `make run` and `snlpgw broker init` write: the gateway's
+    listener on 1883 and the devices' on 1893, split password files."""
+    rendered = render_config(
+        _split_paths(),
+        listener_host="127.0.0.1",
+        listener_port=1883,
+        run_as=None,
+        device_listener=("127.0.0.1", default_device_port(1883)),
+    )
     assert (REPO / "mosquitto" / "mosquitto.dev.conf").read_text() == rendered
+
+
+@pytest.mark.parametrize(("gateway", "device"), [(1883, 1893), (1884, 1894), (65530, 65520)])
+def test_the_device_listener_sits_beside_the_gateways(gateway: int, device: int) -> None:
+    assert default_device_port(gateway) == device
 
 
 def test_cli_provision_prints_credentials(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["broker", "init", "--data-dir", str(tmp_path), "--port", "18777"]) == 0
-    capsys.readouterr()
+    assert "devices 127.0.0.1:18787" in capsys.readouterr().out
+    assert device_listener_port(tmp_path) == 18787  # the production shape by default
     assert main(["provision", DEV, "--data-dir", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["username"] == DEV
-    assert out["broker_url"] == "mqtt://127.0.0.1:18777"
+    assert out["broker_url"] == "mqtt://127.0.0.1:18787"  # devices log in on their listener
+    assert main(["provision", "--role", "ops", "grafana", "--data-dir", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["broker_url"] == "mqtt://127.0.0.1:18777"
     assert verify_password(out["password"], _hashes(tmp_path)[DEV])
     assert main(["provision", "--role", "ops", DEV, "--data-dir", str(tmp_path)]) == 2
     assert "invalid" not in capsys.readouterr().out
-    assert _hashes(tmp_path).keys() == {GATEWAY_USERNAME, DEV}
+    assert _hashes(tmp_path).keys() == {GATEWAY_USERNAME, DEV, "grafana"}
 
 
 def test_committed_example_acl_matches_renderer() -> None:

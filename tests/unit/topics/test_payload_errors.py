@@ -24,7 +24,7 @@ from topics import (
     parse_xiaozhi_downlink,
 )
 from topics.errors import excerpt
-from topics.wire import load_object
+from topics.wire import MAX_JSON_DEPTH, check_depth, load_json, load_object
 
 from .samples import SAMPLES
 
@@ -55,7 +55,12 @@ ALL_PARSERS: list[Parse] = [
         (b"{", R.MALFORMED_JSON),
         (b'{"a":NaN}', R.MALFORMED_JSON),
         (b"\xff\xfe{}", R.MALFORMED_JSON),
-        (b"[" * 4000 + b"]" * 4000, R.MALFORMED_JSON),  # nesting deeper than the recursion limit
+        (b"[" * 4000 + b"]" * 4000, R.TOO_DEEP),  # would be a RecursionError in the decoder
+        (b"[" * 4000, R.TOO_DEEP),  # refused before decoding, even unbalanced
+        (b'{"a":' * 33 + b"1" + b"}" * 33, R.TOO_DEEP),
+        (b'{"a":"\\ud800"}', R.INVALID_UNICODE),  # a lone high surrogate, escaped
+        (b'{"\\udfff":1}', R.INVALID_UNICODE),  # a lone low surrogate in a key
+        (b'{"a":["\xed\xa0\x80"]}', R.INVALID_UNICODE),  # raw (CESU-8) surrogate bytes
         (b"[]", R.NOT_OBJECT),
         (b'"text"', R.NOT_OBJECT),
         (b"null", R.NOT_OBJECT),
@@ -132,18 +137,96 @@ def test_device_messages_ignore_unknown_keys_but_ours_forbid_them() -> None:
         parse_xiaozhi_downlink(b'{"type":"stt","text":"x","extra":1}')
 
 
-@pytest.mark.parametrize("depth", [100, 400, 900])
-def test_deep_but_valid_json_inside_free_form_data(depth: int) -> None:
+@pytest.mark.parametrize(
+    "depth", [MAX_JSON_DEPTH - 3, MAX_JSON_DEPTH - 2, MAX_JSON_DEPTH - 1, 100, 900]
+)
+def test_deep_json_inside_free_form_data(depth: int) -> None:
     nested = b"[" * depth + b"]" * depth
-    payload = b'{"evt":"sd.deep","data":{"a":' + nested + b"}}"
-    try:
-        event = EVT(payload)
-    except PayloadError as exc:  # refusing is fine; crashing with anything else is not
-        reason = exc.reason
+    payload = b'{"evt":"sd.deep","data":{"a":' + nested + b"}}"  # two levels around it
+    if depth + 2 > MAX_JSON_DEPTH:
+        with pytest.raises(PayloadError) as info:
+            EVT(payload)
+        assert info.value.reason is R.TOO_DEEP
+        assert f"nested deeper than {MAX_JSON_DEPTH} levels" in info.value.detail
     else:
-        reason = None
+        event = EVT(payload)
         assert event.evt == "sd.deep"  # type: ignore[attr-defined]
-    assert reason in {None, R.INVALID}
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"evt":"sd.x","data":{"t":"' + b"[{" * 100 + b'"}}',  # brackets inside strings
+        b'{"evt":"sd.x","data":{"t":"\\"' + b"[" * 20 + b'","u":"' + b"{" * 20 + b'"}}',
+        b'{"evt":"sd.x","data":{"a":[' + b"[]," * 60 + b'"x"]}}',  # many, side by side
+        b'{"evt":"sd.x","data":{"a":[' + b"[[[]]]," * 30 + b"1]}}",
+    ],
+)
+def test_brackets_that_do_not_nest_are_not_depth(payload: bytes) -> None:
+    assert EVT(payload).evt == "sd.x"  # type: ignore[attr-defined]
+
+
+def test_the_depth_check_works_on_bytes_alone() -> None:
+    check_depth(b"]]]]" * 20 + b"[" * MAX_JSON_DEPTH)  # unbalanced, never past the limit
+    with pytest.raises(PayloadError, match="too_deep"):  # malformed anyway: any refusal will do
+        check_depth(b'"' + b"[" * 50)  # an unterminated string is no string: its brackets count
+    with pytest.raises(PayloadError, match="too_deep: nested deeper than 2 levels"):
+        check_depth(b"[[[]]]", limit=2)  # three openers in a row
+    with pytest.raises(PayloadError, match="too_deep"):
+        check_depth(b"[[][[][[]]]]", limit=2)  # no run of three: the running depth shows it
+    check_depth(b"[[]]", limit=2)
+    check_depth(b"[[][][][]]", limit=2)
+    check_depth(b'"' + b"[" * 50 + b'"')  # all inside a string: nothing left to count
+    check_depth('["字", "第"]'.encode(), limit=1)  # UTF-8: no bracket inside a character
+
+
+def test_utf16_and_utf32_payloads_are_measured_as_text() -> None:
+    deep = "[" * 40 + "]" * 40
+    for codec in ("utf-16-le", "utf-16-be", "utf-32"):
+        assert EVT('{"evt":"sd.x","data":{"t":"字"}}'.encode(codec)).evt == "sd.x"  # type: ignore[attr-defined]
+        with pytest.raises(PayloadError) as info:
+            EVT(('{"evt":"sd.x","data":' + deep + "}").encode(codec))
+        assert info.value.reason is R.TOO_DEEP
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"evt":"sd.x","data":{"t":"caf\\u00e9","n":[1,2.5,true,null,"\\u4f60"]}}',
+        b'{"evt":"sd.x","data":{"t":"\\ud83d\\ude00"}}',  # a surrogate pair: one emoji
+        b'{"evt":"sd.x","data":{"t":"\\\\ud800"}}',  # an escaped backslash, then text
+        '{"evt":"sd.x","data":{"t":"\U0001f600 \u4f60"}}'.encode(),  # raw UTF-8
+    ],
+)
+def test_escapes_and_raw_text_that_are_unicode_pass(payload: bytes) -> None:
+    assert EVT(payload).evt == "sd.x"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"type":"abort","session_id":"\\ud800"}',
+        b'{"type":"goodbye","session_id":"s\\udc00x"}',
+        b'{"type":"mcp","session_id":"s","payload":{"jsonrpc":"2.0","id":"\\ud800","result":{}}}',
+        b'{"type":"mcp","session_id":"s","payload":{"jsonrpc":"2.0","id":1,"result":{"c":["\\ude00"]}}}',
+        b'{"type":"abort","session_id":"s","x":{"\\ud83d":1}}',  # an ignored key counts too
+        b'{"type":"abort","session_id":"\\ude00\\ud83d"}',  # a pair in the wrong order
+    ],
+)
+def test_lone_surrogates_anywhere_in_a_device_message_are_refused(payload: bytes) -> None:
+    with pytest.raises(PayloadError) as info:
+        parse_xiaozhi(payload)
+    assert info.value.reason is R.INVALID_UNICODE
+
+
+def test_http_bodies_take_the_same_bounds_without_the_mqtt_cap() -> None:
+    big = b'{"a":"' + b"x" * 20_000 + b'"}'
+    assert load_json(big, max_bytes=None) == {"a": "x" * 20_000}
+    assert load_json(b"[1]", max_bytes=None) == [1]
+    for bad, reason in ((b"[" * 1000 + b"]" * 1000, R.TOO_DEEP), (b'"\\ud800"', R.INVALID_UNICODE)):
+        with pytest.raises(PayloadError) as info:
+            load_json(bad, max_bytes=None)
+        assert info.value.reason is reason
 
 
 def test_error_message_never_carries_the_whole_payload() -> None:

@@ -9,7 +9,7 @@ import pytest
 from gateway.settings import Settings
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.messages import ControlError, DeviceGoodbye, DeviceHello, DeviceMcp, Listen
-from gateway.xiaozhi.ota_wire import (
+from gateway.xiaozhi.ota.wire import (
     ActivateBody,
     OtaRefused,
     activate_body,
@@ -82,7 +82,8 @@ def test_device_messages_parse(payload: bytes, expected: type) -> None:
             "invalid",
         ),
         (b"[" * 5000 + b"]" * 5000, "oversize"),
-        (b"[" * 4000 + b"]" * 4000, "malformed_json"),  # nesting past the recursion limit
+        (b"[" * 4000 + b"]" * 4000, "too_deep"),  # refused before the decoder recurses
+        (b'{"type":"abort","session_id":"\\ud800"}', "invalid_unicode"),  # a lone surrogate
         (b" " * 9000, "oversize"),
     ],
 )
@@ -202,6 +203,8 @@ def test_body_matching_header_is_accepted(body: bytes) -> None:
         (b'{"mac_address":"garbage"}', "does not match"),
         (b"[1]", "JSON object"),
         (b"{oops", "not JSON"),
+        (b"[" * 1000 + b"]" * 1000, "body refused: too_deep"),
+        (b'{"mac_address":"\\ud800"}', "body refused: invalid_unicode"),
     ],
 )
 def test_body_naming_another_device_is_refused(body: bytes, message: str) -> None:
@@ -264,7 +267,15 @@ def test_activate_bodies(body: bytes, expected: ActivateBody) -> None:
     assert activate_body(body) == expected
 
 
-@pytest.mark.parametrize(("body", "message"), [(b"{", "not JSON"), (b"[1]", "JSON object")])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{", "not JSON"),
+        (b"[1]", "JSON object"),
+        (b"[" * 1000 + b"]" * 1000, "body refused: too_deep"),
+        (b'{"Payload":{"serial_number":"\\udfff"}}', "body refused: invalid_unicode"),
+    ],
+)
 def test_bad_activate_bodies_are_refused(body: bytes, message: str) -> None:
     with pytest.raises(OtaRefused, match=message):
         activate_body(body)

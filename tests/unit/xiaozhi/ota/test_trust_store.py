@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.xiaozhi.trust import Binding
-from gateway.xiaozhi.trust_store import (
+from gateway.xiaozhi.ota.trust import Binding
+from gateway.xiaozhi.ota.trust_store import (
     HmacKey,
     TrustFileError,
     bindings_path,

@@ -1,6 +1,6 @@
 """``/xiaozhi/ota/`` and ``/xiaozhi/ota/activate`` on the device listener: the asyncio shell
-around the trust book (:mod:`trust`), the rate limits (:mod:`ota_limits`) and the wire format
-(:mod:`ota_wire`).
+around the trust book (:mod:`trust`), the rate limits (:mod:`limits`) and the wire format
+(:mod:`wire`).
 
 Per request, in order: parse (400), per-IP then per-MAC token bucket (429), the trust book's
 verdict (credentials, an activation, or a refusal: 403 / 429), then the blocking part — persist
@@ -26,13 +26,12 @@ from aiohttp import web
 from gateway.broker.credentials import device_listener_port
 from gateway.http import RouteTable
 from gateway.settings import Settings
-from gateway.xiaozhi import ota_wire as wire
-from gateway.xiaozhi.ota_limits import OtaLimitConfig, OtaLimits
-from gateway.xiaozhi.ota_stats import OtaStats
-from gateway.xiaozhi.provisioning import Provisioner, unconfigured
-from gateway.xiaozhi.stats import ChannelStats
-from gateway.xiaozhi.trust import Binding
-from gateway.xiaozhi.trust_store import (
+from gateway.xiaozhi.ota import wire
+from gateway.xiaozhi.ota.limits import OtaLimitConfig, OtaLimits
+from gateway.xiaozhi.ota.provisioning import Provisioner, unconfigured
+from gateway.xiaozhi.ota.stats import OtaStats
+from gateway.xiaozhi.ota.trust import Binding
+from gateway.xiaozhi.ota.trust_store import (
     HmacKey,
     bindings_path,
     device_key,
@@ -41,6 +40,7 @@ from gateway.xiaozhi.trust_store import (
     save_bindings,
     trust_book_from,
 )
+from gateway.xiaozhi.stats import ChannelStats
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from gateway.http import RouteHandler
 from gateway.metrics import Metrics
 from gateway.settings import Settings
-from gateway.xiaozhi.ota import OtaEndpoint
-from gateway.xiaozhi.ota_admin import OtaAdmin
-from gateway.xiaozhi.provisioning import Provisioner
+from gateway.xiaozhi.ota.admin import OtaAdmin
+from gateway.xiaozhi.ota.endpoint import OtaEndpoint
+from gateway.xiaozhi.ota.provisioning import Provisioner
 from gateway.xiaozhi.stats import ChannelStats
 from tests.unit.xiaozhi.fakes import sample
 
@@ -180,10 +180,21 @@ async def test_rotate_gives_the_bound_board_its_next_password(rig: OtaRig) -> No
     assert (await rig.client.post("/admin/devices/nope/rotate")).status == 400
 
 
-@pytest.mark.parametrize("body", [b"not json", b'{"code": 123456}', b'{"code": "12345"}', b"[]"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b'{"code": 123456}',
+        b'{"code": "12345"}',
+        b"[]",
+        b"[" * 1000 + b"]" * 1000,  # was a RecursionError: 500
+        b'{"code": "\\ud800"}',
+    ],
+)
 async def test_malformed_approvals_are_400(rig: OtaRig, body: bytes) -> None:
     resp = await rig.client.post("/admin/devices/approve", data=body)
     assert resp.status == 400
+    assert (await resp.json())["error"] == "bad_request"
 
 
 async def test_wrong_codes_lock_approval(rig: OtaRig) -> None:

@@ -14,7 +14,6 @@ every few seconds; 202 means "not yet", 200 "activated, ask OTA again".
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -22,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.settings import Settings
-from gateway.xiaozhi.trust import Activation
+from gateway.xiaozhi.ota.trust import Activation
+from topics.errors import PayloadError, PayloadReason
 from topics.tree import build_xiaozhi_topic
+from topics.wire import load_json
 
 OTA_PATHS = ("/xiaozhi/ota/", "/xiaozhi/ota")
 ACTIVATE_PATHS = ("/xiaozhi/ota/activate", "/xiaozhi/ota/activate/")
@@ -76,14 +77,22 @@ def client_uuid(header: str | None) -> str:
         raise OtaRefused(f"malformed Client-Id {header[:40]!r}: expected a UUID") from None
 
 
+def _json_body(body: bytes) -> Any:
+    """A request body as JSON, within the bounds every outside JSON gets (``topics.wire``: no
+    nesting past ``MAX_JSON_DEPTH``, no lone surrogate); the HTTP server caps its size."""
+    try:
+        return load_json(body, max_bytes=None)
+    except PayloadError as exc:
+        if exc.reason is PayloadReason.MALFORMED_JSON:
+            raise OtaRefused("body is not JSON") from None
+        raise OtaRefused(f"body refused: {exc}") from None
+
+
 def body_macs(body: bytes) -> list[str]:
     """MACs the system-info body names (firmware ``mac_address``, py-xiaozhi ``board.mac``)."""
     if not body.strip():
         return []
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        raise OtaRefused("body is not JSON") from None
+    obj = _json_body(body)
     if not isinstance(obj, dict):
         raise OtaRefused("body must be a JSON object")
     found = [obj.get("mac_address"), obj.get("mac")]
@@ -116,10 +125,7 @@ class ActivateBody:
 def activate_body(body: bytes) -> ActivateBody:
     """``POST …/activate`` bodies: ``{}`` (no serial), the firmware's flat object, or
     py-xiaozhi's ``{"Payload": {...}}``; anything else is an empty claim."""
-    try:
-        obj = json.loads(body) if body.strip() else {}
-    except ValueError:
-        raise OtaRefused("body is not JSON") from None
+    obj = _json_body(body) if body.strip() else {}
     if isinstance(obj, dict) and isinstance(obj.get("Payload"), dict):
         obj = obj["Payload"]
     if not isinstance(obj, dict):

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from typing import Any
@@ -24,10 +23,12 @@ from aiohttp import web
 
 from gateway.http import RouteTable
 from gateway.settings import Settings
-from gateway.xiaozhi.ota import OtaEndpoint
-from gateway.xiaozhi.provisioning import Provisioner, broker_provisioner, broker_revoker
+from gateway.xiaozhi.ota.endpoint import OtaEndpoint
+from gateway.xiaozhi.ota.provisioning import Provisioner, broker_provisioner, broker_revoker
+from gateway.xiaozhi.ota.trust import Approval
 from gateway.xiaozhi.stats import ChannelStats
-from gateway.xiaozhi.trust import Approval
+from topics.errors import PayloadError
+from topics.wire import load_json
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +92,9 @@ class OtaAdmin:
 
     async def approve(self, request: web.Request) -> web.Response:
         try:
-            body: Any = json.loads(await request.read() or b"{}")
-        except ValueError:
-            body = None
+            body: Any = load_json(await request.read() or b"{}", max_bytes=None)
+        except PayloadError as exc:  # malformed, nested too deep, a lone surrogate: all 400
+            return _error(400, "bad_request", f'expected {{"code": "<6 digits>"}} ({exc})')
         code = body.get("code") if isinstance(body, dict) else None
         if not isinstance(code, str) or not _CODE_RE.fullmatch(code):
             return _error(400, "bad_request", 'expected {"code": "<6 digits>"}')

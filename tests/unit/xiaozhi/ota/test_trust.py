@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from gateway.xiaozhi.trust import (
+from gateway.xiaozhi.ota.trust import (
     Activation,
     Approval,
     Binding,

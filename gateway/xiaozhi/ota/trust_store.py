@@ -37,8 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.broker.io import write_atomic
 from gateway.settings import Settings
-from gateway.xiaozhi.ota_wire import OtaRefused, device_id_from_mac
-from gateway.xiaozhi.trust import Binding, Policy, TrustBook, TrustConfig
+from gateway.xiaozhi.ota.trust import Binding, Policy, TrustBook, TrustConfig
+from gateway.xiaozhi.ota.wire import OtaRefused, device_id_from_mac
 
 _KEY_BYTES = 32
 

@@ -53,7 +53,7 @@ def device_endpoint(settings: Settings) -> tuple[str, int, bool]:
     if settings.xiaozhi.ota_mqtt_endpoint:
         host, port = split_endpoint(settings.xiaozhi.ota_mqtt_endpoint)
         return host, port, port == _FIRMWARE_TLS_PORT
-    mqtt = settings.mqtt  # ota_wire.mqtt_endpoint's default, as (host, port)
+    mqtt = settings.mqtt  # wire.mqtt_endpoint's default, as (host, port)
     return mqtt.host, device_listener_port(settings.data_dir) or mqtt.port, mqtt.tls
 
 

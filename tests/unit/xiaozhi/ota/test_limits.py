@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.xiaozhi.ota_limits import KeyedLimiter, Limited, OtaLimitConfig, OtaLimits
+from gateway.xiaozhi.ota.limits import KeyedLimiter, Limited, OtaLimitConfig, OtaLimits
 from gateway.xiaozhi.ratelimit import TokenBucket
 
 

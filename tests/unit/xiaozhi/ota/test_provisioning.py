@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.xiaozhi.provisioning import split_endpoint
+from gateway.xiaozhi.ota.provisioning import split_endpoint
 
 
 @pytest.mark.parametrize(
