@@ -240,9 +240,14 @@ def _snlpgw() -> str:
     return found
 
 
-def start_broker(cluster: Cluster, port: int, snlpgw: str) -> tuple[Path, str, Proc]:
+def start_broker(
+    cluster: Cluster, port: int, device_port: int, snlpgw: str
+) -> tuple[Path, str, Proc]:
+    """Mosquitto in the production shape: the gateways' listener on ``port``, the devices' own
+    on ``device_port`` (client id := user name)."""
     data_dir = cluster.root / "broker"
-    init = [snlpgw, "broker", "init", "--data-dir", str(data_dir), "--port", str(port)]
+    init = [snlpgw, "broker", "init", "--data-dir", str(data_dir), "--port", str(port),
+            "--device-port", str(device_port)]  # fmt: skip
     say(f"$ {shell(init)}")
     subprocess.run(init, check=True, capture_output=True)  # noqa: S603
     config = data_dir / "mosquitto" / "mosquitto.conf"
@@ -331,14 +336,14 @@ def run(root: Path, count: int, store_url: str | None) -> None:
     cluster = Cluster(root)
     try:
         snlpgw = _snlpgw()
-        pg_port, mqtt_port, *gw_ports = free_ports(2 + 3 * count)
+        pg_port, mqtt_port, device_port, *gw_ports = free_ports(3 + 3 * count)
         postgres: dict[str, object] | None = None
         if store_url is None:
             say("# 1. PostgreSQL: one database the gateways share (a throw-away server here)")
             store_url = start_postgres(cluster, pg_port)
             postgres = {"pid": cluster.procs[-1].popen.pid, "port": pg_port}
         say("# 2. Mosquitto: its data dir holds the gateway password every gateway shares")
-        broker_dir, broker_url, broker = start_broker(cluster, mqtt_port, snlpgw)
+        broker_dir, broker_url, broker = start_broker(cluster, mqtt_port, device_port, snlpgw)
         password_file = broker_dir / "secrets" / "gateway.password"
         shared = {
             "SNLPGW_MQTT__URL": broker_url,
@@ -354,6 +359,7 @@ def run(root: Path, count: int, store_url: str | None) -> None:
             "postgres": postgres,  # the throw-away server (null: --store-url was given)
             "broker": {
                 "url": broker_url,
+                "devices_port": device_port,  # devices' listener (provision prints its URL)
                 "data_dir": str(broker_dir),
                 "pid": broker.popen.pid,
                 "password_file": str(password_file),

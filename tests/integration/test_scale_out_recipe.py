@@ -69,6 +69,8 @@ class RecipeBroker:
 class ProvisionedLogin:
     username: str
     password: str | None
+    host: str  # where this login connects: devices have a listener of their own
+    port: int
 
 
 @dataclass
@@ -126,7 +128,8 @@ async def provision(broker_dir: str, name: str, role: str = "device") -> Provisi
         out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     creds = json.loads(out)
-    return ProvisionedLogin(creds["username"], creds["password"])
+    host, port = creds["broker_url"].removeprefix("mqtt://").split(":")
+    return ProvisionedLogin(creds["username"], creds["password"], host, int(port))
 
 
 @pytest.mark.timeout(600)
@@ -177,7 +180,7 @@ async def test_the_recipe_script_three_gateways_one_killed_mid_lesson(tmp_path: 
                 """Once the broker has reloaded its files (Mosquitto drops a SIGHUP that
                 arrives during another reload: signalled again while refused)."""
                 await asyncio.to_thread(
-                    wait_ready, broker.host, broker.port, login.username, login.password,
+                    wait_ready, login.host, login.port, login.username, login.password,
                     reload=reload, timeout_s=30.0,
                 )  # fmt: skip
                 return login
@@ -190,8 +193,9 @@ async def test_the_recipe_script_three_gateways_one_killed_mid_lesson(tmp_path: 
             boards = []
             for dev in devs:
                 login = await accepted(await provision(broker_dir, dev))
+                assert login.port == manifest["broker"]["devices_port"]  # their own listener
                 board = PlayingBoard(
-                    dev, host=broker.host, port=broker.port, username=login.username,
+                    dev, host=login.host, port=login.port, username=login.username,
                     password=login.password, watch=watch,
                     options=SimOptions(heartbeat_s=HEARTBEAT_S, durations=durations),
                 )  # fmt: skip
@@ -287,6 +291,12 @@ async def test_the_recipe_script_three_gateways_one_killed_mid_lesson(tmp_path: 
 
                 await watch.until(all_done, "every lesson completed", LESSON_S)
                 end_ms = time.time_ns() // 1_000_000
+                # The store is written on each gateway's store thread after the lesson's last
+                # event is published: wait for it (bounded) before reading it whole.
+                every = set(instance_of.values())
+                async with asyncio.timeout(LESSON_S):
+                    while store.completed(every) != every:  # noqa: ASYNC110 - a database, no event
+                        await asyncio.sleep(0.2)
                 check_store(manifest["store_url"], instance_of)  # before the script stops it
         finally:
             for task in helpers:

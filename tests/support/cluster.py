@@ -192,7 +192,7 @@ def check_store(store_url: str, instance_of: dict[str, str]) -> None:
             "WHERE instance_id = ANY(%s) ORDER BY instance_id, step_index",
             (list(instance_of.values()),),
         ).fetchall()
-    assert sorted(rows) == sorted((d, i, "completed") for d, i in instance_of.items())
+    assert sorted(rows) == sorted((d, i, "completed") for d, i in instance_of.items()), rows
     by_instance: dict[str, list[int]] = {}
     for instance_id, index, played, closed, failure in steps:
         assert (played is None, closed is None, failure) == (False, False, None), (
