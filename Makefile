@@ -71,6 +71,7 @@ integration: setup
 
 bench: setup
 	$(BIN)/python -m bench.codec_bench
+	$(BIN)/python -m bench.mqtt_client_bench
 	$(BIN)/python -m bench.hello_bench
 	$(BIN)/python -m bench.hello_core_bench
 	$(BIN)/python -m bench.session_footprint "make bench"
