@@ -10,8 +10,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # System packages: libopus (decoder), mosquitto (broker + clients for provisioning and tests),
 # espeak-ng and sox (real speech fixtures for tests and the demo), systemd (only its offline
 # tools: `systemd-analyze verify` checks deploy/systemd in the tests; ~5 MB, starts nothing),
-# postgresql (the store's PostgreSQL tests start a throw-away server; the default is SQLite).
-APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox systemd postgresql
+# postgresql (the store's PostgreSQL tests start a throw-away server; the default is SQLite),
+# ejabberd (only its MQTT 5 broker, mod_mqtt: the second, independent broker the client's core
+# flows are tested against, tests/integration/test_second_broker.py; its service is disabled).
+APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox systemd postgresql ejabberd
 
 .PHONY: run test check lint typecheck unit integration setup system-deps venv bench load demo asyncapi clean
 
@@ -27,6 +29,7 @@ system-deps:
 	command -v sox >/dev/null || missing="$$missing sox"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	ls -d /usr/lib/*/ejabberd-*/ebin >/dev/null 2>&1 || missing="$$missing ejabberd"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
@@ -34,6 +37,8 @@ system-deps:
 	  $(SUDO) systemctl disable --now mosquitto >/dev/null 2>&1 || true; \
 	  $(SUDO) service mosquitto stop >/dev/null 2>&1 || true; \
 	  $(SUDO) service postgresql stop >/dev/null 2>&1 || true; \
+	  $(SUDO) systemctl disable --now ejabberd >/dev/null 2>&1 || true; \
+	  $(SUDO) service ejabberd stop >/dev/null 2>&1 || true; \
 	fi
 
 venv: $(STAMP)
@@ -72,6 +77,7 @@ integration: setup
 
 bench: setup
 	$(BIN)/python -m bench.codec_bench
+	$(BIN)/python -m bench.mqtt_client_bench
 	$(BIN)/python -m bench.hello_bench
 	$(BIN)/python -m bench.hello_core_bench
 	$(BIN)/python -m bench.session_footprint "make bench"
