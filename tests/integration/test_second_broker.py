@@ -66,8 +66,9 @@ class Inbox:
 
 async def connected(broker: Ejabberd, name: str, inbox: Inbox) -> Client:
     client = Client(ClientOptions(client_id=name, username=name, password="any"), inbox)
-    connack = await client.connect(broker.host, broker.port)
-    assert connack.reason == 0
+    limits = await client.connect(broker.host, broker.port)  # a refusal raises ConnectRefused
+    assert client.is_connected
+    assert not limits.session_present  # a clean session: nothing kept from an earlier test
     return client
 
 
