@@ -22,10 +22,12 @@ from typing import Any
 
 from gateway import labels
 from gateway.chat import voice as v
+from gateway.chat.audio_params import downlink_params
 from gateway.chat.bridge import UpstreamBridge
+from gateway.chat.framing import opus_packet_ms
 from gateway.chat.player import Cancellable, Player, Scheduler
 from gateway.chat.ports import ChatPorts, VoiceChannel
-from gateway.chat.upstream import UpstreamError
+from gateway.chat.upstream import DeviceHelloInfo, ServerHelloInfo, UpstreamError
 from gateway.xiaozhi import messages
 
 log = logging.getLogger(__name__)
@@ -56,8 +58,16 @@ class DeviceChat:
         self._pcm = b""  # the last utterance (embedded engine's segment)
         self._end_after_tts = False
         self._task_after_tts = False
+        self._hello = DeviceHelloInfo()  # what the device said in the session's hello
+        self._hello_held = False  # its reply waits for the server's hello
+        self.upstream_session_id: str | None = None  # the server's id of this session
         self.player = Player(
-            out=self, loop=self._loop, clock=ports.clock, capacity=ports.downlink_capacity
+            out=self,
+            loop=self._loop,
+            clock=ports.clock,
+            capacity=ports.downlink_capacity,
+            lead_s=ports.tts_lead_s,
+            duration=opus_packet_ms,
         )
         self.bridge = (
             UpstreamBridge(
@@ -66,6 +76,7 @@ class DeviceChat:
                 on_json=self._from_upstream,
                 on_audio=self.player.audio,
                 on_end=self._upstream_ended,
+                on_ready=self._upstream_ready,
             )
             if ports.bridge is not None
             else None
@@ -86,9 +97,15 @@ class DeviceChat:
 
     # -- from the Xiaozhi channel -----------------------------------------------------------
 
-    def opened(self, session_id: str) -> None:
+    def opened(self, session_id: str, hello: DeviceHelloInfo | None = None) -> None:
+        """A new device session; ``hello``: its hello, whose reply this CHAT owes (held by
+        :meth:`ChatComponent.holds_hello` until the server's hello), None when answered."""
         self.session_id = session_id
+        self._hello_held = hello is not None
+        self._hello = hello or DeviceHelloInfo()
+        self.upstream_session_id = None
         self.player.reset()  # nothing queued for an earlier session goes to this one
+        self.player.set_frame_ms(60)  # what an unheld reply announced
         self._end_after_tts = self._task_after_tts = False
         self.handle(v.VoiceOpened())
         if self.core.state is not v.ChatState.SUSPENDED:
@@ -162,7 +179,7 @@ class DeviceChat:
         p = self._p
         match effect:
             case v.OpenUpstream():
-                if self.bridge is not None and not self.bridge.open():
+                if self.bridge is not None and not self.bridge.open(self._hello):
                     p.metrics.upstream.labels("backoff").inc()
                     self._channel.close_session(self.dev)  # no hammering: goodbye until it passes
             case v.CloseUpstream():
@@ -240,6 +257,26 @@ class DeviceChat:
             self.handle(v.UpstreamLost("downlink_control_overflow"))
             return
         self._p.metrics.control_down.labels(labels.bounded(kind, labels.XIAOZHI_SERVER_TYPES)).inc()
+
+    def _upstream_ready(self, server: ServerHelloInfo) -> None:
+        """The server's hello: the device's held hello reply goes now, with the server's audio
+        parameters (its decoder's rate and frame duration)."""
+        sid = self.session_id
+        if sid is None:
+            return
+        self.upstream_session_id = server.session_id
+        log.info("chat %s: session %s bridged to server session %s", self.dev, sid, server.session_id)
+        if not self._hello_held:
+            return  # answered at once (bridged again after a task): the decoder stays as told
+        self._hello_held = False
+        params, problem = downlink_params(server.audio_params, self._hello.audio_params)
+        if problem is not None:
+            self.count_drop(problem)
+        self.player.set_frame_ms(params.frame_ms)
+        if self._channel.answer_hello(
+            self.dev, sid, sample_rate=params.sample_rate, frame_ms=params.frame_ms
+        ):
+            self._p.metrics.hellos.labels(str(params.sample_rate)).inc()
 
     def _upstream_ended(self, error: UpstreamError | None) -> None:
         if error is not None:

@@ -15,6 +15,11 @@ class ChatMetrics:
         self.upstream = metrics.counter(
             "chat_upstream_ends", "Upstream links ended or refused, by reason", ["reason"]
         )
+        self.hellos = metrics.counter(
+            "chat_hellos_answered",
+            "Device hellos answered after the upstream's hello, by announced sample rate",
+            ["sample_rate"],
+        )
         self.frames_up = metrics.counter("chat_frames_up", "Uplink Opus frames bridged upstream")
         self.frames_down = metrics.counter("chat_frames_down", "Downlink TTS frames sent")
         self.control_down = metrics.counter(

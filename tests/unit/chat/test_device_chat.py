@@ -19,6 +19,7 @@ import pytest
 from gateway.assessment.jobs import AsrKey, OnTranscript
 from gateway.chat.bridge import Backoff, BridgeContext
 from gateway.chat.device import DeviceChat
+from gateway.chat.credentials import UpstreamIdentity
 from gateway.chat.embedded import EmbeddedEngine
 from gateway.chat.framing import Framing
 from gateway.chat.metrics import ChatMetrics
@@ -43,6 +44,7 @@ class FakeChannel:
         self.audio: list[bytes] = []
         self.closed = 0
         self.listening: list[bool] = []
+        self.hellos: list[tuple[str, int, int]] = []
         self.changed = asyncio.Event()
         self.chat: DeviceChat | None = None
 
@@ -63,6 +65,10 @@ class FakeChannel:
 
     def set_listening(self, dev: str, listening: bool) -> None:
         self.listening.append(listening)
+
+    def answer_hello(self, dev: str, session_id: str, *, sample_rate: int, frame_ms: int) -> bool:
+        self.hellos.append((session_id, sample_rate, frame_ms))
+        return True
 
     def types(self) -> list[str]:
         return [f"{m['type']}:{m.get('state', '')}" for m in self.published]
@@ -108,6 +114,7 @@ async def device_chat(
             bridge=BridgeContext(
                 config=UpstreamConfig(url="ws://127.0.0.1:9/", framing=Framing.GATEWAY),
                 http=http,
+                identify=lambda dev: UpstreamIdentity(dev.replace("_", ":"), None, None),
                 backoff=backoff,
                 clock=time.monotonic,
                 spawn=spawn,
