@@ -67,8 +67,8 @@ def hmac_token(key: str, client_id: str, device_id: str, ts: int) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=") + f".{ts}"
 
 
-def verify_hmac_token(  # noqa: PLR0913 - the server's inputs, one by one
-    token: str, key: str, client_id: str | None, device_id: str | None, now: int, expire_s: int
+def verify_hmac_token(
+    token: str, key: str, *, client_id: str | None, device_id: str | None, now: int, expire_s: int
 ) -> bool:
     """The server's ``verify_token`` (used by the test peer; kept here beside its twin)."""
     try:

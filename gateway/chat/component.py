@@ -149,8 +149,12 @@ class ChatComponent:
 
     def holds_hello(self, dev: str, hello: DeviceHello) -> bool:
         """Bridged CHAT answers the device's hello once the server said its own (its audio
-        parameters); a device a task owns, or the embedded engine, is answered at once."""
+        parameters); a device a task owns, or the embedded engine, is answered at once — and so
+        is a hello during the upstream back-off, whose goodbye follows at once (a device told
+        nothing would wait out its own 10 s)."""
         if not self.bridged or self._ports is None or dev in self._tasks:
+            return False
+        if not self._backoff.allowed(self._clock()):
             return False
         self._hellos[dev] = DeviceHelloInfo(
             features=hello.features.model_dump(exclude_none=True),

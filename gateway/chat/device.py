@@ -265,7 +265,9 @@ class DeviceChat:
         if sid is None:
             return
         self.upstream_session_id = server.session_id
-        log.info("chat %s: session %s bridged to server session %s", self.dev, sid, server.session_id)
+        log.info(
+            "chat %s: session %s bridged to server session %s", self.dev, sid, server.session_id
+        )
         if not self._hello_held:
             return  # answered at once (bridged again after a task): the decoder stays as told
         self._hello_held = False

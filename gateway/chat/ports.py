@@ -26,8 +26,9 @@ class VoiceChannel(Protocol):
 
     def set_listening(self, dev: str, listening: bool) -> None: ...
 
-    def answer_hello(self, dev: str, session_id: str, *, sample_rate: int, frame_ms: int) -> bool:
-        ...
+    def answer_hello(
+        self, dev: str, session_id: str, *, sample_rate: int, frame_ms: int
+    ) -> bool: ...
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -467,10 +468,16 @@ class XiaozhiDeviceSim:
         elif kind == "mcp" and self._tg is not None:
             reply = mcp_reply(msg.get("payload"), board=self.board, firmware=self.firmware)
             if reply is not None:
-                self._tg.create_task(
-                    self.send_json(type="mcp", payload=reply), name=f"sim[{self.mac}].mcp"
-                )
+                self._tg.create_task(self._mcp_reply(reply), name=f"sim[{self.mac}].mcp")
         self._changed.set()
+
+    async def _mcp_reply(self, reply: dict[str, Any]) -> None:
+        """Answer an MCP request, unless the device disconnected meanwhile (as the firmware's
+        reply is lost when its MQTT link is gone)."""
+        if self._client is None:
+            return
+        with contextlib.suppress(aiomqtt.MqttError, RuntimeError):  # RuntimeError: not connected
+            await self.send_json(type="mcp", payload=reply)
 
     def _on_datagram(self, datagram: bytes) -> None:
         if self.raw_downlink is not None:

@@ -49,8 +49,9 @@ class SessionLink(Protocol):
 
     def set_listening(self, dev: str, listening: bool) -> None: ...
 
-    def answer_hello(self, dev: str, session_id: str, *, sample_rate: int, frame_ms: int) -> bool:
-        ...
+    def answer_hello(
+        self, dev: str, session_id: str, *, sample_rate: int, frame_ms: int
+    ) -> bool: ...
 
 
 class HelloGate(Protocol):
@@ -184,9 +185,7 @@ class SessionRoster:
             log.exception("hello gate failed for %s: answered at once", dev)
             return False
 
-    def _opened(
-        self, live: LiveSession, received: float | None, hello: DeviceHello | None
-    ) -> None:
+    def _opened(self, live: LiveSession, received: float | None, hello: DeviceHello | None) -> None:
         session, dev = live.session, live.dev
         self._live[session.ssrc] = live
         live.pipeline.tap = self._tap  # called with the pipeline's own dev and session id

@@ -41,13 +41,15 @@ async def test_uplink_byte_for_byte_and_tts_in_order(broker: Broker, tmp_path: P
         peer = await rig.upstream.session(0)
         # What a MQTT gateway sends the xiaozhi server (reference §9).
         assert peer.query == {"from": "mqtt_gateway"}
-        assert peer.headers["device-id"] == rig.device.mac
-        assert peer.headers["client-id"] == rig.dev
+        assert peer.headers["device-id"] == rig.device.mac  # the firmware's: its MAC
+        assert peer.headers["client-id"] == rig.uuid  # its UUID, as the firmware sends it
         assert peer.headers["protocol-version"] == "2"
         assert peer.headers["authorization"] == f"Bearer {TOKEN}"
         assert peer.hello is not None
         assert peer.hello["transport"] == "websocket"
         assert peer.hello["audio_params"]["sample_rate"] == 16000
+        assert peer.hello["features"] == {"mcp": True, "glyph_push": False}  # the device's own
+        assert hello.sample_rate == 16000  # v0.9.6 echoes the client's audio params
 
         await rig.device.listen_start("auto")
         await rig.upstream.wait_for(lambda: bool(peer.named("listen")), "listen relayed")

@@ -50,7 +50,7 @@ from aiohttp import WSMsgType, web
 from gateway.chat.auth import AUTH_FAILED_TEXT, verify_hmac_token
 
 PATH = "/xiaozhi/v1/"
-PORT_OK_TEXT = "端口正常，如需测试连接，请启动digital-human测试"
+PORT_OK_TEXT = "端口正常\uff0c如需测试连接\uff0c请启动digital-human测试"  # fullwidth commas
 CONFIG_AUDIO = {"format": "opus", "sample_rate": 24000, "channels": 1, "frame_duration": 60}
 
 
@@ -218,13 +218,13 @@ class XiaozhiServerPeer:
         return verify_hmac_token(
             token[7:],
             auth.auth_key,
-            headers.get("client-id"),
-            device_id,
-            int(time.time()),
-            auth.expire_seconds,
+            client_id=headers.get("client-id"),
+            device_id=device_id,
+            now=int(time.time()),
+            expire_s=auth.expire_seconds,
         )
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:  # noqa: PLR0912 - the server's handler, step by step
         headers = {k.lower(): v for k, v in request.headers.items()}
         if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
             self.refused += 1
@@ -276,7 +276,6 @@ class XiaozhiServerPeer:
             peer.closed = True
             self.changed.set()
         return ws
-
 
     async def _hello(self, peer: PeerSession, body: dict[str, Any]) -> None:
         """helloHandle.handleHelloMessage."""

@@ -18,8 +18,8 @@ import pytest
 
 from gateway.assessment.jobs import AsrKey, OnTranscript
 from gateway.chat.bridge import Backoff, BridgeContext
-from gateway.chat.device import DeviceChat
 from gateway.chat.credentials import UpstreamIdentity
+from gateway.chat.device import DeviceChat
 from gateway.chat.embedded import EmbeddedEngine
 from gateway.chat.framing import Framing
 from gateway.chat.metrics import ChatMetrics
