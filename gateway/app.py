@@ -114,7 +114,6 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         voice=chat or voice,
         events=chat,
         uplink_tap=chat.uplink if chat else None,
-        hello_gate=chat,
         owns=ownership.owns,
         listening_by_default=False,
     )

@@ -18,7 +18,7 @@ import aiohttp
 
 from gateway.chat.auth import AuthScheme
 from gateway.chat.bridge import Backoff, BridgeContext
-from gateway.chat.credentials import Credentials
+from gateway.chat.credentials import UpstreamCredentials
 from gateway.chat.device import DeviceChat
 from gateway.chat.embedded import EmbeddedEngine, Transcriber
 from gateway.chat.framing import Framing
@@ -64,7 +64,7 @@ class ChatComponent:
         self._clock = clock
         self._start_task = start_task
         self._ops = ctx.ops
-        self._credentials = Credentials(
+        self._credentials = UpstreamCredentials(
             data_dir=ctx.settings.data_dir,
             scheme=AuthScheme.BEARER if settings.token else AuthScheme.NONE,
             token=settings.token,

@@ -125,7 +125,7 @@ class _Watched(Generic[_T]):
         return self._value
 
 
-class Credentials:
+class UpstreamCredentials:
     """Per device: identity + ``Authorization`` under the gateway-wide ``scheme``."""
 
     def __init__(
@@ -172,8 +172,8 @@ class Credentials:
 
 __all__ = [
     "AuthUnavailable",
-    "Credentials",
     "SecretsFileError",
+    "UpstreamCredentials",
     "UpstreamIdentity",
     "load_secrets",
     "mac_of",

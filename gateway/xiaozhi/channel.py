@@ -32,7 +32,7 @@ from gateway.xiaozhi.ota_admin import serve_ota
 from gateway.xiaozhi.pipeline import Segmenter, VoiceSink
 from gateway.xiaozhi.provisioning import Provisioner
 from gateway.xiaozhi.pump import AudioPump
-from gateway.xiaozhi.roster import HelloGate, SessionEvents, SessionRoster, UplinkTap
+from gateway.xiaozhi.roster import SessionEvents, SessionRoster, UplinkTap
 from gateway.xiaozhi.sessions import SessionCore
 from gateway.xiaozhi.speaking import NoSession, SessionSpeaker
 from gateway.xiaozhi.stats import ChannelStats
@@ -65,7 +65,6 @@ class XiaozhiChannel:
         voice: VoiceSink | None = None,
         events: SessionEvents | None = None,
         uplink_tap: UplinkTap | None = None,
-        hello_gate: HelloGate | None = None,  # CHAT bridged: the reply waits for the server's
         # Scale-out (gateway.cluster): only the device's owner answers its control messages,
         # so its hello reply names the owner's UDP endpoint and the session lives there.
         owns: Callable[[str], bool] = everyone,
@@ -120,8 +119,8 @@ class XiaozhiChannel:
             uplink_tap=uplink_tap,
             clock=clock,
             link=self,
-            hello_gate=hello_gate,
         )
+        self.answer_hello = self._roster.answer_hello  # a CHAT-held hello reply (roster.py)
         self.mcp = McpClient(
             publish=self.publish,
             session_id_of=lambda dev: self.session_id(dev) or "",
@@ -252,13 +251,6 @@ class XiaozhiChannel:
         effects = self.core.close(dev)
         self._roster.apply(effects)
         return bool(effects)
-
-    def answer_hello(self, dev: str, session_id: str, *, sample_rate: int, frame_ms: int) -> bool:
-        """Send the hello reply a :class:`HelloGate` held, with the downlink audio parameters
-        the device's decoder is to use; False if that session is gone."""
-        return self._roster.answer_hello(
-            dev, session_id, sample_rate=sample_rate, frame_ms=frame_ms
-        )
 
     def send_audio(self, dev: str, session_id: str, opus_packet: bytes) -> bool:
         """One downlink Opus packet to ``dev``'s session ``session_id`` (the caller paces);

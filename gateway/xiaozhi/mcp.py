@@ -20,7 +20,6 @@ from typing import Any
 
 from gateway.xiaozhi import messages
 
-
 GATEWAY_IDS = 1 << 30
 _ID_SPAN = 1 << 30
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.live import LiveFactory, LiveSession
@@ -54,8 +54,9 @@ class SessionLink(Protocol):
     ) -> bool: ...
 
 
+@runtime_checkable
 class HelloGate(Protocol):
-    """Who may answer a device's hello later than at once."""
+    """Session events that may answer a device's hello later than at once (CHAT)."""
 
     def holds_hello(self, dev: str, hello: DeviceHello) -> bool:
         """True: the reply waits for :meth:`SessionRoster.answer_hello` (or the session ends
@@ -101,7 +102,6 @@ class SessionRoster:
         uplink_tap: UplinkTap | None,
         clock: Callable[[], float],
         link: SessionLink,  # the channel, handed to ``session_opened``
-        hello_gate: HelloGate | None = None,
     ) -> None:
         self._core = core
         self._new_live = new_live
@@ -113,7 +113,7 @@ class SessionRoster:
         self._tap = uplink_tap
         self._clock = clock
         self._link = link
-        self._gate = hello_gate
+        self._gate = events if isinstance(events, HelloGate) else None
         self._live: dict[int, LiveSession] = {}  # by ssrc: one entry per session of the core
         self.opened = asyncio.Event()  # set at every open (wakes the idle sweeper)
         # The datagram router's lookup by ssrc: the dict's own ``get`` (one C call a datagram,
