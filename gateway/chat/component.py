@@ -19,6 +19,7 @@ import aiohttp
 from gateway.chat.auth import AuthScheme
 from gateway.chat.bridge import Backoff, BridgeContext
 from gateway.chat.credentials import UpstreamCredentials
+from gateway.chat.cues import build_cues
 from gateway.chat.device import DeviceChat
 from gateway.chat.embedded import EmbeddedEngine, Transcriber
 from gateway.chat.framing import Framing
@@ -115,12 +116,15 @@ class ChatComponent:
                     silence_timeout_ms=s.silence_timeout_s * 1000.0,
                     reply_timeout_ms=s.reply_timeout_s * 1000.0,
                     local_segments=bridge is None,
+                    greeting=bridge is None,  # a bridged server greets on its own
+                    relay_wake_word=bridge is not None,
                 ),
                 bridge=bridge,
                 engine=None if bridge is not None else EmbeddedEngine(asr=self._asr, voice=s.voice),
                 downlink_capacity=s.downlink_queue_frames,
                 tts_lead_s=TTS_LEAD_S,
                 start_task=self._start_task,
+                cues=await asyncio.to_thread(build_cues),
             )
             self._ready.set()
             try:

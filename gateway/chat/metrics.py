@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from gateway.chat.voice import Uplink
 from gateway.metrics import Metrics
+
+_NOT_COUNTED = (Uplink.RELAY, Uplink.SUSPENDED)  # a turn's frames (frames_up), a task's
 
 
 class ChatMetrics:
@@ -21,6 +24,15 @@ class ChatMetrics:
             ["sample_rate"],
         )
         self.frames_up = metrics.counter("chat_frames_up", "Uplink Opus frames bridged upstream")
+        outside = metrics.counter(
+            "chat_uplink_outside_turn",
+            "Uplink frames outside a listening turn, by reason: wake_word (relayed before the "
+            "device's listen), before_listen, greeting, thinking, speaking, closed (dropped)",
+            ["reason"],
+        )
+        # One child per reason, made here: the per-frame path only looks it up.
+        self.uplink_outside = {u: outside.labels(u.value) for u in Uplink if u not in _NOT_COUNTED}
+        self.cues = metrics.counter("chat_cues", "Voice-session cues sent, by kind", ["kind"])
         self.frames_down = metrics.counter("chat_frames_down", "Downlink TTS frames sent")
         self.control_down = metrics.counter(
             "chat_control_down", "Upstream control messages relayed down", ["type"]

@@ -73,6 +73,7 @@ class Output(Protocol):
 class Json:
     payload: bytes
     tts: str | None = None  # "start" / "stop" for the state messages the core follows
+    report: bool = True  # False: a cue's own ``tts start``, not the core's business
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +113,13 @@ class Player:
         self._last_due: float | None = None
         self.speaking = False
 
-    def json(self, payload: bytes, tts: str | None = None) -> bool:
+    def json(self, payload: bytes, tts: str | None = None, *, report: bool = True) -> bool:
         if self._closed:
             return False
         if len(self._queue) - self._audio_queued >= self._control_capacity:
             self._out.count_drop("downlink_control_overflow")
             return False
-        self._queue.append(Json(payload, tts))
+        self._queue.append(Json(payload, tts, report))
         if self._timer is None:  # armed: the head waits, and a new tail item changes nothing
             self._wake()
         return True
@@ -241,7 +242,7 @@ class Player:
         elif item.tts == "stop":
             self.speaking = False
             self._last_due = None
-        if item.tts is not None:
+        if item.tts is not None and item.report:
             self._out.on_tts(item.tts)
 
     @property

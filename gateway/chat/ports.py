@@ -11,6 +11,7 @@ from typing import Protocol
 
 from gateway.chat import voice as v
 from gateway.chat.bridge import BridgeContext, Spawn
+from gateway.chat.cues import Cues
 from gateway.chat.embedded import EmbeddedEngine
 from gateway.chat.metrics import ChatMetrics
 
@@ -45,3 +46,4 @@ class ChatPorts:
     downlink_capacity: int = 500
     tts_lead_s: float = 0.2  # audio held after ``tts start`` (player.py: the broker hop)
     start_task: Callable[[str], None] | None = None  # the voice task (priority 1), by device
+    cues: Cues | None = None  # voice-session cues as Opus frames (None: no cues)

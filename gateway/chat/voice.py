@@ -170,6 +170,7 @@ class VoiceConfig:
 _LISTENING = (ChatState.PROMPT_LISTEN, ChatState.HEARING)
 _ACTIVE = (*_LISTENING, ChatState.IDLE, ChatState.THINKING, ChatState.SPEAKING)
 _ANSWERING = (ChatState.GREETING, ChatState.THINKING)  # the engine works on this turn
+_REPLYING = (ChatState.THINKING, ChatState.SPEAKING)
 
 
 class VoiceSession:
@@ -191,9 +192,9 @@ class VoiceSession:
 
     @property
     def start_cue_after_tts(self) -> bool:
-        """Whether the speech now playing leads into listening (its ``tts stop`` is followed
-        by PROMPT_LISTEN): the shell ends it with the START cue."""
-        return self.state is ChatState.SPEAKING and self.mode is not ListenMode.MANUAL
+        """Whether the reply being prepared or played leads into listening (its ``tts stop``
+        is followed by PROMPT_LISTEN): the shell ends its speech with the START cue."""
+        return self.state in _REPLYING and self.mode is not ListenMode.MANUAL
 
     def take_uplink(self) -> Uplink:
         """One uplink frame arrived: where it goes (counts the wake-word budget)."""

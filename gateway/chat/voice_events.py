@@ -14,6 +14,7 @@ class CueKind(Enum):
     TIMEOUT = "timeout"  # §1.7 / §4: no speech after the start cue, standby follows
     FAILURE = "failure"  # §3.3: the engine failed (ASR, TTS, upstream), standby follows
 
+
 # -- events -----------------------------------------------------------------------------------
 
 

@@ -365,8 +365,9 @@ def test_start_cue_leads_into_listening_only() -> None:
     assert not vs.start_cue_after_tts  # listening: no speech to end
     vs.handle(VoiceSpeechStarted(), 100)
     vs.handle(VoiceSpeechStopped(), 900)
+    assert vs.start_cue_after_tts  # the embedded reply is queued while thinking
     vs.handle(TtsStarted(), 1_000)
-    assert vs.start_cue_after_tts
+    assert vs.start_cue_after_tts  # a bridged reply's tts stop comes while speaking
     manual = listening(mode="manual")
     manual.handle(VoiceListenStop(), 100)
     manual.handle(TtsStarted(), 200)
