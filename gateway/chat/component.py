@@ -78,6 +78,7 @@ class ChatComponent:
         self._ready = asyncio.Event()
         self._ports: ChatPorts | None = None  # while running (its bridge needs the HTTP session)
         self._backoff = Backoff(settings.backoff_min_s, settings.backoff_max_s)
+        self._cues = build_cues()  # ~20 ms once, before the service runs: ready with the rest
 
     @property
     def bridged(self) -> bool:
@@ -124,7 +125,7 @@ class ChatComponent:
                 downlink_capacity=s.downlink_queue_frames,
                 tts_lead_s=TTS_LEAD_S,
                 start_task=self._start_task,
-                cues=await asyncio.to_thread(build_cues),
+                cues=self._cues,
             )
             self._ready.set()
             try:

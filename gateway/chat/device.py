@@ -368,8 +368,8 @@ class DeviceChat:
         """A cue of its own: after ``tts start`` (not the core's: a segment-end cue keeps it
         THINKING); TIMEOUT and FAILURE end with ``tts stop``, which the goodbye waits for."""
         sid = self.session_id
-        if self._p.cues is None or sid is None:
-            return
+        if self._p.cues is None or sid is None or not self._heard:
+            return  # before the device's first datagram its address is unknown: no audio
         self.player.json(messages.tts(sid, "start"), tts="start", report=False)
         self._cue_frames(kind)
         if kind is not v.CueKind.SEGMENT_END:

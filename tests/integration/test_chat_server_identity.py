@@ -24,6 +24,8 @@ from typing import Any
 import opuslib
 
 from gateway.chat.credentials import secrets_path
+from gateway.chat.cues import build_cues
+from gateway.chat.voice import CueKind
 from tests.support.broker import Broker
 from tests.support.chat_rig import ChatRig, chat_rig
 from tests.support.xiaozhi_server import ServerAuth
@@ -83,12 +85,18 @@ async def test_hello_waits_for_the_server_and_24k_tts_decodes_at_24k(
         reply = tone_24k(1.5)
         await session.speak(reply, text="beep")
         await rig.device.expect("tts", state="stop")
-        await rig.device.wait_audio(len(reply), timeout_s=30.0)
-        assert rig.device.downlink_audio == reply
+        cues = build_cues()  # 16 kHz Opus: a 24 kHz decoder plays them as they are
+        expected = [*cues[CueKind.SEGMENT_END], *reply, *cues[CueKind.START]]
+        await rig.device.wait_audio(len(expected), timeout_s=30.0)
+        assert rig.device.downlink_audio == expected
         decoder = opuslib.Decoder(hello.sample_rate, 1)  # what the firmware configures
-        pcm = [decoder.decode(p, hello.sample_rate * hello.frame_duration // 1000) for p in reply]
+        samples = hello.sample_rate * hello.frame_duration // 1000
+        pcm = [decoder.decode(p, samples) for p in expected]
         assert {len(frame) for frame in pcm} == {FRAME_24K * 2}
-        assert abs(crossings_hz(b"".join(pcm[3:]), RATE_24K) - 440.0) < 15.0
+        tts = pcm[len(cues[CueKind.SEGMENT_END]) :][: len(reply)]
+        assert abs(crossings_hz(b"".join(tts[3:]), RATE_24K) - 440.0) < 15.0
+        start = b"".join(pcm[-len(cues[CueKind.START]) :])  # 880 Hz, 120 ms
+        assert abs(crossings_hz(start, RATE_24K) - 880.0) < 60.0
 
 
 async def test_no_server_hello_no_reply_and_a_counted_reason(

@@ -349,6 +349,7 @@ def test_silence_timeout_plays_the_timeout_tone_then_says_goodbye() -> None:
     chat, channel, loop, metrics = fake_chat(cues=True)
     chat.opened(SID)
     chat.listen("start", "auto", None)
+    chat.frame(SID, b"u")  # the device's first datagram: its address is known
     deadline = loop.now + SILENCE_MS / 1000.0
     loop.run_until(deadline)
     assert state(chat) is ChatState.CLOSED
@@ -367,6 +368,7 @@ def test_engine_failure_sends_the_failure_cue_at_once_then_standby() -> None:
     chat, channel, loop, _ = fake_chat(cues=True, config=VoiceConfig(local_segments=True))
     chat.opened(SID)
     chat.listen("start", "auto", None)
+    chat.frame(SID, b"u")  # the device's first datagram: its address is known
     chat.speech(started=True)
     chat.core.handle(EngineFailed(0, "x"), loop.clock() * 1000)  # not this turn: nothing
     chat.speech(started=False)
@@ -391,6 +393,7 @@ def test_upstream_speech_ends_with_the_start_cue_unless_manual() -> None:
     chat, channel, loop, _ = fake_chat(cues=True)
     chat.opened(SID)
     chat.listen("start", "auto", None)
+    chat.frame(SID, b"u")  # the device's first datagram: its address is known
     chat._from_upstream({"type": "stt", "text": "hi"})
     chat._from_upstream({"type": "tts", "state": "start"})
     chat.player.audio(b"speech")
@@ -411,10 +414,20 @@ def test_upstream_speech_ends_with_the_start_cue_unless_manual() -> None:
     assert state(chat) is ChatState.IDLE
 
 
+def test_no_cue_to_a_device_that_never_sent_audio() -> None:
+    chat, channel, loop, _ = fake_chat(cues=True)
+    chat.opened(SID)
+    chat.listen("start", "auto", None)
+    loop.run_until(loop.now + SILENCE_MS / 1000.0)
+    assert channel.types() == []  # nothing could reach it: the goodbye at once
+    assert channel.closed == 1
+
+
 def test_no_cues_configured_plays_none() -> None:
     chat, channel, loop, _ = fake_chat()
     chat.opened(SID)
     chat.listen("start", "auto", None)
+    chat.frame(SID, b"u")  # the device's first datagram: its address is known
     chat._from_upstream({"type": "stt", "text": "hi"})
     loop.run_until(loop.now + 30.0)  # the reply timeout: standby without a cue
     assert channel.audio == []
@@ -428,6 +441,7 @@ def test_uplink_outside_a_turn_is_counted_by_reason() -> None:
     chat.frame(SID, b"w")  # before the listen (no relay configured: dropped)
     chat.frame("old", b"x")  # another session's: not ours to count
     chat.listen("start", "auto", None)
+    chat.frame(SID, b"u")  # the device's first datagram: its address is known
     chat.frame(SID, b"a")  # a turn's frame: not counted here
     chat.listen("stop", None, None)
     chat.frame(SID, b"t")
