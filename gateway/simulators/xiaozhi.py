@@ -27,6 +27,7 @@ import logging
 import re
 import ssl
 import struct
+import time
 import uuid
 import wave
 from collections.abc import Callable, Sequence
@@ -254,6 +255,7 @@ class XiaozhiDeviceSim:
         self.inbox: list[dict[str, Any]] = []  # every control JSON received, oldest first
         self.ignored_hellos = 0
         self.downlink_audio: list[bytes] = []  # played (queued while speaking) packets
+        self.downlink_at: list[float] = []  # time.monotonic() of each, when it was read
         self.downlink_discarded = 0
         self.raw_downlink: list[bytes] | None = None  # set to [] to record every datagram
         self._changed = asyncio.Event()
@@ -489,6 +491,7 @@ class XiaozhiDeviceSim:
             return
         if self.speaking:
             self.downlink_audio.append(opus)
+            self.downlink_at.append(time.monotonic())
         else:
             self.downlink_discarded += 1
         self._changed.set()

@@ -35,6 +35,7 @@ async def greeted(rig: ChatRig, mode: str = "auto") -> int:
     assert rig.device.downlink_audio[-len(start) :] == list(start)  # then listening begins
     assert rig.chat_state() == "prompt_listen"
     rig.device.downlink_audio.clear()
+    rig.device.downlink_at.clear()
     return len(rig.device.inbox)
 
 
