@@ -163,7 +163,7 @@ class DeviceChat:
             if self._greeting is not None:
                 self._say_greeting()
         verdict = self.core.take_uplink()
-        relay = verdict is v.Uplink.RELAY or verdict is v.Uplink.WAKE_WORD
+        relay = verdict is v.UplinkVerdict.RELAY or verdict is v.UplinkVerdict.WAKE_WORD
         if relay and self.bridge is not None:
             self.bridge.forward(opus)
             self._p.metrics.frames_up.inc()

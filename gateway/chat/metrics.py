@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from gateway.chat.voice import Uplink
+from gateway.chat.voice import UplinkVerdict
 from gateway.metrics import Metrics
 
-_NOT_COUNTED = (Uplink.RELAY, Uplink.SUSPENDED)  # a turn's frames (frames_up), a task's
+_NOT_COUNTED = (
+    UplinkVerdict.RELAY,
+    UplinkVerdict.SUSPENDED,
+)  # a turn's frames (frames_up), a task's
 
 
 class ChatMetrics:
@@ -31,7 +34,9 @@ class ChatMetrics:
             ["reason"],
         )
         # One child per reason, made here: the per-frame path only looks it up.
-        self.uplink_outside = {u: outside.labels(u.value) for u in Uplink if u not in _NOT_COUNTED}
+        self.uplink_outside = {
+            u: outside.labels(u.value) for u in UplinkVerdict if u not in _NOT_COUNTED
+        }
         self.cues = metrics.counter("chat_cues", "Voice-session cues sent, by kind", ["kind"])
         self.frames_down = metrics.counter("chat_frames_down", "Downlink TTS frames sent")
         self.control_down = metrics.counter(

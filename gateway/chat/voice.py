@@ -84,7 +84,7 @@ __all__ = [
     "Tick",
     "TtsStarted",
     "TtsStopped",
-    "Uplink",
+    "UplinkVerdict",
     "UpstreamLost",
     "VoiceAbort",
     "VoiceAlarm",
@@ -127,7 +127,7 @@ class ListenMode(Enum):
             return default
 
 
-class Uplink(Enum):
+class UplinkVerdict(Enum):
     """What becomes of one uplink frame (:meth:`VoiceSession.take_uplink`); every value but
     RELAY and SUSPENDED (the task's audio) is counted by the shell as its reason."""
 
@@ -142,12 +142,12 @@ class Uplink(Enum):
 
 
 _DROPPED = {
-    ChatState.IDLE: Uplink.BEFORE_LISTEN,
-    ChatState.GREETING: Uplink.GREETING,
-    ChatState.THINKING: Uplink.THINKING,
-    ChatState.SPEAKING: Uplink.SPEAKING,
-    ChatState.CLOSED: Uplink.CLOSED,
-    ChatState.SUSPENDED: Uplink.SUSPENDED,
+    ChatState.IDLE: UplinkVerdict.BEFORE_LISTEN,
+    ChatState.GREETING: UplinkVerdict.GREETING,
+    ChatState.THINKING: UplinkVerdict.THINKING,
+    ChatState.SPEAKING: UplinkVerdict.SPEAKING,
+    ChatState.CLOSED: UplinkVerdict.CLOSED,
+    ChatState.SUSPENDED: UplinkVerdict.SUSPENDED,
 }
 
 
@@ -196,18 +196,18 @@ class VoiceSession:
         is followed by PROMPT_LISTEN): the shell ends its speech with the START cue."""
         return self.state in _REPLYING and self.mode is not ListenMode.MANUAL
 
-    def take_uplink(self) -> Uplink:
+    def take_uplink(self) -> UplinkVerdict:
         """One uplink frame arrived: where it goes (counts the wake-word budget)."""
         state = self.state
         if state in _LISTENING:
-            return Uplink.RELAY
+            return UplinkVerdict.RELAY
         if (
             state is ChatState.IDLE
             and self.config.relay_wake_word
             and self._early < self.config.wake_word_frames
         ):
             self._early += 1
-            return Uplink.WAKE_WORD
+            return UplinkVerdict.WAKE_WORD
         return _DROPPED[state]
 
     def next_deadline(self) -> float | None:

@@ -23,7 +23,7 @@ from gateway.chat.voice import (
     Tick,
     TtsStarted,
     TtsStopped,
-    Uplink,
+    UplinkVerdict,
     UpstreamLost,
     VoiceAbort,
     VoiceAlarm,
@@ -380,7 +380,7 @@ def test_realtime_mode_listens_again_after_each_reply() -> None:
     vs.handle(VoiceSpeechStarted(), 100)
     assert vs.handle(ServerStt(), 900) == [PlayCue(CueKind.SEGMENT_END)]
     vs.handle(TtsStarted(), 1_000)
-    assert vs.take_uplink() is Uplink.SPEAKING  # v1: no uplink while speaking, even realtime
+    assert vs.take_uplink() is UplinkVerdict.SPEAKING  # v1: no uplink while speaking, even realtime
     assert vs.handle(TtsStopped(), 3_000) == [BeginTurn(2)]
     assert st(vs) is S.PROMPT_LISTEN
     assert vs.next_deadline() == 8_000
@@ -398,26 +398,28 @@ def test_barge_in_abort_during_tts_stops_playback_and_listens_after_tts_stop() -
 
 def test_uplink_verdicts_and_the_wake_word_budget() -> None:
     vs = VoiceSession(VoiceConfig(relay_wake_word=True, wake_word_frames=3))
-    assert vs.take_uplink() is Uplink.CLOSED
+    assert vs.take_uplink() is UplinkVerdict.CLOSED
     vs.handle(VoiceOpened(), 0)
-    assert [vs.take_uplink() for _ in range(4)] == [Uplink.WAKE_WORD] * 3 + [Uplink.BEFORE_LISTEN]
+    assert [vs.take_uplink() for _ in range(4)] == [UplinkVerdict.WAKE_WORD] * 3 + [
+        UplinkVerdict.BEFORE_LISTEN
+    ]
     vs.handle(VoiceListenDetect(), 10)
-    assert vs.take_uplink() is Uplink.RELAY
+    assert vs.take_uplink() is UplinkVerdict.RELAY
     vs.handle(VoiceListenStop(), 20)
-    assert vs.take_uplink() is Uplink.THINKING
+    assert vs.take_uplink() is UplinkVerdict.THINKING
     vs.handle(TtsStarted(), 30)
-    assert vs.take_uplink() is Uplink.SPEAKING
+    assert vs.take_uplink() is UplinkVerdict.SPEAKING
     vs.mode = ListenMode.MANUAL
     vs.handle(TtsStopped(), 40)  # manual: idle again, a fresh wake-word budget
     assert st(vs) is S.IDLE
-    assert vs.take_uplink() is Uplink.WAKE_WORD
+    assert vs.take_uplink() is UplinkVerdict.WAKE_WORD
     vs.handle(TaskStarted(), 50)
-    assert vs.take_uplink() is Uplink.SUSPENDED
+    assert vs.take_uplink() is UplinkVerdict.SUSPENDED
     embedded = VoiceSession(VoiceConfig(greeting=True))
     embedded.handle(VoiceOpened(), 0)
-    assert embedded.take_uplink() is Uplink.BEFORE_LISTEN  # not relayed: nowhere to go
+    assert embedded.take_uplink() is UplinkVerdict.BEFORE_LISTEN  # not relayed: nowhere to go
     embedded.handle(VoiceListenStart("auto"), 1)
-    assert embedded.take_uplink() is Uplink.GREETING
+    assert embedded.take_uplink() is UplinkVerdict.GREETING
 
 
 def test_upstream_lost_while_greeting() -> None:
