@@ -17,8 +17,15 @@ from typing import Any
 import aiohttp
 
 from gateway.backoff import BackoffPolicy
+from gateway.chat.credentials import UpstreamIdentity
 from gateway.chat.framing import AudioFrame
-from gateway.chat.upstream import UpstreamConfig, UpstreamError, UpstreamLink
+from gateway.chat.upstream import (
+    DeviceHelloInfo,
+    ServerHelloInfo,
+    UpstreamConfig,
+    UpstreamError,
+    UpstreamLink,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +60,12 @@ class Backoff:
         self.not_before = 0.0
 
 
-# Link failures a device causes itself (it flooded its own link): the back-off every device
-# shares is for the server failing, or one device could keep all the others out of chat.
-_DEVICE_CAUSED = frozenset({"control_overflow"})
+# Link failures of one device, not of the server (it flooded its own link; its credentials were
+# refused or cannot be made): the back-off every device shares is for the server failing, or
+# one device could keep all the others out of chat.
+_DEVICE_CAUSED = frozenset(
+    {"control_overflow", "auth_refused", "no_client_id", "no_token", "no_auth_key"}
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,7 @@ class BridgeContext:
 
     config: UpstreamConfig
     http: aiohttp.ClientSession
+    identify: Callable[[str], UpstreamIdentity]  # blocking (reads files): run off the loop
     backoff: Backoff
     clock: Callable[[], float]
     spawn: Spawn
@@ -82,20 +93,23 @@ class UpstreamBridge:
         on_json: Callable[[dict[str, Any]], None],
         on_audio: Callable[[bytes], None],
         on_end: Callable[[UpstreamError | None], None],
+        on_ready: Callable[[ServerHelloInfo], None] = lambda hello: None,
     ) -> None:
         self._ctx = ctx
         self._dev = dev
         self._on_json = on_json
         self._on_audio = on_audio
         self._on_end = on_end
+        self._on_ready = on_ready
         self._link: UpstreamLink | None = None
 
     @property
     def connected(self) -> bool:
         return self._link is not None and self._link.session_id is not None
 
-    def open(self) -> bool:
-        """Open a link for a new device session; False while the back-off holds."""
+    def open(self, hello: DeviceHelloInfo) -> bool:
+        """Open a link for a new device session (``hello``: what the device said in its own);
+        False while the back-off holds."""
         self.close()
         ctx = self._ctx
         if not ctx.backoff.allowed(ctx.clock()):
@@ -103,11 +117,11 @@ class UpstreamBridge:
         link = UpstreamLink(
             config=ctx.config,
             http=ctx.http,
-            device_mac=self._dev.replace("_", ":"),
-            client_id=self._dev,
+            identify=lambda: asyncio.to_thread(ctx.identify, self._dev),
+            hello=hello,
             on_json=lambda body: self._from(link, self._on_json, body),
             on_audio=lambda frame: self._from(link, self._audio, frame),
-            on_ready=lambda sid: ctx.backoff.succeeded(),
+            on_ready=lambda server: self._ready(link, server),
             count_drop=ctx.count_drop,
         )
         self._link = link
@@ -127,6 +141,10 @@ class UpstreamBridge:
     def forward(self, opus: bytes) -> None:
         if self._link is not None:
             self._link.send_audio(opus)
+
+    def _ready(self, link: UpstreamLink, server: ServerHelloInfo) -> None:
+        self._ctx.backoff.succeeded()
+        self._from(link, self._on_ready, server)
 
     def _audio(self, frame: AudioFrame) -> None:
         self._on_audio(frame.opus)

@@ -16,16 +16,20 @@ from typing import Any
 
 import aiohttp
 
+from gateway.chat.auth import AuthScheme
 from gateway.chat.bridge import Backoff, BridgeContext
+from gateway.chat.credentials import UpstreamCredentials
+from gateway.chat.cues import build_cues
 from gateway.chat.device import DeviceChat
 from gateway.chat.embedded import EmbeddedEngine, Transcriber
 from gateway.chat.framing import Framing
 from gateway.chat.metrics import ChatMetrics
 from gateway.chat.ports import ChatPorts, VoiceChannel
-from gateway.chat.upstream import UpstreamConfig
+from gateway.chat.upstream import DeviceHelloInfo, UpstreamConfig
 from gateway.chat.voice import ChatState, VoiceConfig
 from gateway.service import Context
 from gateway.settings import ChatSettings
+from gateway.xiaozhi.messages import DeviceHello
 from gateway.xiaozhi.pipeline import VoiceSink
 
 log = logging.getLogger(__name__)
@@ -33,6 +37,9 @@ log = logging.getLogger(__name__)
 # DeviceChat objects kept; at the cap the oldest one without a session makes room, and only
 # when every one has a session open does a new device get no CHAT (logged).
 MAX_DEVICES = 10_000
+# Audio held after ``tts start`` so the device handles it before the first frame: the broker hop
+# of the control message (player.py). Measured: bench/results/chat_tts.md.
+TTS_LEAD_S = 0.010
 
 
 class ChatComponent:
@@ -58,6 +65,12 @@ class ChatComponent:
         self._clock = clock
         self._start_task = start_task
         self._ops = ctx.ops
+        self._credentials = UpstreamCredentials(
+            data_dir=ctx.settings.data_dir,
+            scheme=AuthScheme.BEARER if settings.token else AuthScheme.NONE,
+            token=settings.token,
+        )
+        self._hellos: dict[str, DeviceHelloInfo] = {}  # held hellos, consumed at session open
         self._metrics = ChatMetrics(ctx.metrics)
         self._devices: dict[str, DeviceChat] = {}
         self._tasks: set[str] = set()  # devices a task owns (known before their DeviceChat)
@@ -65,6 +78,7 @@ class ChatComponent:
         self._ready = asyncio.Event()
         self._ports: ChatPorts | None = None  # while running (its bridge needs the HTTP session)
         self._backoff = Backoff(settings.backoff_min_s, settings.backoff_max_s)
+        self._cues = build_cues()  # ~20 ms once, before the service runs: ready with the rest
 
     @property
     def bridged(self) -> bool:
@@ -74,6 +88,8 @@ class ChatComponent:
         s = self._settings
         # One WebSocket per bridged session: no connection-pool cap (aiohttp's default is 100).
         connector = aiohttp.TCPConnector(limit=0)
+        if s.upstream_url is not None:
+            await asyncio.to_thread(self._credentials.check)  # a broken file stops the start
         async with aiohttp.ClientSession(connector=connector) as http, asyncio.TaskGroup() as tg:
             self._tg = tg
             bridge = None
@@ -81,12 +97,12 @@ class ChatComponent:
                 bridge = BridgeContext(
                     config=UpstreamConfig(
                         url=s.upstream_url,
-                        token=s.token,
                         framing=Framing(s.framing),
-                        connect_timeout_s=s.connect_timeout_s,
+                        hello_wait_s=s.connect_timeout_s,
                         audio_capacity=s.uplink_queue_frames,
                     ),
                     http=http,
+                    identify=self._credentials.identity,
                     backoff=self._backoff,
                     clock=self._clock,
                     spawn=self._spawn,
@@ -101,11 +117,15 @@ class ChatComponent:
                     silence_timeout_ms=s.silence_timeout_s * 1000.0,
                     reply_timeout_ms=s.reply_timeout_s * 1000.0,
                     local_segments=bridge is None,
+                    greeting=bridge is None,  # a bridged server greets on its own
+                    relay_wake_word=bridge is not None,
                 ),
                 bridge=bridge,
                 engine=None if bridge is not None else EmbeddedEngine(asr=self._asr, voice=s.voice),
                 downlink_capacity=s.downlink_queue_frames,
+                tts_lead_s=TTS_LEAD_S,
                 start_task=self._start_task,
+                cues=self._cues,
             )
             self._ready.set()
             try:
@@ -130,12 +150,30 @@ class ChatComponent:
     def device(self, dev: str) -> DeviceChat | None:
         return self._devices.get(dev)
 
-    # -- SessionEvents (Xiaozhi channel) ------------------------------------------------------
+    # -- HelloGate and SessionEvents (Xiaozhi channel) ----------------------------------------
+
+    def holds_hello(self, dev: str, hello: DeviceHello) -> bool:
+        """Bridged CHAT answers the device's hello once the server said its own (its audio
+        parameters); a device a task owns, or the embedded engine, is answered at once — and so
+        is a hello during the upstream back-off, whose goodbye follows at once (a device told
+        nothing would wait out its own 10 s)."""
+        if not self.bridged or self._ports is None or dev in self._tasks:
+            return False
+        if not self._backoff.allowed(self._clock()):
+            return False
+        self._hellos[dev] = DeviceHelloInfo(
+            features=hello.features.model_dump(exclude_none=True),
+            audio_params=hello.audio_params.model_dump(),
+        )
+        return True
 
     def session_opened(self, dev: str, session_id: str, channel: VoiceChannel) -> None:
+        hello = self._hellos.pop(dev, None)
         chat = self._chat(dev, channel)
         if chat is not None:
-            chat.opened(session_id)
+            chat.opened(session_id, hello)
+        elif hello is not None:
+            channel.close_session(dev)  # its reply would never come: a goodbye instead
 
     def session_closed(self, dev: str, session_id: str, reason: str) -> None:
         chat = self._devices.get(dev)

@@ -9,6 +9,15 @@ goodbye closes the session, which reports ``session_closed``): queued and handle
 current one, never re-entered. A ``Tick`` or downlink item that raises is logged and counted
 (``snlpgw_chat_callback_failures``), the device goes on; that deadline is not retried until the
 core's deadline changes (no spin).
+
+Cues (voice-session v1, :mod:`gateway.chat.cues`; none when the ports carry none): the core
+says when (``PlayCue``), the shell wraps them for the firmware, which plays downlink audio only
+while Speaking — SEGMENT_END opens a ``tts start`` bracket the reply continues (the device's
+microphone is off meanwhile, §2 SEGMENT_END), TIMEOUT and FAILURE are a bracket of their own
+and the ``Standby`` after them says goodbye once its ``tts stop`` went (the tone had time to
+play); START is the tail of the speech that leads into listening, before its ``tts stop``.
+The greeting waits for the session's first uplink frame (before it the device's UDP address is
+unknown and nothing could reach it).
 """
 
 from __future__ import annotations
@@ -22,10 +31,13 @@ from typing import Any
 
 from gateway import labels
 from gateway.chat import voice as v
+from gateway.chat.audio_params import downlink_params
 from gateway.chat.bridge import UpstreamBridge
+from gateway.chat.embedded import EngineError
+from gateway.chat.framing import opus_packet_ms
 from gateway.chat.player import Cancellable, Player, Scheduler
 from gateway.chat.ports import ChatPorts, VoiceChannel
-from gateway.chat.upstream import UpstreamError
+from gateway.chat.upstream import DeviceHelloInfo, ServerHelloInfo, UpstreamError
 from gateway.xiaozhi import messages
 
 log = logging.getLogger(__name__)
@@ -56,8 +68,18 @@ class DeviceChat:
         self._pcm = b""  # the last utterance (embedded engine's segment)
         self._end_after_tts = False
         self._task_after_tts = False
+        self._hello = DeviceHelloInfo()  # what the device said in the session's hello
+        self._hello_held = False  # its reply waits for the server's hello
+        self._heard = False  # an uplink frame of this session arrived (its address is known)
+        self._greeting: tuple[str, list[bytes]] | None = None  # ready, waiting for _heard
+        self.upstream_session_id: str | None = None  # the server's id of this session
         self.player = Player(
-            out=self, loop=self._loop, clock=ports.clock, capacity=ports.downlink_capacity
+            out=self,
+            loop=self._loop,
+            clock=ports.clock,
+            capacity=ports.downlink_capacity,
+            lead_s=ports.tts_lead_s,
+            duration=opus_packet_ms,
         )
         self.bridge = (
             UpstreamBridge(
@@ -66,6 +88,7 @@ class DeviceChat:
                 on_json=self._from_upstream,
                 on_audio=self.player.audio,
                 on_end=self._upstream_ended,
+                on_ready=self._upstream_ready,
             )
             if ports.bridge is not None
             else None
@@ -86,10 +109,18 @@ class DeviceChat:
 
     # -- from the Xiaozhi channel -----------------------------------------------------------
 
-    def opened(self, session_id: str) -> None:
+    def opened(self, session_id: str, hello: DeviceHelloInfo | None = None) -> None:
+        """A new device session; ``hello``: its hello, whose reply this CHAT owes (held by
+        :meth:`ChatComponent.holds_hello` until the server's hello), None when answered."""
         self.session_id = session_id
+        self._hello_held = hello is not None
+        self._hello = hello or DeviceHelloInfo()
+        self.upstream_session_id = None
         self.player.reset()  # nothing queued for an earlier session goes to this one
+        self.player.set_frame_ms(60)  # what an unheld reply announced
         self._end_after_tts = self._task_after_tts = False
+        self._heard = False
+        self._greeting = None
         self.handle(v.VoiceOpened())
         if self.core.state is not v.ChatState.SUSPENDED:
             self._channel.set_listening(self.dev, True)  # our VAD drives the timeout
@@ -97,6 +128,7 @@ class DeviceChat:
     def closed(self, session_id: str, reason: str) -> None:
         if session_id == self.session_id:
             self.session_id = None
+            self.player.reset()  # a cue still queued for it has nowhere to go
             self.handle(v.VoiceClosed(reason))
 
     def listen(self, state: str, mode: str | None, text: str | None) -> None:
@@ -122,10 +154,22 @@ class DeviceChat:
         self._relay({"type": "mcp", "payload": dict(payload)})
 
     def frame(self, session_id: str, opus: bytes) -> None:
-        """An accepted uplink frame (hot path: two comparisons, one append)."""
-        if self.bridge is not None and self.core.uplink_open and session_id == self.session_id:
+        """An accepted uplink frame (hot path: a comparison, the core's verdict, one append
+        or one count)."""
+        if session_id != self.session_id:
+            return
+        if not self._heard:
+            self._heard = True
+            if self._greeting is not None:
+                self._say_greeting()
+        verdict = self.core.take_uplink()
+        relay = verdict is v.UplinkVerdict.RELAY or verdict is v.UplinkVerdict.WAKE_WORD
+        if relay and self.bridge is not None:
             self.bridge.forward(opus)
             self._p.metrics.frames_up.inc()
+        counter = self._p.metrics.uplink_outside.get(verdict)
+        if counter is not None:
+            counter.inc()
 
     def speech(self, started: bool, pcm: bytes = b"") -> None:
         if not started:
@@ -162,7 +206,7 @@ class DeviceChat:
         p = self._p
         match effect:
             case v.OpenUpstream():
-                if self.bridge is not None and not self.bridge.open():
+                if self.bridge is not None and not self.bridge.open(self._hello):
                     p.metrics.upstream.labels("backoff").inc()
                     self._channel.close_session(self.dev)  # no hammering: goodbye until it passes
             case v.CloseUpstream():
@@ -186,7 +230,15 @@ class DeviceChat:
                 p.metrics.standby.labels(reason).inc()
                 if self.bridge is not None:
                     self.bridge.close()
-                self._channel.close_session(self.dev)
+                if self.player.idle:
+                    self._channel.close_session(self.dev)
+                else:
+                    self._end_after_tts = True  # its cue plays first: goodbye at its tts stop
+            case v.PlayCue(kind=kind):
+                self._cue(kind)
+            case v.Greet():
+                if p.engine is not None:
+                    p.spawn(self._greet(self.core.turn), f"device[{self.dev}].chat.greeting")
             case v.VoiceAlarm(alarm=alarm, reason=reason):
                 p.alarm(alarm, self.dev, reason)
 
@@ -236,10 +288,34 @@ class DeviceChat:
         if kind == "stt":
             self.handle(v.ServerStt())
         tts = state if kind == "tts" and state in ("start", "stop") else None
+        if tts == "stop" and self.core.start_cue_after_tts:
+            self._cue_frames(v.CueKind.START)  # the server's speech ends with the start cue
         if not self.player.json(payload, tts=tts):
             self.handle(v.UpstreamLost("downlink_control_overflow"))
             return
         self._p.metrics.control_down.labels(labels.bounded(kind, labels.XIAOZHI_SERVER_TYPES)).inc()
+
+    def _upstream_ready(self, server: ServerHelloInfo) -> None:
+        """The server's hello: the device's held hello reply goes now, with the server's audio
+        parameters (its decoder's rate and frame duration)."""
+        sid = self.session_id
+        if sid is None:
+            return
+        self.upstream_session_id = server.session_id
+        log.info(
+            "chat %s: session %s bridged to server session %s", self.dev, sid, server.session_id
+        )
+        if not self._hello_held:
+            return  # answered at once (bridged again after a task): the decoder stays as told
+        self._hello_held = False
+        params, problem = downlink_params(server.audio_params, self._hello.audio_params)
+        if problem is not None:
+            self.count_drop(problem)
+        self.player.set_frame_ms(params.frame_ms)
+        if self._channel.answer_hello(
+            self.dev, sid, sample_rate=params.sample_rate, frame_ms=params.frame_ms
+        ):
+            self._p.metrics.hellos.labels(str(params.sample_rate)).inc()
 
     def _upstream_ended(self, error: UpstreamError | None) -> None:
         if error is not None:
@@ -278,6 +354,56 @@ class DeviceChat:
             if self._p.start_task is not None:
                 self._p.start_task(self.dev)
 
+    # -- cues and the greeting -----------------------------------------------------------------
+
+    def _cue_frames(self, kind: v.CueKind) -> None:
+        cues = self._p.cues
+        if cues is None:
+            return
+        for frame in cues[kind]:
+            self.player.audio(frame)
+        self._p.metrics.cues.labels(kind.value).inc()
+
+    def _cue(self, kind: v.CueKind) -> None:
+        """A cue of its own: after ``tts start`` (not the core's: a segment-end cue keeps it
+        THINKING); TIMEOUT and FAILURE end with ``tts stop``, which the goodbye waits for."""
+        sid = self.session_id
+        if self._p.cues is None or sid is None or not self._heard:
+            return  # before the device's first datagram its address is unknown: no audio
+        self.player.json(messages.tts(sid, "start"), tts="start", report=False)
+        self._cue_frames(kind)
+        if kind is not v.CueKind.SEGMENT_END:
+            self.player.json(messages.tts(sid, "stop"), tts="stop")
+
+    async def _greet(self, turn: int) -> None:
+        engine, sid = self._p.engine, self.session_id
+        if engine is None or sid is None:
+            return
+        try:
+            greeting = await engine.greeting()
+        except Exception:
+            log.exception("embedded chat engine could not greet %s", self.dev)
+            self.handle(v.EngineFailed(turn, "tts_error"))
+            return
+        if self.core.state is not v.ChatState.GREETING or sid != self.session_id:
+            return  # aborted, closed or suspended meanwhile
+        self._greeting = greeting
+        if self._heard:
+            self._say_greeting()
+
+    def _say_greeting(self) -> None:
+        sid, greeting = self.session_id, self._greeting
+        self._greeting = None
+        if sid is None or greeting is None or self.core.state is not v.ChatState.GREETING:
+            return
+        text, frames = greeting
+        self.player.json(messages.tts(sid, "start"), tts="start")
+        self.player.json(messages.tts(sid, "sentence_start", text))
+        for frame in frames:
+            self.player.audio(frame)
+        self._cue_frames(v.CueKind.START)
+        self.player.json(messages.tts(sid, "stop"), tts="stop")
+
     def _finish(self) -> None:
         self._end_after_tts = False
         self._channel.close_session(self.dev)
@@ -288,10 +414,14 @@ class DeviceChat:
             return
         try:
             answer = await engine.answer(self.dev, turn, pcm)
+        except EngineError as exc:
+            log.warning("embedded chat engine could not answer %s: %s", self.dev, exc.reason)
+            self.handle(v.EngineFailed(turn, exc.reason))  # the failure cue at once, standby
+            return
         except Exception:
             log.exception("embedded chat engine failed for %s", self.dev)
-            self._p.metrics.upstream.labels("engine_error").inc()
-            return  # the core's reply timeout sends the device to standby
+            self.handle(v.EngineFailed(turn, "engine_error"))
+            return
         if (
             self.core.turn != turn
             or self.core.state is not v.ChatState.THINKING
@@ -305,6 +435,9 @@ class DeviceChat:
         self.player.json(messages.tts(sid, "sentence_start", answer.reply.text))
         for frame in answer.frames:
             self.player.audio(frame)
+        reply = answer.reply
+        if not (reply.end_session or reply.start_task) and self.core.start_cue_after_tts:
+            self._cue_frames(v.CueKind.START)
         self.player.json(messages.tts(sid, "stop"), tts="stop")
         self._end_after_tts = answer.reply.end_session
         self._task_after_tts = answer.reply.start_task

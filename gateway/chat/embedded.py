@@ -17,7 +17,7 @@ from typing import Protocol
 
 from gateway.assessment.jobs import AsrKey, OnTranscript
 from gateway.chat.engine import tts_frames
-from gateway.chat.replies import PHRASES, Reply, reply_to
+from gateway.chat.replies import PHRASES, Reply, greeting, reply_to
 
 
 class Transcriber(Protocol):
@@ -26,6 +26,15 @@ class Transcriber(Protocol):
     def transcribe(
         self, key: AsrKey, pcm: bytes, hints: tuple[str, ...], on_text: OnTranscript
     ) -> bool: ...
+
+
+class EngineError(Exception):
+    """The engine could not answer (``reason``: a metric label): the device hears the failure
+    cue at once and goes to standby (voice-session v1 §3.3)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +60,14 @@ class EmbeddedEngine:
         self._speak = speak
         self._now = now
         self._ids = itertools.count(1)
+        self._greeting: tuple[str, list[bytes]] | None = None  # said the same every time
+
+    async def greeting(self) -> tuple[str, list[bytes]]:
+        """The greeting's text and speech (synthesised once, then kept)."""
+        if self._greeting is None:
+            text = greeting(self._voice)
+            self._greeting = (text, await self._speak(text, self._voice))
+        return self._greeting
 
     async def answer(self, dev: str, turn: int, pcm: bytes) -> Answer:
         heard = await self.transcribe(dev, turn, pcm)
@@ -58,6 +75,8 @@ class EmbeddedEngine:
         return Answer(heard, reply, await self._speak(reply.text, self._voice))
 
     async def transcribe(self, dev: str, turn: int, pcm: bytes) -> str | None:
+        """The words heard (None: nothing recognised); raises :class:`EngineError` when the ASR
+        pool refused the job (full) or gave no result in time."""
         if self._asr is None or not pcm:
             return None
         loop = asyncio.get_running_loop()
@@ -69,9 +88,9 @@ class EmbeddedEngine:
 
         key = AsrKey(f"chat:{dev}", turn, f"chat:{next(self._ids)}")
         if not self._asr.transcribe(key, pcm, PHRASES, deliver):
-            return None
+            raise EngineError("asr_refused")
         try:
             async with asyncio.timeout(self._timeout):
                 return await done
         except TimeoutError:
-            return None
+            raise EngineError("asr_timeout") from None

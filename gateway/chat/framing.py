@@ -93,3 +93,28 @@ def unpack(framing: Framing, message: bytes) -> AudioFrame:
     if size == 0 or len(message) - offset != size:
         raise FrameError("length")
     return AudioFrame(message[offset:], timestamp)
+
+
+def opus_packet_ms(packet: bytes) -> float | None:
+    """An Opus packet's duration from its TOC byte (RFC 6716 §3.1), ``None`` if malformed.
+
+    Configs 0-11 are SILK (10/20/40/60 ms), 12-15 hybrid (10/20 ms), 16-31 CELT
+    (2.5/5/10/20 ms); code 0 is one frame, 1 and 2 two, 3 carries the count in the next byte.
+    """
+    if not packet:
+        return None
+    config, code = packet[0] >> 3, packet[0] & 0x3
+    if config < 12:
+        frame = (10.0, 20.0, 40.0, 60.0)[config & 3]
+    elif config < 16:
+        frame = (10.0, 20.0)[config & 1]
+    else:
+        frame = (2.5, 5.0, 10.0, 20.0)[config & 3]
+    if code == 0:
+        return frame
+    if code in (1, 2):
+        return 2 * frame
+    if len(packet) < 2 or not packet[1] & 0x3F:
+        return None
+    total = frame * (packet[1] & 0x3F)
+    return total if total <= 120.0 else None

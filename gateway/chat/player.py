@@ -2,11 +2,15 @@
 
 Server JSON (``stt``, ``tts``, ``llm``, ``mcp``…) and Opus frames share one ordered queue so a
 ``sentence_start`` stays with its audio and ``tts stop`` never overtakes the frames before it.
-Audio is paced like :mod:`gateway.xiaozhi.downlink` (its :class:`Pacing`: a pre-buffer of
-frames at once, then one per frame duration on deadlines from the burst's start); ``tts stop``
-waits until the device had time to play what it holds. After ``tts start`` the audio holds back
-``lead_s`` (control goes through the broker, audio straight over UDP, and devices discard audio
-that arrives before ``tts start``).
+Audio is paced like :mod:`gateway.xiaozhi.downlink` (its :class:`Pacing`: a pre-buffer at
+once, then each frame on a deadline from the burst's start), by the frames' real durations:
+``duration(opus)`` (the TOC byte's, :func:`~gateway.chat.framing.opus_packet_ms`) or, when it
+gives none, the announced frame duration (:meth:`set_frame_ms`, from the server's hello);
+``tts stop`` waits until the device had time to play what it holds. After ``tts start`` the
+audio holds back ``lead_s``: control goes through the broker, audio straight over UDP, and the
+firmware drops audio that arrives before its ``tts start`` was handled (``OnIncomingAudio``
+plays only in the Speaking state). The lead is the broker hop, measured
+(bench/results/chat_tts.md), not a guess.
 
 Queue: bounded at ``capacity`` audio frames; overflow drops the newest frame (counted) — the
 upstream paces its own sending, so a full queue means a stalled device path. Control JSON is
@@ -28,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gateway.xiaozhi.downlink import Pacing
@@ -69,6 +73,7 @@ class Output(Protocol):
 class Json:
     payload: bytes
     tts: str | None = None  # "start" / "stop" for the state messages the core follows
+    report: bool = True  # False: a cue's own ``tts start``, not the core's business
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,7 @@ class Player:
         capacity: int = 500,
         control_capacity: int = 256,
         lead_s: float = 0.2,
+        duration: Callable[[bytes], float | None] = lambda opus: None,
     ) -> None:
         self._out = out
         self._loop = loop
@@ -95,6 +101,7 @@ class Player:
         self._capacity = capacity
         self._control_capacity = control_capacity
         self._lead_s = lead_s
+        self._duration = duration
         self._queue: deque[Json | Audio] = deque()
         self._audio_queued = 0
         self._drain_handle: Cancellable | None = None  # a drain due in the next turn
@@ -102,17 +109,17 @@ class Player:
         self._draining = False  # inside _drain: what changes the queue is seen by it
         self._closed = False
         self._start = 0.0  # burst start (monotonic s)
-        self._index = 0  # frames into the burst
+        self._played_ms = 0.0  # audio sent in this burst
         self._last_due: float | None = None
         self.speaking = False
 
-    def json(self, payload: bytes, tts: str | None = None) -> bool:
+    def json(self, payload: bytes, tts: str | None = None, *, report: bool = True) -> bool:
         if self._closed:
             return False
         if len(self._queue) - self._audio_queued >= self._control_capacity:
             self._out.count_drop("downlink_control_overflow")
             return False
-        self._queue.append(Json(payload, tts))
+        self._queue.append(Json(payload, tts, report))
         if self._timer is None:  # armed: the head waits, and a new tail item changes nothing
             self._wake()
         return True
@@ -155,6 +162,10 @@ class Player:
         if self._drain_handle is not None:
             self._drain_handle.cancel()
             self._drain_handle = None
+
+    def set_frame_ms(self, frame_ms: int) -> None:
+        """The frame duration the device's decoder was told (the server's hello)."""
+        self._pacing = replace(self._pacing, frame_ms=frame_ms)
 
     @property
     def idle(self) -> bool:
@@ -201,18 +212,24 @@ class Player:
     def _delay(self, item: Json | Audio) -> float:
         now = self._clock()
         if isinstance(item, Audio):
-            due = self._pacing.due(self._index, self._start)
+            due = self._due()
             if now > due + self._frame_s:  # the stream stalled (or never began): new burst
-                self._start, self._index = now, 0
+                self._start, self._played_ms = now, 0.0
                 due = now
             return due - now
         if item.tts == "stop" and self._last_due is not None:
             return self._last_due + (self._pacing.prebuffer + 2) * self._frame_s - now
         return 0.0
 
+    def _due(self) -> float:
+        """When the next frame may go: the pre-buffer's worth at once, then as played."""
+        ahead_ms = (self._pacing.prebuffer - 1) * self._pacing.frame_ms
+        return self._start + max(0.0, self._played_ms - ahead_ms) / 1000
+
     def _play(self, item: Audio) -> None:
-        self._last_due = self._pacing.due(self._index, self._start)
-        self._index += 1
+        self._last_due = self._due()
+        ms = self._duration(item.opus)
+        self._played_ms += ms if ms is not None else self._pacing.frame_ms
         if not self._out.send_audio(item.opus):  # the sender stamps headers (codec.counter_space)
             self._out.count_drop("downlink_refused")
 
@@ -220,11 +237,12 @@ class Player:
         self._out.publish_down(item.payload)
         if item.tts == "start":
             self.speaking = True
-            self._start, self._index, self._last_due = self._clock() + self._lead_s, 0, None
+            self._start, self._played_ms = self._clock() + self._lead_s, 0.0
+            self._last_due = None
         elif item.tts == "stop":
             self.speaking = False
             self._last_due = None
-        if item.tts is not None:
+        if item.tts is not None and item.report:
             self._out.on_tts(item.tts)
 
     @property

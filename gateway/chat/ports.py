@@ -11,6 +11,7 @@ from typing import Protocol
 
 from gateway.chat import voice as v
 from gateway.chat.bridge import BridgeContext, Spawn
+from gateway.chat.cues import Cues
 from gateway.chat.embedded import EmbeddedEngine
 from gateway.chat.metrics import ChatMetrics
 
@@ -26,6 +27,10 @@ class VoiceChannel(Protocol):
 
     def set_listening(self, dev: str, listening: bool) -> None: ...
 
+    def answer_hello(
+        self, dev: str, session_id: str, *, sample_rate: int, frame_ms: int
+    ) -> bool: ...
+
 
 @dataclass(frozen=True)
 class ChatPorts:
@@ -39,4 +44,6 @@ class ChatPorts:
     bridge: BridgeContext | None  # None: the embedded engine answers
     engine: EmbeddedEngine | None
     downlink_capacity: int = 500
+    tts_lead_s: float = 0.2  # audio held after ``tts start`` (player.py: the broker hop)
     start_task: Callable[[str], None] | None = None  # the voice task (priority 1), by device
+    cues: Cues | None = None  # voice-session cues as Opus frames (None: no cues)

@@ -33,6 +33,17 @@ class Reply:
     start_task: bool = False  # say it, then start the voice task (priority 1)
 
 
+GREETING_EN = "Hello! What can I do for you?"
+GREETING_ZH = "你好，有什么事儿吗？"  # noqa: RUF001 - Chinese punctuation; voice-session v1 §1.2
+_ZH_VOICES = ("cmn", "zh", "yue")
+
+
+def greeting(voice: str) -> str:
+    """What the embedded engine says when a session's first listen begins, in the language of
+    its espeak-ng voice (the gateway is not told the device's own language)."""
+    return GREETING_ZH if voice.lower().startswith(_ZH_VOICES) else GREETING_EN
+
+
 def reply_to(heard: str | None, now: datetime) -> Reply:  # noqa: PLR0911 - one rule per return
     """What the embedded engine says to ``heard`` (``None``: recognition failed)."""
     said = normalise(heard or "")

@@ -1,12 +1,21 @@
 """One WebSocket to an upstream xiaozhi server per device voice session (the job the Node
 xiaozhi-mqtt-gateway does; reference §9, §10).
 
-``run()`` connects with the headers a MQTT gateway sends (``Device-Id``, ``Client-Id``,
-``Protocol-Version``, ``Authorization`` when a token is set; ``?from=mqtt_gateway`` with the
-gateway framing), says hello, waits for the server's hello (its ``session_id``), then pumps:
-device control and Opus go up through two bounded queues, server JSON and audio come down
-through callbacks. Session ids are the caller's business (it rewrites them both ways); this
-module stamps the upstream's id on what it sends.
+``run()`` resolves who the device is (:mod:`credentials`, off the loop), connects with the
+headers the firmware itself sends on a WebSocket (``Device-Id`` = its MAC, ``Client-Id`` = its
+UUID, ``Protocol-Version``, ``Authorization`` under the configured scheme; ``?from=mqtt_gateway``
+with the gateway framing), says the DEVICE's hello (its own ``features`` and ``audio_params``,
+as the Node gateway forwards them), waits for the server's hello (its ``session_id`` and
+``audio_params``, handed to ``on_ready``), then pumps: device control and Opus go up through
+two bounded queues, server JSON and audio come down through callbacks. Resolving, connecting
+and the server's hello share one bound, ``hello_wait_s`` (the device gives up on its own hello
+after 10 s). Session ids are the caller's business (it rewrites them both ways); this module
+stamps the upstream's id on what it sends.
+
+Refusals, as xiaozhi-esp32-server v0.9.6 (``core/websocket_server.py``) makes them: it accepts
+the upgrade, sends the text ``认证失败`` and closes; older servers and proxies answer the upgrade
+with HTTP 401/403. Both are ``auth_refused``; any other close before the hello is
+``closed_before_hello``.
 
 Queues: uplink audio holds ``audio_capacity`` frames and drops the oldest (counted); control is
 never dropped — past ``control_capacity`` pending messages the link fails (the caller says
@@ -23,13 +32,15 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from gateway.chat.auth import AUTH_FAILED_TEXT, AuthUnavailable
+from gateway.chat.credentials import UpstreamIdentity
 from gateway.chat.framing import AudioFrame, FrameError, Framing, pack, unpack
 from topics.errors import PayloadError
 from topics.wire import load_json
@@ -54,9 +65,8 @@ class UpstreamError(Exception):
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
     url: str
-    token: str | None = None
     framing: Framing = Framing.GATEWAY
-    connect_timeout_s: float = 5.0
+    hello_wait_s: float = 5.0  # resolve + connect + the server's hello (the device waits 10 s)
     audio_capacity: int = 50
     control_capacity: int = 64
     heartbeat_s: float = 20.0
@@ -68,31 +78,52 @@ class UpstreamConfig:
         query = "&".join(q for q in (parts.query, "from=mqtt_gateway") if q)
         return urlunsplit(parts._replace(query=query))
 
-    def headers(self, *, device_mac: str, client_id: str) -> dict[str, str]:
-        headers = {
-            "Device-Id": device_mac,
-            "Client-Id": client_id,
-            "Protocol-Version": str(self.framing.protocol_version),
-        }
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+    def headers(self, identity: UpstreamIdentity) -> dict[str, str]:
+        """The firmware's WebSocket headers (``websocket_protocol.cc``), in its order."""
+        headers: dict[str, str] = {}
+        if identity.authorization:
+            headers["Authorization"] = identity.authorization
+        headers["Protocol-Version"] = str(self.framing.protocol_version)
+        headers["Device-Id"] = identity.device_id
+        if identity.client_id:
+            headers["Client-Id"] = identity.client_id
         return headers
 
 
-def upstream_hello(framing: Framing) -> dict[str, Any]:
-    """The hello the gateway sends for the device (the audio it announced to the device)."""
-    return {
+@dataclass(frozen=True, slots=True)
+class DeviceHelloInfo:
+    """What the device said in its own hello, forwarded as it said it."""
+
+    features: dict[str, Any] = field(default_factory=dict)
+    audio_params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerHelloInfo:
+    """The server's hello: its session id and the audio it will send (raw, validated by the
+    caller)."""
+
+    session_id: str
+    audio_params: dict[str, Any] | None
+
+
+def upstream_hello(framing: Framing, device: DeviceHelloInfo) -> dict[str, Any]:
+    """The hello the gateway sends for the device: the device's own features and audio
+    params (the Node gateway's ``{type, version: 2, transport, audio_params, features}``)."""
+    hello: dict[str, Any] = {
         "type": "hello",
         "version": framing.protocol_version,
         "transport": "websocket",
-        "features": {"mcp": True},
-        "audio_params": {
-            "format": "opus",
-            "sample_rate": 16000,
-            "channels": 1,
-            "frame_duration": 60,
-        },
     }
+    if device.features:
+        hello["features"] = dict(device.features)
+    hello["audio_params"] = dict(device.audio_params) or {
+        "format": "opus",
+        "sample_rate": 16000,
+        "channels": 1,
+        "frame_duration": 60,
+    }
+    return hello
 
 
 class UpstreamLink:
@@ -101,16 +132,17 @@ class UpstreamLink:
         *,
         config: UpstreamConfig,
         http: aiohttp.ClientSession,
-        device_mac: str,
-        client_id: str,
+        identify: Callable[[], Awaitable[UpstreamIdentity]],
+        hello: DeviceHelloInfo,
         on_json: Callable[[dict[str, Any]], None],
         on_audio: Callable[[AudioFrame], None],
-        on_ready: Callable[[str], None] = lambda session_id: None,
+        on_ready: Callable[[ServerHelloInfo], None] = lambda hello: None,
         count_drop: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self._config = config
         self._http = http
-        self._headers = config.headers(device_mac=device_mac, client_id=client_id)
+        self._identify = identify
+        self._hello = hello
         self._on_json = on_json
         self._on_audio = on_audio
         self._on_ready = on_ready
@@ -148,37 +180,45 @@ class UpstreamLink:
 
     async def run(self) -> None:
         config = self._config
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + config.hello_wait_s
         try:
-            async with asyncio.timeout(config.connect_timeout_s):
+            async with asyncio.timeout_at(deadline):
+                identity = await self._identify()
                 ws = await self._http.ws_connect(
                     config.request_url(),
-                    headers=self._headers,
+                    headers=config.headers(identity),
                     heartbeat=config.heartbeat_s,
                     timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_WAIT_S),
                     max_msg_size=MAX_MESSAGE_BYTES,
                 )
+        except AuthUnavailable as exc:
+            raise UpstreamError(exc.reason) from None
         except TimeoutError:
             raise UpstreamError("connect_timeout", config.url) from None
         except aiohttp.WSServerHandshakeError as exc:
-            raise UpstreamError("handshake_refused", f"HTTP {exc.status}") from None
+            reason = "auth_refused" if exc.status in (401, 403) else "handshake_refused"
+            raise UpstreamError(reason, f"HTTP {exc.status}") from None
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamError("connect_failed", str(exc)) from None
         try:
-            await self._session(ws)
+            await self._session(ws, deadline)
         except (aiohttp.ClientError, ConnectionError) as exc:  # e.g. the hello's send
             raise UpstreamError("send_failed", str(exc)) from None
         finally:
             await _close(ws)
 
-    async def _session(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    async def _session(self, ws: aiohttp.ClientWebSocketResponse, deadline: float) -> None:
         config = self._config
-        await ws.send_str(json.dumps(upstream_hello(config.framing), separators=(",", ":")))
+        hello = upstream_hello(config.framing, self._hello)
+        await ws.send_str(json.dumps(hello, ensure_ascii=False, separators=(",", ":")))
         try:
-            async with asyncio.timeout(config.connect_timeout_s):
-                self.session_id = await self._await_hello(ws)
+            async with asyncio.timeout_at(deadline):
+                server = await self._await_hello(ws)
         except TimeoutError:
             raise UpstreamError("hello_timeout", config.url) from None
-        self._on_ready(self.session_id)
+        self.session_id = server.session_id
+        self._on_ready(server)
         failure: UpstreamError | None = None
         async with asyncio.TaskGroup() as tg:
             writer = tg.create_task(self._write(ws), name="chat.upstream.writer")
@@ -191,16 +231,27 @@ class UpstreamLink:
         if failure is not None:
             raise failure
 
-    async def _await_hello(self, ws: aiohttp.ClientWebSocketResponse) -> str:
+    async def _await_hello(self, ws: aiohttp.ClientWebSocketResponse) -> ServerHelloInfo:
+        refused = False
         while True:
             msg = await ws.receive()
-            if msg.type is not aiohttp.WSMsgType.TEXT:
-                self._ended(ws, msg)
-                continue  # a binary frame before hello: ignored
-            body = _json(msg.data)
-            if body is not None and body.get("type") == "hello":
-                sid = body.get("session_id")
-                return sid if isinstance(sid, str) else ""
+            if msg.type is aiohttp.WSMsgType.TEXT:
+                body = _json(msg.data)
+                if body is not None and body.get("type") == "hello":
+                    sid, params = body.get("session_id"), body.get("audio_params")
+                    return ServerHelloInfo(
+                        sid if isinstance(sid, str) else "",
+                        params if isinstance(params, dict) else None,
+                    )
+                refused = refused or (body is None and msg.data.strip() == AUTH_FAILED_TEXT)
+            elif msg.type is aiohttp.WSMsgType.BINARY:
+                continue  # audio before the hello: ignored
+            elif msg.type is aiohttp.WSMsgType.ERROR:
+                raise UpstreamError("error", str(ws.exception()))
+            else:  # closed before its hello: the v0.9.6 refusal, or a server that gave up
+                if refused:
+                    raise UpstreamError("auth_refused", "server said 认证失败")
+                raise UpstreamError("closed_before_hello", f"close code {ws.close_code}")
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while True:

@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
+
+
+class CueKind(Enum):
+    """The short tones of voice-session v1 (the gateway plays them down the UDP channel)."""
+
+    START = "start"  # §1.3 / §1.6: "滴", listening begins (the tail of the speech before it)
+    SEGMENT_END = "segment_end"  # §1.4 / §5: the sentence was cut, an answer is coming
+    TIMEOUT = "timeout"  # §1.7 / §4: no speech after the start cue, standby follows
+    FAILURE = "failure"  # §3.3: the engine failed (ASR, TTS, upstream), standby follows
+
 
 # -- events -----------------------------------------------------------------------------------
 
@@ -78,6 +89,14 @@ class UpstreamLost:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineFailed:
+    """The answering side failed on ``turn`` (ASR, TTS, the embedded engine raised)."""
+
+    turn: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """A deadline may have passed."""
 
@@ -97,6 +116,7 @@ VoiceEvent = (
     | TaskStarted
     | BackToChat
     | UpstreamLost
+    | EngineFailed
     | Tick
 )
 
@@ -139,11 +159,32 @@ class Standby:
 
 
 @dataclass(frozen=True, slots=True)
+class Greet:
+    """Say the greeting (its speech ends with the start cue); ``TtsStopped`` ends GREETING."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlayCue:
+    """A cue down to the device: SEGMENT_END opens a speech bracket the reply continues;
+    TIMEOUT and FAILURE close theirs (the ``Standby`` after them waits until they played)."""
+
+    kind: CueKind
+
+
+@dataclass(frozen=True, slots=True)
 class VoiceAlarm:
     alarm: str
     reason: str
 
 
 VoiceEffect = (
-    OpenUpstream | CloseUpstream | BeginTurn | EndSegment | StopPlayback | Standby | VoiceAlarm
+    OpenUpstream
+    | CloseUpstream
+    | BeginTurn
+    | EndSegment
+    | StopPlayback
+    | Standby
+    | Greet
+    | PlayCue
+    | VoiceAlarm
 )

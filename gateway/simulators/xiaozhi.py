@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -28,6 +29,7 @@ import logging
 import re
 import ssl
 import struct
+import time
 import uuid
 import wave
 from collections.abc import Callable, Sequence
@@ -41,7 +43,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from gateway.mqtt import codec
 from gateway.mqtt.client import Client
-from gateway.mqtt.options import ClientOptions
+from gateway.mqtt.options import ClientOptions, MqttError
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +260,7 @@ class XiaozhiDeviceSim:
         self.inbox: list[dict[str, Any]] = []  # every control JSON received, oldest first
         self.ignored_hellos = 0
         self.downlink_audio: list[bytes] = []  # played (queued while speaking) packets
+        self.downlink_at: list[float] = []  # time.monotonic() of each, when it was read
         self.downlink_discarded = 0
         self.raw_downlink: list[bytes] | None = None  # set to [] to record every datagram
         self._changed = asyncio.Event()
@@ -465,10 +468,16 @@ class XiaozhiDeviceSim:
         elif kind == "mcp" and self._tg is not None:
             reply = mcp_reply(msg.get("payload"), board=self.board, firmware=self.firmware)
             if reply is not None:
-                self._tg.create_task(
-                    self.send_json(type="mcp", payload=reply), name=f"sim[{self.mac}].mcp"
-                )
+                self._tg.create_task(self._mcp_reply(reply), name=f"sim[{self.mac}].mcp")
         self._changed.set()
+
+    async def _mcp_reply(self, reply: dict[str, Any]) -> None:
+        """Answer an MCP request, unless the device disconnected meanwhile (as the firmware's
+        reply is lost when its MQTT link is gone)."""
+        if self._client is None:
+            return
+        with contextlib.suppress(MqttError, RuntimeError):  # RuntimeError: not connected
+            await self.send_json(type="mcp", payload=reply)
 
     def _on_datagram(self, datagram: bytes) -> None:
         if self.raw_downlink is not None:
@@ -480,6 +489,7 @@ class XiaozhiDeviceSim:
             return
         if self.speaking:
             self.downlink_audio.append(opus)
+            self.downlink_at.append(time.monotonic())
         else:
             self.downlink_discarded += 1
         self._changed.set()

@@ -6,10 +6,11 @@ from gateway.xiaozhi.downlink import SpeakResult
 from gateway.xiaozhi.mcp import McpError, McpTimeout
 from gateway.xiaozhi.ota.provisioning import Provisioner
 from gateway.xiaozhi.pipeline import VoiceSink, utterance_id
-from gateway.xiaozhi.roster import SessionEvents, SessionLink
+from gateway.xiaozhi.roster import HelloGate, SessionEvents, SessionLink
 from gateway.xiaozhi.speaking import NoSession
 
 __all__ = [
+    "HelloGate",
     "McpError",
     "McpTimeout",
     "NoSession",

@@ -120,6 +120,7 @@ class XiaozhiChannel:
             clock=clock,
             link=self,
         )
+        self.answer_hello = self._roster.answer_hello  # a CHAT-held hello reply (roster.py)
         self.mcp = McpClient(
             publish=self.publish,
             session_id_of=lambda dev: self.session_id(dev) or "",

@@ -93,7 +93,8 @@ class ControlHandler:
         match msg:
             case DeviceHello():
                 # No reply to a refused hello: the device times out after 10 s and may retry.
-                roster.apply(core.hello(dev, self._clock()), received=inbound.received_mono)
+                effects = core.hello(dev, self._clock())
+                roster.apply(effects, received=inbound.received_mono, hello=msg)
             case DeviceGoodbye(session_id=sid) | UdpTimeout(session_id=sid):
                 # udp_timeout (firmware forks): the device gave up on UDP; end like a goodbye.
                 self._read_audio()

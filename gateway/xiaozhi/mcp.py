@@ -3,6 +3,12 @@
 The device is the MCP server (reference §6.3): request ids must be JSON numbers, errors come
 back without ``code``. Ids come from one counter per gateway, so a reply is matched by
 ``(device, id)``: a device can only answer requests that were sent to it.
+
+Id space: a bridged xiaozhi server talks MCP to the same device through CHAT, with its own
+ids (v0.9.6: ``initialize`` 1, ``tools/list`` 2, ``tools/call`` from a counter at 1). The
+gateway's ids start at ``GATEWAY_IDS`` (2**30) and wrap inside [2**30, 2**31) (the firmware
+reads ids with cJSON's ``valueint``, an int32), so the device's answer to the server is never
+taken for the gateway's while the server's ids stay below 2**30.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.xiaozhi import messages
+
+GATEWAY_IDS = 1 << 30
+_ID_SPAN = 1 << 30
 
 
 class McpError(Exception):
@@ -39,12 +48,12 @@ class McpClient:
         publish: Callable[[str, bytes], None],
         session_id_of: Callable[[str], str],
         count: Callable[[str], None],
-        first_id: int = 1,
+        first_id: int = GATEWAY_IDS,
     ) -> None:
         self._publish = publish
         self._session_id_of = session_id_of
         self._count = count
-        self._ids = itertools.count(first_id)
+        self._ids = (GATEWAY_IDS + n % _ID_SPAN for n in itertools.count(first_id - GATEWAY_IDS))
         self._pending: dict[tuple[str, int], asyncio.Future[dict[str, Any]]] = {}
 
     async def request(

@@ -4,7 +4,9 @@
 for each of them, what the shell needs to serve it (:class:`LiveSession`: crypto, source
 binding, datagram budget, audio pipeline), keyed by the session's ssrc (how datagrams are
 routed). It is changed only by the core's effects (:meth:`apply`): a session opened gets its
-live state and the hello reply; a session closed loses it (what the device already said still
+live state and the hello reply — unless the :class:`HelloGate` takes the hello (a CHAT session
+bridged to a xiaozhi server: the reply waits for the server's hello and carries its audio
+parameters, :meth:`answer_hello`); a session closed loses it (what the device already said still
 reaches the runtime), is counted, and — when the core says so — the device gets a goodbye.
 """
 
@@ -13,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.xiaozhi import messages
 from gateway.xiaozhi.live import LiveFactory, LiveSession
+from gateway.xiaozhi.messages import DeviceHello
 from gateway.xiaozhi.pump import AudioPump
 from gateway.xiaozhi.sessions import (
     ControlRefused,
@@ -45,6 +48,20 @@ class SessionLink(Protocol):
     def close_session(self, dev: str) -> bool: ...
 
     def set_listening(self, dev: str, listening: bool) -> None: ...
+
+    def answer_hello(
+        self, dev: str, session_id: str, *, sample_rate: int, frame_ms: int
+    ) -> bool: ...
+
+
+@runtime_checkable
+class HelloGate(Protocol):
+    """Session events that may answer a device's hello later than at once (CHAT)."""
+
+    def holds_hello(self, dev: str, hello: DeviceHello) -> bool:
+        """True: the reply waits for :meth:`SessionRoster.answer_hello` (or the session ends
+        in a goodbye); asked before ``session_opened``."""
+        ...
 
 
 class SessionEvents(Protocol):
@@ -96,6 +113,7 @@ class SessionRoster:
         self._tap = uplink_tap
         self._clock = clock
         self._link = link
+        self._gate = events if isinstance(events, HelloGate) else None
         self._live: dict[int, LiveSession] = {}  # by ssrc: one entry per session of the core
         self.opened = asyncio.Event()  # set at every open (wakes the idle sweeper)
         # The datagram router's lookup by ssrc: the dict's own ``get`` (one C call a datagram,
@@ -109,14 +127,20 @@ class SessionRoster:
     def is_current(self, live: LiveSession) -> bool:
         return self._live.get(live.session.ssrc) is live
 
-    def apply(self, effects: list[Effect], *, received: float | None = None) -> None:
+    def apply(
+        self,
+        effects: list[Effect],
+        *,
+        received: float | None = None,
+        hello: DeviceHello | None = None,
+    ) -> None:
         """Carry out the core's effects; ``received``: when the hello arrived (monotonic), for
-        the hello handling time."""
+        the hello handling time; ``hello``: the device's hello (for the :class:`HelloGate`)."""
         for effect in effects:
             match effect:
                 case SessionOpened(session=session):
                     live = self._new_live(session, listening=self._core.listening(session.dev))
-                    self._opened(live, received)
+                    self._opened(live, received, hello)
                 case SessionClosed():
                     self._closed(effect)
                 case StaleGoodbye(dev=dev, session_id=sid):
@@ -126,23 +150,49 @@ class SessionRoster:
                 case InSession():  # handed on by the caller (it has the message)
                     pass
 
-    def _opened(self, live: LiveSession, received: float | None) -> None:
-        session, dev = live.session, live.dev
-        self._live[session.ssrc] = live
-        live.pipeline.tap = self._tap  # called with the pipeline's own dev and session id
-        self._stats.sessions_open.set(len(self._core))
-        self.opened.set()
+    def answer_hello(self, dev: str, session_id: str, *, sample_rate: int, frame_ms: int) -> bool:
+        """The held hello reply of ``dev``'s session ``session_id``, with these downlink audio
+        parameters; False when that session is gone."""
+        live = self.of(dev)
+        if live is None or live.session_id != session_id:
+            return False
+        self._reply(live, sample_rate=sample_rate, frame_ms=frame_ms)
+        return True
+
+    def _reply(self, live: LiveSession, *, sample_rate: int = 16_000, frame_ms: int = 60) -> None:
+        session = live.session
         host, port = self._udp_address()
         self._publish(
-            dev,
+            live.dev,
             messages.hello_reply(
                 session_id=session.session_id,
                 server=host,
                 port=port,
                 key=session.key,
                 nonce=session.nonce,
+                sample_rate=sample_rate,
+                frame_ms=frame_ms,
             ),
         )
+
+    def _holds(self, dev: str, hello: DeviceHello | None) -> bool:
+        gate = self._gate
+        if gate is None or hello is None:
+            return False
+        try:
+            return gate.holds_hello(dev, hello)
+        except Exception:
+            log.exception("hello gate failed for %s: answered at once", dev)
+            return False
+
+    def _opened(self, live: LiveSession, received: float | None, hello: DeviceHello | None) -> None:
+        session, dev = live.session, live.dev
+        self._live[session.ssrc] = live
+        live.pipeline.tap = self._tap  # called with the pipeline's own dev and session id
+        self._stats.sessions_open.set(len(self._core))
+        self.opened.set()
+        if not self._holds(dev, hello):
+            self._reply(live)
         self._stats.hellos.inc()
         if received is not None:
             self._stats.hello_handling_ms.observe((self._clock() - received) * 1000)

@@ -12,11 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from gateway.chat.cues import build_cues
+from gateway.chat.voice import CueKind
 from gateway.simulators.xiaozhi import encode_pcm
 from tests.support.broker import Broker
 from tests.support.chat_rig import TOKEN, ChatRig, chat_rig
 from tests.support.speech import silence, synthesize
 from tests.support.xiaozhi_server import PeerSession
+
+CUES = build_cues()
+SEGMENT_END, START = CUES[CueKind.SEGMENT_END], CUES[CueKind.START]
 
 
 async def _listening(rig: ChatRig) -> PeerSession:
@@ -41,13 +46,15 @@ async def test_uplink_byte_for_byte_and_tts_in_order(broker: Broker, tmp_path: P
         peer = await rig.upstream.session(0)
         # What a MQTT gateway sends the xiaozhi server (reference §9).
         assert peer.query == {"from": "mqtt_gateway"}
-        assert peer.headers["device-id"] == rig.device.mac
-        assert peer.headers["client-id"] == rig.dev
+        assert peer.headers["device-id"] == rig.device.mac  # the firmware's: its MAC
+        assert peer.headers["client-id"] == rig.uuid  # its UUID, as the firmware sends it
         assert peer.headers["protocol-version"] == "2"
         assert peer.headers["authorization"] == f"Bearer {TOKEN}"
         assert peer.hello is not None
         assert peer.hello["transport"] == "websocket"
         assert peer.hello["audio_params"]["sample_rate"] == 16000
+        assert peer.hello["features"] == {"mcp": True, "glyph_push": False}  # the device's own
+        assert hello.sample_rate == 16000  # v0.9.6 echoes the client's audio params
 
         await rig.device.listen_start("auto")
         await rig.upstream.wait_for(lambda: bool(peer.named("listen")), "listen relayed")
@@ -67,8 +74,11 @@ async def test_uplink_byte_for_byte_and_tts_in_order(broker: Broker, tmp_path: P
         stop = await rig.device.expect("tts", state="stop")
         # tts stop (MQTT) leaves after the last datagram, but the device reads its two sockets
         # in whatever order the loop serves them: wait for the audio, then compare it whole.
-        await rig.device.wait_audio(len(reply), timeout_s=30.0)
-        assert rig.device.downlink_audio == reply  # decrypted by the device, in order
+        # the server's stt is the segment's end (its cue first); its speech leads into
+        # listening, so it ends with the start cue (voice-session v1 §1.4, §1.6)
+        expected = [*SEGMENT_END, *reply, *START]
+        await rig.device.wait_audio(len(expected), timeout_s=30.0)
+        assert rig.device.downlink_audio == expected  # decrypted by the device, in order
         assert rig.device.crypto is not None
         assert rig.device.crypto.drops == {}
         for kind in ("stt", "llm", "tts"):
@@ -186,8 +196,11 @@ async def test_server_ending_the_chat_says_goodbye_after_its_audio(
         # goodbye sent early would find next to none of it played; the last few datagrams may
         # still sit unread in the device's UDP socket (it serves two sockets), so wait for them.
         assert len(rig.device.downlink_audio) >= len(reply) // 2
-        await rig.device.wait_audio(len(reply), timeout_s=30.0)
-        assert rig.device.downlink_audio == reply  # the goodbye waited for the audio
+        # cues around it: the server's close comes after its tts stop (nothing tells the
+        # gateway earlier that this speech will not lead into listening)
+        expected = [*SEGMENT_END, *reply, *START]
+        await rig.device.wait_audio(len(expected), timeout_s=30.0)
+        assert rig.device.downlink_audio == expected  # the goodbye waited for the audio
         assert rig.lesson.metric('chat_upstream_ends_total{reason="ended"}') == 1
         assert rig.lesson.metric('ops_alarms_total{alarm="chat_upstream_lost"}') == 0
 

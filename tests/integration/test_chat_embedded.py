@@ -9,29 +9,58 @@ from pathlib import Path
 
 import opuslib
 
-from gateway.chat.replies import PHRASES, reply_to
+from gateway.chat.cues import build_cues
+from gateway.chat.replies import GREETING_EN, PHRASES, reply_to
+from gateway.chat.voice import CueKind
 from gateway.simulators.xiaozhi import FRAME_SAMPLES, RATE, encode_pcm
 from tests.support.broker import Broker
-from tests.support.chat_rig import chat_rig
+from tests.support.chat_rig import ChatRig, chat_rig
 from tests.support.speech import silence, synthesize
+
+CUES = build_cues()
+
+
+async def greeted(rig: ChatRig, mode: str = "auto") -> int:
+    """Hello, listen, a first datagram (the gateway learns where the device is), then the
+    greeting (voice-session v1 §1.2) ending with the start cue; returns the inbox position
+    after the greeting's ``tts stop`` and checks the greeting's audio."""
+    await rig.device.open_audio_channel()
+    await rig.device.listen_start(mode)
+    await rig.device.stream_opus(encode_pcm(silence(120)))
+    sentence = await rig.device.expect("tts", state="sentence_start", timeout_s=30)
+    assert sentence["text"] == GREETING_EN
+    await rig.device.expect("tts", state="stop", timeout_s=30)
+    start = CUES[CueKind.START]
+    await rig.device.wait_audio(len(start) + 5)
+    assert rig.device.downlink_audio[-len(start) :] == list(start)  # then listening begins
+    assert rig.chat_state() == "prompt_listen"
+    rig.device.downlink_audio.clear()
+    rig.device.downlink_at.clear()
+    return len(rig.device.inbox)
 
 
 async def test_spoken_turn_answered_offline(broker: Broker, tmp_path: Path) -> None:
     sections = {"asr": {"engine": "pocketsphinx", "workers": 1}}
     async with chat_rig(broker, tmp_path, upstream=False, sections=sections) as rig:
-        hello = await rig.device.open_audio_channel()
-        await rig.device.listen_start("auto")
+        after = await greeted(rig)
+        assert rig.device.hello is not None
+        hello = rig.device.hello
         await rig.device.stream_opus(encode_pcm(silence(300) + synthesize("hello") + silence(900)))
 
-        start = await rig.device.expect("tts", state="start", timeout_s=60)
-        sentence = await rig.device.expect("tts", state="sentence_start")
-        await rig.device.expect("tts", state="stop", timeout_s=30)
+        start = await rig.device.expect("tts", state="start", timeout_s=60, after=after)
+        sentence = await rig.device.expect("tts", state="sentence_start", after=after)
+        await rig.device.expect("tts", state="stop", timeout_s=30, after=after)
         assert start["session_id"] == hello.session_id
         # the device saw what was heard (stt) and the rule reply to it (no verdict, no score)
         (stt,) = [m for m in rig.device.inbox if m["type"] == "stt"]
         assert stt["text"] in PHRASES  # recognised against the rules' phrases
         assert sentence["text"] == reply_to(stt["text"], datetime.now()).text
 
+        # the segment-end cue first, the reply, then the start cue: listening again
+        seg, cue = list(CUES[CueKind.SEGMENT_END]), list(CUES[CueKind.START])
+        await rig.device.wait_audio(len(seg) + 5 + len(cue))
+        assert rig.device.downlink_audio[: len(seg)] == seg
+        assert rig.device.downlink_audio[-len(cue) :] == cue
         # the reply is real speech the device can decode: 60 ms frames, not silence
         audio = rig.device.downlink_audio
         assert len(audio) >= 5
@@ -48,11 +77,10 @@ async def test_spoken_start_begins_a_voice_task_and_priorities_hold(
 ) -> None:
     sections = {"asr": {"engine": "pocketsphinx", "workers": 1}}
     async with chat_rig(broker, tmp_path, upstream=False, sections=sections) as rig:
-        await rig.device.open_audio_channel()
-        await rig.device.listen_start("auto")
+        after = await greeted(rig)
         said = silence(300) + synthesize("start the lesson") + silence(900)
         await rig.device.stream_opus(encode_pcm(said))
-        sentence = await rig.device.expect("tts", state="sentence_start", timeout_s=60)
+        sentence = await rig.device.expect("tts", state="sentence_start", timeout_s=60, after=after)
         assert sentence["text"] == "Okay, let us start the lesson."
 
         started = await rig.lesson.wait_event("instance.started", wait_s=30)

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.simulators.xiaozhi import MqttInfo, XiaozhiDeviceSim
+from gateway.xiaozhi.ota.trust import Binding
+from gateway.xiaozhi.ota.trust_store import bindings_path, save_bindings
 from tests.support.broker import Broker
 from tests.support.lesson_rig import LessonRig, lesson_rig
 from tests.support.xiaozhi_server import XiaozhiServerPeer, xiaozhi_server
@@ -30,6 +32,7 @@ class ChatRig:
     lesson: LessonRig
     device: XiaozhiDeviceSim
     peer: XiaozhiServerPeer | None
+    uuid: str  # the board's UUID: its OTA binding's Client-Id, the third part of its client id
 
     @property
     def dev(self) -> str:
@@ -53,14 +56,20 @@ async def chat_rig(
     *,
     upstream: bool = True,
     sections: dict[str, Any] | None = None,
+    bound: bool = True,
+    peer_options: dict[str, Any] | None = None,
     **chat: Any,
 ) -> AsyncIterator[ChatRig]:
-    """``chat`` settings over the rig's; ``sections``: other settings sections (e.g. asr)."""
+    """``chat`` settings over the rig's; ``sections``: other settings sections (e.g. asr);
+    ``bound``: the device has an OTA binding (its UUID); ``peer_options``: the server peer's."""
     async with contextlib.AsyncExitStack() as stack:
-        peer = await stack.enter_async_context(xiaozhi_server(token=TOKEN)) if upstream else None
+        options = peer_options if peer_options is not None else {"token": TOKEN}
+        peer = await stack.enter_async_context(xiaozhi_server(**options)) if upstream else None
         settings: dict[str, Any] = {"silence_timeout_s": 30.0}
         if peer is not None:
-            settings |= {"upstream_url": peer.url, "token": TOKEN, "backoff_min_s": 0.2}
+            settings |= {"upstream_url": peer.url, "backoff_min_s": 0.2}
+            if peer.token is not None:
+                settings["token"] = peer.token
         settings |= chat
         rig = await stack.enter_async_context(
             lesson_rig(
@@ -70,9 +79,12 @@ async def chat_rig(
         board = rig.board
         username, password = board._username, board._password
         device = XiaozhiDeviceSim(mac=mac_colon(rig.dev))
+        board_uuid = str(uuid.uuid4())
+        if bound:  # what the OTA endpoint keeps when it issues the client id below
+            save_bindings(bindings_path(rig.settings.data_dir), {rig.dev: Binding(board_uuid)})
         device.mqtt_info = MqttInfo(
             endpoint=f"{broker.host}:{broker.port}",
-            client_id=f"GID_test@@@{rig.dev}@@@{uuid.uuid4()}",
+            client_id=f"GID_test@@@{rig.dev}@@@{board_uuid}",
             username=username,
             password=password,
             publish_topic=f"device-server/{rig.dev}",
@@ -80,4 +92,4 @@ async def chat_rig(
         )
         await stack.enter_async_context(device)
         await rig.board_online()
-        yield ChatRig(rig, device, peer)
+        yield ChatRig(rig, device, peer, board_uuid)

@@ -1,21 +1,36 @@
 """A real WebSocket peer speaking the xiaozhi server protocol, for the CHAT bridge tests.
 
-Built from the public protocol (xinnan-tech/xiaozhi-esp32-server's WebSocket server and
-connection handler, 78/xiaozhi-esp32's websocket_protocol, the MQTT gateway docs — reference
-§9, §10, §12), written here on aiohttp and sharing nothing with ``gateway/chat``:
+xinnan-tech/xiaozhi-esp32-server is not on PyPI and its WebSocket core needs its whole provider
+stack (VAD/ASR/LLM/TTS models, manager API), so it cannot run here. This peer follows its
+connection handling and auth line by line as of release **v0.9.6** (2026-07-24, f5ed1aae;
+unchanged on main 7475ea2b), written here on aiohttp and sharing nothing with ``gateway/chat``:
 
-* ``GET /xiaozhi/v1/`` upgrades; the headers (``device-id``, ``client-id``,
-  ``protocol-version``, ``authorization``) and the query are recorded; with a configured token
-  a wrong ``Authorization`` is refused with HTTP 401 before the upgrade;
-* the client's ``hello`` is answered like the server does (``version`` 1, ``transport``
-  websocket, a uuid4 ``session_id``, the client's own ``audio_params``);
+* ``core/websocket_server.py`` ``_handle_connection``: headers are read lower-cased; a request
+  without ``device-id`` takes ``device-id``/``client-id``/``authorization`` from the query, and
+  one with none gets the text "端口正常…" and a close; then ``_handle_auth``: with
+  ``server.auth.enabled`` a device in ``allowed_devices`` passes, any other needs
+  ``authorization: Bearer <token>`` that ``core/auth.py`` ``AuthManager.verify_token`` accepts
+  (HMAC-SHA256 of ``client_id|device_id|ts`` under ``auth_key``, base64url without padding,
+  ``.ts``, ``expire_seconds``); a refusal is the text ``认证失败`` and a close AFTER the upgrade;
+* ``core/connection.py`` ``handle_connection``: ``conn_from_mqtt_gateway`` is
+  ``request.path.endswith("?from=mqtt_gateway")``; the welcome is the ``xiaozhi`` config block
+  (``type hello, version 1, transport websocket, audio_params opus/24000/1/60``) plus a uuid4
+  ``session_id``;
+* ``core/handle/helloHandle.py`` ``handleHelloMessage``: the client's ``audio_params`` replace
+  the welcome's (``echo_client_audio``; False announces the configured ones, as the native-MQTT
+  branch and servers configured that way do), ``features`` are kept, ``features.mcp`` starts
+  ``initialize`` (id 1) → ``tools/list`` (id 2, same id for later pages) without a session id
+  (``device_mcp/mcp_handler.py``);
 * binary messages are parsed the way the server parses them: with ``?from=mqtt_gateway`` a
   16-byte header (timestamp at 8, length at 12), otherwise by ``Protocol-Version`` (1 raw,
   2 the 16-byte v2 header, 3 the 4-byte header);
 * :meth:`PeerSession.speak` sends one turn the server's way: ``stt`` → ``tts start`` →
-  ``tts sentence_start`` → audio (the first 5 frames at once, then one per 60 ms) → ``tts stop``,
-  every message carrying its own ``session_id``; downlink frames use the server's gateway
-  header ``[0]=1, [2..3]=len u16, [4..7]=seq, [8..11]=ts, [12..15]=len u32``.
+  ``tts sentence_start`` → audio (the first 5 frames at once, then one per frame duration) →
+  ``tts stop``, every message carrying its own ``session_id``; downlink frames use the server's
+  gateway header ``[0]=1, [2..3]=len u16, [4..7]=seq, [8..11]=ts, [12..15]=len u32``.
+
+``token=`` is the older static-token check (``AuthMiddleware``'s ``tokens`` list) refused the
+way a fronting proxy does, with HTTP 401 before the upgrade.
 """
 
 from __future__ import annotations
@@ -32,7 +47,20 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from gateway.chat.auth import AUTH_FAILED_TEXT, verify_hmac_token
+
 PATH = "/xiaozhi/v1/"
+PORT_OK_TEXT = "端口正常\uff0c如需测试连接\uff0c请启动digital-human测试"  # fullwidth commas
+CONFIG_AUDIO = {"format": "opus", "sample_rate": 24000, "channels": 1, "frame_duration": 60}
+
+
+@dataclass(frozen=True)
+class ServerAuth:
+    """``server.auth_key`` and ``server.auth`` of the server's config.yaml."""
+
+    auth_key: str
+    allowed_devices: frozenset[str] = frozenset()
+    expire_seconds: int = 60 * 60 * 24 * 30
 
 
 @dataclass
@@ -49,10 +77,23 @@ class PeerSession:
     arrivals: list[float] = field(default_factory=list)  # time.monotonic() per audio frame
     closed: bool = False
     bad_frames: int = 0
+    path_qs: str = ""
+    features: dict[str, Any] = field(default_factory=dict)
+    device_mcp: list[dict[str, Any]] = field(default_factory=list)  # the device's MCP payloads
+    sent_times: list[float] = field(default_factory=list)  # time.monotonic() per audio frame sent
+
+    @property
+    def tools(self) -> list[Any]:
+        return [
+            t
+            for m in self.device_mcp
+            if m.get("id") == 2 and isinstance(m.get("result"), dict)
+            for t in m["result"].get("tools", [])
+        ]
 
     @property
     def from_gateway(self) -> bool:
-        return self.query.get("from") == "mqtt_gateway"
+        return self.path_qs.endswith("?from=mqtt_gateway")  # connection.py, verbatim
 
     def parse(self, data: bytes) -> bytes | None:
         if self.from_gateway:
@@ -80,7 +121,9 @@ class PeerSession:
     async def send_json(self, **fields: Any) -> None:
         await self.ws.send_str(json.dumps({**fields, "session_id": self.session_id}))
 
-    async def speak(self, frames: Sequence[bytes], *, text: str = "hi", heard: str = "") -> None:
+    async def speak(
+        self, frames: Sequence[bytes], *, text: str = "hi", heard: str = "", frame_s: float = 0.06
+    ) -> None:
         if heard:
             await self.send_json(type="stt", text=heard)
         await self.send_json(type="tts", state="start")
@@ -89,21 +132,33 @@ class PeerSession:
         loop = asyncio.get_running_loop()
         start = loop.time()
         for seq, opus in enumerate(frames, start=1):
-            delay = start + max(0, seq - 5) * 0.06 - loop.time()
+            delay = start + max(0, seq - 5) * frame_s - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             ts = int(loop.time() * 1000) & 0xFFFFFFFF
             header = struct.pack(">BBHIII", 1, 0, len(opus), seq, ts, len(opus))
+            self.sent_times.append(time.monotonic())
             await self.ws.send_bytes(header + opus)
-        await asyncio.sleep(0.06 * 7)
+        await asyncio.sleep(frame_s * 7)
         await self.send_json(type="tts", state="stop")
 
 
 class XiaozhiServerPeer:
-    def __init__(self, *, token: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        auth: ServerAuth | None = None,
+        echo_client_audio: bool = True,
+        audio: dict[str, Any] | None = None,
+    ) -> None:
         self.token = token
+        self.auth = auth
+        self.echo_client_audio = echo_client_audio
+        self.audio = audio or CONFIG_AUDIO
         self.sessions: list[PeerSession] = []
         self.refused = 0
+        self.auth_refused = 0
         self.changed = asyncio.Event()
         self.answer_hellos = asyncio.Event()  # cleared: hellos are received but not answered
         self.answer_hellos.set()
@@ -149,7 +204,27 @@ class XiaozhiServerPeer:
         )
         return self.sessions[index]
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    def _authenticated(self, headers: dict[str, str]) -> bool:
+        """websocket_server._handle_auth + AuthManager.verify_token."""
+        auth = self.auth
+        if auth is None:
+            return True
+        device_id = headers.get("device-id")
+        if auth.allowed_devices and device_id in auth.allowed_devices:
+            return True
+        token = headers.get("authorization", "")
+        if not token.startswith("Bearer "):
+            return False
+        return verify_hmac_token(
+            token[7:],
+            auth.auth_key,
+            client_id=headers.get("client-id"),
+            device_id=device_id,
+            now=int(time.time()),
+            expire_s=auth.expire_seconds,
+        )
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:  # noqa: PLR0912 - the server's handler, step by step
         headers = {k.lower(): v for k, v in request.headers.items()}
         if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
             self.refused += 1
@@ -157,7 +232,22 @@ class XiaozhiServerPeer:
             raise web.HTTPUnauthorized
         ws = web.WebSocketResponse()
         await ws.prepare(request)
+        if "device-id" not in headers:
+            for key in ("device-id", "client-id", "authorization"):
+                if key in request.query:
+                    headers[key] = request.query[key]
+            if "device-id" not in headers:
+                await ws.send_str(PORT_OK_TEXT)
+                await ws.close()
+                return ws
+        if not self._authenticated(headers):
+            self.auth_refused += 1
+            self.changed.set()
+            await ws.send_str(AUTH_FAILED_TEXT)
+            await ws.close()
+            return ws
         peer = PeerSession(headers, dict(request.query), ws, self.changed)
+        peer.path_qs = request.path_qs
         self.sessions.append(peer)
         self.changed.set()
         try:
@@ -168,17 +258,10 @@ class XiaozhiServerPeer:
                         peer.hello = body
                         self.changed.set()
                         await self.answer_hellos.wait()
-                        await ws.send_str(
-                            json.dumps(
-                                {
-                                    "type": "hello",
-                                    "version": 1,
-                                    "transport": "websocket",
-                                    "session_id": peer.session_id,
-                                    "audio_params": body.get("audio_params"),
-                                }
-                            )
-                        )
+                        await self._hello(peer, body)
+                    elif body.get("type") == "mcp" and isinstance(body.get("payload"), dict):
+                        peer.messages.append(body)
+                        await self._device_mcp(peer, body["payload"])
                     else:
                         peer.messages.append(body)
                 elif msg.type is WSMsgType.BINARY:
@@ -194,10 +277,64 @@ class XiaozhiServerPeer:
             self.changed.set()
         return ws
 
+    async def _hello(self, peer: PeerSession, body: dict[str, Any]) -> None:
+        """helloHandle.handleHelloMessage."""
+        welcome: dict[str, Any] = {
+            "type": "hello",
+            "version": 1,
+            "transport": "websocket",
+            "audio_params": dict(self.audio),
+            "session_id": peer.session_id,
+        }
+        params = body.get("audio_params")
+        if params and self.echo_client_audio:
+            welcome["audio_params"] = params
+        features = body.get("features")
+        if isinstance(features, dict) and features:
+            peer.features = features
+        await peer.ws.send_str(json.dumps(welcome))
+        if peer.features.get("mcp"):
+            await self._mcp(peer, 1, "initialize", {"protocolVersion": "2024-11-05"})
+
+    async def _mcp(
+        self, peer: PeerSession, rid: int, method: str, params: dict[str, Any] | None = None
+    ) -> None:
+        payload: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            payload["params"] = params
+        await peer.ws.send_str(json.dumps({"type": "mcp", "payload": payload}))
+
+    async def _device_mcp(self, peer: PeerSession, payload: dict[str, Any]) -> None:
+        """mcp_handler.handle_mcp_message: initialize's result → tools/list (id 2), pages on."""
+        peer.device_mcp.append(payload)
+        result = payload.get("result")
+        if not isinstance(result, dict):
+            return
+        if payload.get("id") == 1:
+            await peer.ws.send_str(
+                json.dumps(
+                    {
+                        "type": "mcp",
+                        "payload": {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    }
+                )
+            )
+            await self._mcp(peer, 2, "tools/list")
+        elif payload.get("id") == 2 and result.get("nextCursor"):
+            await self._mcp(peer, 2, "tools/list", {"cursor": result["nextCursor"]})
+
 
 @contextlib.asynccontextmanager
-async def xiaozhi_server(*, token: str | None = None) -> AsyncIterator[XiaozhiServerPeer]:
-    peer = XiaozhiServerPeer(token=token)
+async def xiaozhi_server(
+    *,
+    token: str | None = None,
+    auth: ServerAuth | None = None,
+    echo_client_audio: bool = True,
+    audio: dict[str, Any] | None = None,
+) -> AsyncIterator[XiaozhiServerPeer]:
+    peer = XiaozhiServerPeer(
+        token=token, auth=auth, echo_client_audio=echo_client_audio, audio=audio
+    )
     await peer.start()
     try:
         yield peer

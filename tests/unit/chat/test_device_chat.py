@@ -18,13 +18,22 @@ import pytest
 
 from gateway.assessment.jobs import AsrKey, OnTranscript
 from gateway.chat.bridge import Backoff, BridgeContext
+from gateway.chat.credentials import UpstreamIdentity
 from gateway.chat.device import DeviceChat
 from gateway.chat.embedded import EmbeddedEngine
 from gateway.chat.framing import Framing
 from gateway.chat.metrics import ChatMetrics
 from gateway.chat.ports import ChatPorts
 from gateway.chat.upstream import UpstreamConfig
-from gateway.chat.voice import ChatState, Tick, VoiceConfig, VoiceEffect, VoiceEvent
+from gateway.chat.voice import (
+    ChatState,
+    CueKind,
+    EngineFailed,
+    Tick,
+    VoiceConfig,
+    VoiceEffect,
+    VoiceEvent,
+)
 from gateway.metrics import Metrics
 from tests.unit.chat.fake_loop import FakeLoop
 
@@ -43,6 +52,7 @@ class FakeChannel:
         self.audio: list[bytes] = []
         self.closed = 0
         self.listening: list[bool] = []
+        self.hellos: list[tuple[str, int, int]] = []
         self.changed = asyncio.Event()
         self.chat: DeviceChat | None = None
 
@@ -63,6 +73,10 @@ class FakeChannel:
 
     def set_listening(self, dev: str, listening: bool) -> None:
         self.listening.append(listening)
+
+    def answer_hello(self, dev: str, session_id: str, *, sample_rate: int, frame_ms: int) -> bool:
+        self.hellos.append((session_id, sample_rate, frame_ms))
+        return True
 
     def types(self) -> list[str]:
         return [f"{m['type']}:{m.get('state', '')}" for m in self.published]
@@ -108,6 +122,7 @@ async def device_chat(
             bridge=BridgeContext(
                 config=UpstreamConfig(url="ws://127.0.0.1:9/", framing=Framing.GATEWAY),
                 http=http,
+                identify=lambda dev: UpstreamIdentity(dev.replace("_", ":"), None, None),
                 backoff=backoff,
                 clock=time.monotonic,
                 spawn=spawn,
@@ -194,7 +209,13 @@ async def test_backoff_refuses_at_once_with_a_goodbye() -> None:
 SILENCE_MS = 5_000.0
 
 
-def fake_chat() -> tuple[DeviceChat, FakeChannel, FakeLoop, Metrics]:
+LEAD_S = 0.010  # the component's TTS_LEAD_S
+CUES = {kind: (f"{kind.value}-1".encode(), f"{kind.value}-2".encode()) for kind in CueKind}
+
+
+def fake_chat(
+    *, cues: bool = False, config: VoiceConfig | None = None
+) -> tuple[DeviceChat, FakeChannel, FakeLoop, Metrics]:
     """A bridged-mode device (no engine, no upstream link) on a loop clock the test moves."""
     loop = FakeLoop()
     metrics = Metrics()
@@ -208,9 +229,11 @@ def fake_chat() -> tuple[DeviceChat, FakeChannel, FakeLoop, Metrics]:
         metrics=ChatMetrics(metrics),
         clock=loop.clock,
         spawn=spawn,
-        config=VoiceConfig(silence_timeout_ms=SILENCE_MS),
+        config=config or VoiceConfig(silence_timeout_ms=SILENCE_MS),
         bridge=None,
         engine=None,
+        tts_lead_s=LEAD_S,
+        cues=CUES if cues else None,
     )
     channel = FakeChannel()
     chat = DeviceChat(DEV, ports, channel, loop=loop)
@@ -313,3 +336,116 @@ def test_close_stops_the_timer_and_the_downlink() -> None:
     assert channel.published == []
     assert channel.audio == []
     assert channel.closed == 0
+
+
+# -- voice-session cues, greeting, failure (fake loop clock: exact moments) --------------------
+
+
+def cue(kind: CueKind) -> list[bytes]:
+    return list(CUES[kind])
+
+
+def test_silence_timeout_plays_the_timeout_tone_then_says_goodbye() -> None:
+    chat, channel, loop, metrics = fake_chat(cues=True)
+    chat.opened(SID)
+    chat.listen("start", "auto", None)
+    chat.frame(SID, b"u")  # the device's first datagram: its address is known
+    deadline = loop.now + SILENCE_MS / 1000.0
+    loop.run_until(deadline)
+    assert state(chat) is ChatState.CLOSED
+    assert channel.types() == ["tts:start"]  # the tone's bracket opened at the deadline
+    loop.run_until(deadline + LEAD_S)
+    assert channel.audio == cue(CueKind.TIMEOUT)  # both frames at once (pre-buffer)
+    assert channel.closed == 0  # the goodbye waits until the tone had time to play
+    loop.run_until(loop.now + 1.0)
+    assert channel.types() == ["tts:start", "tts:stop"]
+    assert channel.closed == 1
+    assert chat.session_id is None
+    assert metrics.snapshot()['snlpgw_chat_cues_total{kind="timeout"}'] == 1.0
+
+
+def test_engine_failure_sends_the_failure_cue_at_once_then_standby() -> None:
+    chat, channel, loop, _ = fake_chat(cues=True, config=VoiceConfig(local_segments=True))
+    chat.opened(SID)
+    chat.listen("start", "auto", None)
+    chat.frame(SID, b"u")  # the device's first datagram: its address is known
+    chat.speech(started=True)
+    chat.core.handle(EngineFailed(0, "x"), loop.clock() * 1000)  # not this turn: nothing
+    chat.speech(started=False)
+    loop.run_until(loop.now + LEAD_S)
+    assert channel.audio == cue(CueKind.SEGMENT_END)  # §1.4: the segment-end cue
+    assert channel.types() == ["tts:start"]
+    assert state(chat) is ChatState.THINKING  # the cue's tts start is not the reply's
+    loop.run_until(loop.now + 1.0)
+    failed_at = loop.now
+    chat.handle(EngineFailed(1, "asr_timeout"))
+    loop.run_ready()
+    assert channel.types() == ["tts:start", "tts:start"]  # the failure cue's, at once
+    assert loop.now == failed_at
+    loop.run_until(failed_at + LEAD_S)  # its frames after the tts-start lead: 10 ms
+    assert channel.audio == cue(CueKind.SEGMENT_END) + cue(CueKind.FAILURE)
+    loop.run_until(loop.now + 1.0)
+    assert channel.types() == ["tts:start", "tts:start", "tts:stop"]
+    assert channel.closed == 1  # then standby
+
+
+def test_upstream_speech_ends_with_the_start_cue_unless_manual() -> None:
+    chat, channel, loop, _ = fake_chat(cues=True)
+    chat.opened(SID)
+    chat.listen("start", "auto", None)
+    chat.frame(SID, b"u")  # the device's first datagram: its address is known
+    chat._from_upstream({"type": "stt", "text": "hi"})
+    chat._from_upstream({"type": "tts", "state": "start"})
+    chat.player.audio(b"speech")
+    chat._from_upstream({"type": "tts", "state": "stop"})
+    loop.run_until(loop.now + 2.0)
+    assert channel.audio == [*cue(CueKind.SEGMENT_END), b"speech", *cue(CueKind.START)]
+    assert channel.types() == ["tts:start", "stt:", "tts:start", "tts:stop"]
+    assert state(chat) is ChatState.PROMPT_LISTEN
+    # abort: the gateway's own tts stop ends the speech, the server's late one gets no cue
+    chat.listen("start", "manual", None)
+    chat._from_upstream({"type": "stt", "text": "hi"})
+    chat._from_upstream({"type": "tts", "state": "start"})
+    loop.run_until(loop.now + 2.0)
+    channel.audio.clear()
+    chat._from_upstream({"type": "tts", "state": "stop"})  # manual: the device goes idle
+    loop.run_until(loop.now + 2.0)
+    assert channel.audio == []
+    assert state(chat) is ChatState.IDLE
+
+
+def test_no_cue_to_a_device_that_never_sent_audio() -> None:
+    chat, channel, loop, _ = fake_chat(cues=True)
+    chat.opened(SID)
+    chat.listen("start", "auto", None)
+    loop.run_until(loop.now + SILENCE_MS / 1000.0)
+    assert channel.types() == []  # nothing could reach it: the goodbye at once
+    assert channel.closed == 1
+
+
+def test_no_cues_configured_plays_none() -> None:
+    chat, channel, loop, _ = fake_chat()
+    chat.opened(SID)
+    chat.listen("start", "auto", None)
+    chat.frame(SID, b"u")  # the device's first datagram: its address is known
+    chat._from_upstream({"type": "stt", "text": "hi"})
+    loop.run_until(loop.now + 30.0)  # the reply timeout: standby without a cue
+    assert channel.audio == []
+    assert channel.types() == ["stt:"]
+    assert channel.closed == 1
+
+
+def test_uplink_outside_a_turn_is_counted_by_reason() -> None:
+    chat, _, _, metrics = fake_chat()
+    chat.opened(SID)
+    chat.frame(SID, b"w")  # before the listen (no relay configured: dropped)
+    chat.frame("old", b"x")  # another session's: not ours to count
+    chat.listen("start", "auto", None)
+    chat.frame(SID, b"u")  # the device's first datagram: its address is known
+    chat.frame(SID, b"a")  # a turn's frame: not counted here
+    chat.listen("stop", None, None)
+    chat.frame(SID, b"t")
+    snap = metrics.snapshot()
+    assert snap['snlpgw_chat_uplink_outside_turn_total{reason="before_listen"}'] == 1.0
+    assert snap['snlpgw_chat_uplink_outside_turn_total{reason="thinking"}'] == 1.0
+    assert snap['snlpgw_chat_uplink_outside_turn_total{reason="wake_word"}'] == 0.0
