@@ -49,7 +49,7 @@ FLUSH_GAP_S = 0.002
 _now = time.monotonic  # the send pacing's clock (a test moves it without moving the loop's)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Callbacks:
     """A QoS 1 publish's callbacks, kept in the session's in-flight table as its ``ref``."""
 

@@ -67,6 +67,9 @@ BLAMING = frozenset({
 CLOSES_BEFORE_POISON = 2
 RETAIN_NOT_SUPPORTED = 0x9A
 QOS_NOT_SUPPORTED = 0x9B
+# Topic names checked and encoded once (a gateway publishes to a few per device); past this
+# many the memo starts again (a flood of names costs the check, never memory).
+TOPICS_KEPT = 16_384
 
 
 class State(Enum):
@@ -146,12 +149,12 @@ class Refused:
     reason_string: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per message, frozen init costs twice
 class PublishIn:
     packet: codec.PublishPacket
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per message, frozen init costs twice
 class Delivered:
     ref: object
 
@@ -183,7 +186,7 @@ class BrokerDisconnect:
 MqttEvent = Connected | Refused | PublishIn | Delivered | Failed | Subscribed | BrokerDisconnect
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per message, frozen init costs twice
 class Sent:
     """A publish written: its packet id (0 for QoS 0) and the fallbacks applied to it."""
 
@@ -220,6 +223,7 @@ class MqttSession:
         self._will_qos0 = False  # True once a broker refused the will's QoS (Maximum QoS 0)
         self._retain_available = True  # remembered across connections
         self._suspects = 0  # entries marked suspect (see isolating)
+        self._topics: dict[str, bytes] = {}  # topic names checked, UTF-8 (bounded: TOPICS_KEPT)
 
     # -- connection lifecycle ------------------------------------------------------------
 
@@ -417,20 +421,24 @@ class MqttSession:
         reported in :class:`Delivered` or :class:`Failed`."""
         if self.state is not State.CONNECTED:
             raise SessionError(f"publish in state {self.state.value}")
-        o = self.options
-        encoded = checked_publish(topic, qos)
-        downgraded = qos > self.limits.maximum_qos
-        if downgraded:
-            qos = self.limits.maximum_qos
-        unretained = retain and not self.limits.retain_available
-        if unretained:
-            retain = False
-        size = codec.publish_size(
-            len(encoded), len(payload), qos=qos, properties=len(properties), version=o.version
-        )
-        limit = self.limits.maximum_packet_size
-        if limit is not None and size > limit:
-            raise InvalidPublish(Invalid.TOO_LARGE, f"{size}-byte packet over the broker's {limit}")
+        encoded = self._topics.get(topic)
+        if encoded is None:
+            encoded = topic_name(topic)
+            if len(self._topics) >= TOPICS_KEPT:
+                self._topics.clear()
+            self._topics[topic] = encoded
+        limits = self.limits
+        downgraded = unretained = False
+        if qos:
+            if qos != 1:
+                raise InvalidPublish(
+                    Invalid.QOS_UNSUPPORTED, f"QoS {qos} (this client sends 0 or 1)"
+                )
+            if limits.maximum_qos < 1:
+                qos, downgraded = 0, True
+        if retain and not limits.retain_available:
+            retain, unretained = False, True
+        # The id is only held once the packet is in the table: one refused below is not.
         packet_id = self._packet_id() if qos else 0
         packet = codec.publish(
             encoded,
@@ -438,13 +446,20 @@ class MqttSession:
             qos=qos,
             retain=retain,
             packet_id=packet_id,
-            version=o.version,
+            version=self.options.version,
             properties=properties,
         )
+        limit = limits.maximum_packet_size
+        if limit is not None and len(packet) > limit:
+            raise InvalidPublish(
+                Invalid.TOO_LARGE, f"{len(packet)}-byte packet over the broker's {limit}"
+            )
         if qos:
             self._in_flight[packet_id] = _InFlight(packet, topic, ref)
         self._last_sent = now
-        return Sent(packet, packet_id, downgraded, unretained)
+        if downgraded or unretained:
+            return Sent(packet, packet_id, downgraded, unretained)
+        return Sent(packet, packet_id)
 
     def acknowledge(self, message: codec.PublishPacket, now: float) -> bytes:
         """The PUBACK of a received QoS 1 message (write it once its handler returned)."""

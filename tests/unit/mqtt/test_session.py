@@ -457,3 +457,17 @@ def test_any_puback_while_isolating_sends_the_next_suspect() -> None:
         Delivered("b"),
     ]
     assert not s.isolating
+
+
+def test_checked_topic_names_are_remembered_and_the_memo_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(core, "TOPICS_KEPT", 2)
+    s = connected()
+    for topic in ("a", "b", "a", "c", "d"):
+        s.publish(topic, b"x", 0.0)
+    assert len(s._topics) <= 2
+    with pytest.raises(InvalidPublish):  # an invalid name is never remembered as valid
+        s.publish("a/#", b"x", 0.0)
+    with pytest.raises(InvalidPublish):
+        s.publish("a/#", b"x", 0.0)
