@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from typing import Any, TypeVar
 
 from gateway.mqtt import codec
 from gateway.mqtt import session as core
-from gateway.mqtt.options import ClientOptions, ConnectRefused, MqttError
+from gateway.mqtt.options import ClientOptions, ConnectRefused, MqttError, PublishRefused
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -47,6 +48,13 @@ OnFailed = Callable[[core.Failed], None]
 # (an idle connection sends at once).
 FLUSH_GAP_S = 0.002
 _now = time.monotonic  # the send pacing's clock (a test moves it without moving the loop's)
+# TCP keep-alive on the broker socket (Linux names; skipped elsewhere): a dead peer is found in
+# about 60 s even when the broker announces Server Keep Alive 0 (no PINGREQ then).
+TCP_KEEPALIVE = tuple(
+    (getattr(socket, name), value)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+    if hasattr(socket, name)
+)
 
 
 @dataclass(slots=True)
@@ -203,9 +211,8 @@ class Client(asyncio.Protocol):
 
         def failed(event: core.Failed) -> None:
             if not done.done():
-                done.set_exception(
-                    MqttError(f"broker refused the publish on {topic} (reason {event.reason})")
-                )
+                done.set_exception(PublishRefused(topic, event))
+                done.exception()  # retrieved: the waiter may be gone (its connection lost)
 
         sent = self.publish(
             topic,
@@ -283,15 +290,18 @@ class Client(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # a stream transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # liveness even where the broker turns MQTT keep-alive off (0)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                for option, value in TCP_KEEPALIVE:
+                    sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
     def data_received(self, data: bytes) -> None:
         session = self.session
         now = time.monotonic()
-        try:
-            events = session.receive(data, now)
-        except codec.ProtocolError as exc:
-            self._fail(MqttError(f"protocol error from the broker: {exc}"), core.Loss.LOCAL)
-            return
+        pinged = session.ping_outstanding
+        events = session.receive(data, now)
         acknowledged = False
         for event in events:
             if type(event) is core.PublishIn:
@@ -310,11 +320,17 @@ class Client(asyncio.Protocol):
             else:
                 acknowledged = acknowledged or type(event) is core.Failed
                 self._event(event)
+        if self._lost.done():
+            return
         out = session.take_output()
-        if out and self.is_connected:
+        if out:  # resends: written now, so a DISCONNECT read next blames what the broker got
             self._write(out)
-        if not session.isolating and session.state is core.State.CONNECTED:
+            self._flush()
+        if session.settled:
             self._settled.set()
+        if pinged and self._timer is not None:  # the answer moved the next deadline earlier
+            self._timer.cancel()
+            self._arm_timer()
         if acknowledged and self.on_room is not None:
             self.on_room()
 
@@ -329,6 +345,10 @@ class Client(asyncio.Protocol):
             future = self._subacks.get(event.packet_id)
             if future is not None:
                 _resolve(future, event)
+        elif isinstance(event, core.Violation):
+            self._fail(
+                MqttError(f"protocol error from the broker: {event.message}"), core.Loss.LOCAL
+            )
         elif isinstance(event, core.BrokerDisconnect):
             said = f": {event.reason_string[:200]}" if event.reason_string else ""
             self._reason = event.reason
@@ -376,7 +396,7 @@ class Client(asyncio.Protocol):
         try:
             ping = self.session.on_deadline(time.monotonic())
         except core.KeepAliveTimeout as exc:
-            self._fail(MqttError(str(exc)), core.Loss.LOCAL)
+            self._fail(MqttError(str(exc)), core.Loss.BROKER_SILENT)
             return
         if ping:
             self._write(ping)

@@ -180,7 +180,12 @@ def subscribe(packet_id: int, filters: list[tuple[str, int]], *, version: int = 
 
 
 class ProtocolError(Exception):
-    """The peer broke the MQTT protocol; the connection must be closed."""
+    """The peer broke the MQTT protocol; the connection must be closed. ``packets``: those
+    decoded whole before the offending one (the decoder's callers act on them first)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.packets: list[Packet] = []
 
 
 class PacketType(IntEnum):
@@ -271,9 +276,19 @@ class PacketDecoder:
         self._max_packet = max_packet
 
     def feed(self, data: bytes) -> list[Packet]:
+        """Whole packets in ``data`` and what came before it. A malformed one raises
+        :class:`ProtocolError` carrying the packets decoded before it."""
+        packets: list[Packet] = []
+        try:
+            self._feed(data, packets)
+        except ProtocolError as exc:
+            exc.packets = packets
+            raise
+        return packets
+
+    def _feed(self, data: bytes, packets: list[Packet]) -> None:
         buf = self._buf
         buf += data
-        packets: list[Packet] = []
         pos, end = 0, len(buf)
         while end - pos >= 2:
             header = buf[pos]
@@ -300,7 +315,6 @@ class PacketDecoder:
             pos = i + length
             packets.append(self._packet(header, body))
         del buf[:pos]
-        return packets
 
     def _packet(self, header: int, body: bytes) -> Packet:
         kind = header >> 4

@@ -48,7 +48,7 @@ from gateway.mqtt import codec
 from gateway.mqtt import session as core
 from gateway.mqtt.client import Client
 from gateway.mqtt.edge import Handler, Inbound
-from gateway.mqtt.options import ClientOptions, ConnectRefused, MqttError
+from gateway.mqtt.options import ClientOptions, ConnectRefused, MqttError, PublishRefused
 from gateway.mqtt.outbound import Lane, Outbound, OutboundCounters, OutboundQueue, lane_for
 from gateway.mqtt.tls import BrokerTls
 from gateway.mqtt.topics import TopicMatcher
@@ -113,6 +113,7 @@ class MqttConnection:
         self._alarmed: dict[str, float] = {}  # alarm -> when last raised (ALARM_EVERY_S)
         self._refused_filters: tuple[tuple[str, int], ...] = ()
         self._last_error: str | None = None
+        self._presence_refused: str | None = None
         self._session = core.MqttSession(self._client_options())
         self.connected_since: float | None = None
         self._tls = BrokerTls(settings, metrics)  # mqtts://: a context per connect (tls.py)
@@ -213,7 +214,9 @@ class MqttConnection:
         lane is full), counted either way."""
         data = payload.encode() if isinstance(payload, str) else payload
         try:
-            encoded = core.checked_publish(topic, qos)
+            encoded = self._session.topic_bytes(topic)
+            if qos not in (0, 1):
+                raise core.InvalidPublish(core.Invalid.QOS_UNSUPPORTED, f"QoS {qos}")  # noqa: TRY301
         except core.InvalidPublish as exc:
             self.m_out_failed.labels("invalid").inc()
             log.error("refused a publish: %s", exc)  # noqa: TRY400 - the caller's, no trace
@@ -223,8 +226,13 @@ class MqttConnection:
         props = (0 if correlation_data is None else 3 + len(correlation_data)) + (
             0 if expiry_s is None else 5
         )
-        size = codec.publish_size(len(encoded), len(data), qos=qos, properties=props)
-        if size > self.max_packet_bytes:
+        limit = self.max_packet_bytes
+        # 16 bytes cover the fixed header, lengths and packet id: most publishes skip the sum.
+        if (
+            len(data) + len(encoded) + props + 16 > limit
+            and (size := codec.publish_size(len(encoded), len(data), qos=qos, properties=props))
+            > limit
+        ):
             self.m_out_oversize.inc()
             self.m_out_failed.labels("too_large").inc()
             log.error("dropped %d-byte publish on %s: over the broker's limit", size, topic)
@@ -243,9 +251,13 @@ class MqttConnection:
     def health(self) -> dict[str, object]:
         """Readiness for /healthz: connected, and every subscription granted."""
         refused = [f for f, _ in self._refused_filters]
-        body: dict[str, object] = {"ok": self.connected and not refused}
+        body: dict[str, object] = {
+            "ok": self.connected and not refused and self._presence_refused is None
+        }
         if refused:
             body["refused_subscriptions"] = refused
+        if self._presence_refused is not None:
+            body["presence_refused"] = self._presence_refused
         if not self.connected and self._last_error is not None:
             body["error"] = self._last_error
         return body
@@ -305,13 +317,13 @@ class MqttConnection:
     async def run(self) -> None:
         """Connect, serve, reconnect; returns only when cancelled."""
         while True:
-            started = time.monotonic()
             try:
                 await self._serve_once()
             except MqttError as exc:
                 self._mark_disconnected()
                 self._last_error = str(exc)
-                if self.connected_since is not None and time.monotonic() - started >= STABLE_S:
+                since = self.connected_since
+                if since is not None and time.monotonic() - since >= STABLE_S:
                     self._backoff.reset()  # it held: the next failure starts from the minimum
                 self.connected_since = None
                 delay = self._backoff.failed()
@@ -364,13 +376,7 @@ class MqttConnection:
         try:
             await self._subscribe(client, limits)
             await client.settled()  # the previous connection's suspects first (poison rule)
-            sent = await client.publish_wait(
-                self._presence_topic, self._presence_payload(True), qos=1, retain=True
-            )
-            if sent.qos_downgraded:  # the presence skips the lanes, which count the rest
-                self.m_fallbacks.labels("qos_downgraded").inc()
-            if sent.retain_dropped:
-                self.m_fallbacks.labels("retain_dropped").inc()
+            await self._announce(client)
             self._connections += 1
             self.m_connects.inc()
             self.m_connected.set(1)
@@ -392,6 +398,26 @@ class MqttConnection:
         finally:
             self._client = None
             await client.disconnect(wait_s=1.0)
+
+    async def _announce(self, client: Client) -> None:
+        """The retained presence, once per connection. A broker that refuses it (its ACL, a
+        quota) is alarmed and makes the gateway not ready, and the connection is served anyway:
+        reconnecting would only be refused again."""
+        try:
+            sent = await client.publish_wait(
+                self._presence_topic, self._presence_payload(True), qos=1, retain=True
+            )
+        except PublishRefused as exc:
+            self._presence_refused = str(exc)
+            self.m_out_failed.labels("refused_presence").inc()
+            log.error("%s: the gateway's presence is not announced (check the broker's ACL)", exc)  # noqa: TRY400
+            self._raise("mqtt_publish_refused", topic=self._presence_topic, reason_code=exc.reason)
+            return
+        self._presence_refused = None
+        if sent.qos_downgraded:  # the presence skips the lanes, which count the rest
+            self.m_fallbacks.labels("qos_downgraded").inc()
+        if sent.retain_dropped:
+            self.m_fallbacks.labels("retain_dropped").inc()
 
     async def _subscribe(self, client: Client, limits: core.Limits) -> None:
         filters = [(r.topic_filter, r.qos) for r in self._routes]

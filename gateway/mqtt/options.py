@@ -53,6 +53,18 @@ class ConnectRefused(MqttError):
         return self.reason in (0x86, 0x87, 0x04, 0x05)
 
 
+class PublishRefused(MqttError):
+    """A publish waited on was refused by the broker (PUBACK >= 0x80) or dropped as poison;
+    the connection itself may well be fine."""
+
+    def __init__(self, topic: str, failure: object) -> None:
+        reason = getattr(failure, "reason", 0)
+        kind = getattr(getattr(failure, "failure", None), "value", "refused")
+        super().__init__(f"publish on {topic} {kind} by the broker (reason code {reason})")
+        self.topic = topic
+        self.reason = reason
+
+
 @dataclass(frozen=True, slots=True)
 class ClientOptions:
     client_id: str

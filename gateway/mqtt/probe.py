@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.mqtt import codec
 from gateway.mqtt import session as core
 from gateway.mqtt.options import ClientOptions
 from gateway.mqtt.tls import client_context
@@ -164,13 +163,10 @@ class Probe:
             self._end(core.Loss.BROKER_CLOSED)
             return
         now = time.monotonic()
-        try:
-            events = self.session.receive(data, now)
-        except codec.ProtocolError:
-            self._end(core.Loss.LOCAL)
-            return
-        for event in events:
+        for event in self.session.receive(data, now):
             self._on(event, now)
+            if self.closed:
+                return
         out = self.session.take_output()
         if out:
             self._send(out)
@@ -195,8 +191,10 @@ class Probe:
             self._acked(event.ref, 0)
         elif isinstance(event, core.Failed):
             self._acked(event.ref, event.reason)
-        else:  # BrokerDisconnect
+        elif isinstance(event, core.BrokerDisconnect):
             self._end(core.Loss.BROKER_DISCONNECT, event.reason)
+        else:  # Violation: bytes MQTT forbids
+            self._end(core.Loss.LOCAL)
 
     def _acked(self, ref: object, reason: int) -> None:
         if isinstance(ref, int):
@@ -206,7 +204,7 @@ class Probe:
         try:
             ping = self.session.on_deadline(time.monotonic())
         except core.KeepAliveTimeout:
-            self._end(core.Loss.LOCAL)
+            self._end(core.Loss.BROKER_SILENT)
             return
         if ping:
             self._send(ping)

@@ -23,13 +23,18 @@ What the session owns, and the rules it keeps (docs/mqtt.md):
 * **Reason codes are outcomes.** A PUBACK under 0x80 is :class:`Delivered`; at or over 0x80 the
   message is :class:`Failed` (dropped, never sent again). A SUBACK reports each filter's code.
 * **No input causes a reconnect loop (the poison rule).** When the broker ends the connection
-  (DISCONNECT, or it closes the socket), what was in flight is sent again *one at a time*
-  (:attr:`isolating`) until each is acknowledged. A publish alone in flight (while isolating:
-  the suspect resent alone, whatever was published after it without :meth:`room`, such as the
-  connect's presence) when the broker disconnects with a reason that blames a packet
+  (DISCONNECT, it closes the socket, it goes silent), what was in flight is sent again *one at
+  a time* (:attr:`isolating`) until each is acknowledged; nothing new goes meanwhile. A publish
+  alone in flight (while isolating: the suspect resent alone, whatever was published beside it
+  without :meth:`room`) when the broker disconnects with a reason that blames a packet
   (:data:`BLAMING`) is dropped as :attr:`Failure.POISON`; one alone in flight when the broker
-  closes the socket twice is too.
-  A connection this side ends (keep-alive timeout, a protocol error, a close) blames nothing.
+  ends the connection any other way twice is too, but for reasons about the server itself
+  (:data:`NOT_ABOUT_A_PACKET`). A resend counts as sent once :meth:`take_output` hands it to the
+  shell, so one still waiting when the DISCONNECT is read is never blamed. A connection this
+  side ends (a protocol error, a close) blames nothing.
+* **Order and Receive Maximum across reconnects.** What a previous connection left in flight
+  goes first, at most the broker's Receive Maximum at a time; :meth:`room` and
+  :attr:`settled` stay false until all of it was sent again.
 * **Keep-alive.** A PINGREQ after half the keep-alive without a send or a receive; no packet
   from the broker within the keep-alive after a PINGREQ ends the connection
   (:class:`KeepAliveTimeout`).
@@ -62,8 +67,12 @@ BLAMING = frozenset({
     0x9A,  # Retain not supported
     0x9B,  # QoS not supported
 })  # fmt: skip
-# How often a publish may be alone in flight when the broker closes the socket without a
-# DISCONNECT before it is taken for the cause (a broker restart closes it once).
+# DISCONNECT reason codes that say nothing about what the client sent (MQTT 5 §3.14.2.1):
+# Server shutting down, Session taken over, Use another server, Server moved.
+NOT_ABOUT_A_PACKET = frozenset({0x8B, 0x8E, 0x9C, 0x9D})
+# How often a publish may be alone in flight when the broker ends the connection otherwise
+# (closes the socket, goes silent, disconnects for a reason that blames no packet) before it
+# is taken for the cause (a broker restart closes it once).
 CLOSES_BEFORE_POISON = 2
 RETAIN_NOT_SUPPORTED = 0x9A
 QOS_NOT_SUPPORTED = 0x9B
@@ -119,7 +128,8 @@ class Loss(Enum):
 
     BROKER_DISCONNECT = "broker_disconnect"  # the broker sent DISCONNECT (reason given)
     BROKER_CLOSED = "broker_closed"  # the socket closed or reset under us
-    LOCAL = "local"  # this side ended it: keep-alive, protocol error, close, connect failure
+    BROKER_SILENT = "broker_silent"  # no answer to a PINGREQ within the keep-alive
+    LOCAL = "local"  # this side ended it: protocol error, close, connect failure
 
 
 # -- events ----------------------------------------------------------------------------------
@@ -178,12 +188,21 @@ class Subscribed:
 
 
 @dataclass(frozen=True, slots=True)
+class Violation:
+    """The broker sent bytes MQTT forbids: the connection must end (:data:`Loss.LOCAL`)."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerDisconnect:
     reason: int
     reason_string: str | None = None
 
 
-MqttEvent = Connected | Refused | PublishIn | Delivered | Failed | Subscribed | BrokerDisconnect
+MqttEvent = (
+    Connected | Refused | PublishIn | Delivered | Failed | Subscribed | BrokerDisconnect | Violation
+)
 
 
 @dataclass(slots=True)  # not frozen: built per message, frozen init costs twice
@@ -216,12 +235,13 @@ class MqttSession:
         self._subscribing: dict[int, tuple[str, ...]] = {}
         self._next_id = 0
         self._out: list[bytes] = []  # written by receive(): resends, taken by take_output()
+        self._queued: list[_InFlight] = []  # entries whose resend waits in _out (not sent yet)
+        self._unsent = 0  # entries of a previous connection not sent again yet
         self._last_sent = 0.0
         self._last_received = 0.0
         self._ping_sent: float | None = None
-        self._will_retain = True  # False once a broker refused the will's retain flag
-        self._will_qos0 = False  # True once a broker refused the will's QoS (Maximum QoS 0)
-        self._retain_available = True  # remembered across connections
+        self._will_retain = True  # False while a broker refuses the will's retain flag
+        self._will_qos0 = False  # True while a broker refuses the will's QoS (Maximum QoS 0)
         self._suspects = 0  # entries marked suspect (see isolating)
         self._topics: dict[str, bytes] = {}  # topic names checked, UTF-8 (bounded: TOPICS_KEPT)
 
@@ -263,22 +283,23 @@ class MqttSession:
             return []
         was_connected = self.state is State.CONNECTED
         self.state = State.IDLE
-        self._out.clear()
+        self._unqueue()
         self._subscribing.clear()
         self._ping_sent = None
         sent = [(pid, e) for pid, e in self._in_flight.items() if e.sent]
         for _, entry in sent:
             entry.sent = False
+        self._unsent += len(sent)
         if not was_connected or how is Loss.LOCAL or not sent:
             return []
         dropped: list[Failed] = []
         # While isolating, the suspect resent alone is the one to blame: a publish made meanwhile
         # without room() (the connect's presence) was written after it.
         blamable = [(pid, e) for pid, e in sent if e.suspect] or sent
-        if len(blamable) == 1:
+        if len(blamable) == 1 and reason not in NOT_ABOUT_A_PACKET:
             packet_id, entry = blamable[0]
-            entry.closes += how is Loss.BROKER_CLOSED
             blamed = how is Loss.BROKER_DISCONNECT and reason in BLAMING
+            entry.closes += 1
             if blamed or entry.closes >= CLOSES_BEFORE_POISON:
                 self._remove(packet_id, entry)
                 dropped.append(Failed(entry.ref, Failure.POISON, reason, entry.topic))
@@ -288,6 +309,14 @@ class MqttSession:
                 self._suspects += 1
         return dropped
 
+    def _unqueue(self) -> None:
+        """Resends still in ``_out`` were never written: they stay unsent."""
+        for entry in self._queued:
+            entry.sent = False
+        self._unsent += len(self._queued)
+        self._queued.clear()
+        self._out.clear()
+
     @property
     def isolating(self) -> bool:
         """Publishes of a connection the broker ended are being resent one at a time."""
@@ -296,36 +325,53 @@ class MqttSession:
     def _remove(self, packet_id: int, entry: _InFlight) -> None:
         del self._in_flight[packet_id]
         self._suspects -= entry.suspect
+        self._unsent -= not entry.sent
 
     # -- receiving -------------------------------------------------------------------------
 
     def receive(self, data: bytes, now: float) -> list[MqttEvent]:
-        """Feed bytes read from the socket. Raises :class:`codec.ProtocolError` on bytes MQTT
-        forbids (the shell then closes the connection: :data:`Loss.LOCAL`)."""
+        """Feed bytes read from the socket. Bytes MQTT forbids end the events with a
+        :class:`Violation` (the shell then closes the connection: :data:`Loss.LOCAL`); the
+        events before it stand."""
         self._last_received = now
         self._ping_sent = None
         events: list[MqttEvent] = []
-        for packet in self._decoder.feed(data):
-            if isinstance(packet, codec.PublishPacket):
-                if self.state is not State.CONNECTED:
-                    raise codec.ProtocolError("PUBLISH before CONNACK")
-                events.append(PublishIn(packet))
-            elif isinstance(packet, codec.PubAck):
-                self._puback(packet, events, now)
-            elif isinstance(packet, codec.ConnAck):
-                self._connack(packet, events, now)
-            elif isinstance(packet, codec.SubAck):
-                filters = self._subscribing.pop(packet.packet_id, None)
-                if filters is not None:
-                    events.append(
-                        Subscribed(
-                            packet.packet_id, tuple(zip(filters, packet.reasons, strict=False))
-                        )
-                    )
-            elif isinstance(packet, codec.Disconnect):
-                events.append(BrokerDisconnect(packet.reason, packet.reason_string))
-                break  # nothing after a DISCONNECT counts
+        error: codec.ProtocolError | None = None
+        try:
+            packets = self._decoder.feed(data)
+        except codec.ProtocolError as exc:
+            packets, error = exc.packets, exc
+        for packet in packets:
+            try:
+                if self._handle(packet, events, now):
+                    return events  # a DISCONNECT: nothing after it counts
+            except codec.ProtocolError as exc:
+                error = exc
+                break
+        if error is not None:
+            events.append(Violation(str(error)))
         return events
+
+    def _handle(self, packet: codec.Packet, events: list[MqttEvent], now: float) -> bool:
+        """One packet from the broker; True when it ended the connection (DISCONNECT)."""
+        if isinstance(packet, codec.PublishPacket):
+            if self.state is not State.CONNECTED:
+                raise codec.ProtocolError("PUBLISH before CONNACK")
+            events.append(PublishIn(packet))
+        elif isinstance(packet, codec.PubAck):
+            self._puback(packet, events, now)
+        elif isinstance(packet, codec.ConnAck):
+            self._connack(packet, events, now)
+        elif isinstance(packet, codec.SubAck):
+            filters = self._subscribing.pop(packet.packet_id, None)
+            if filters is not None:
+                results = tuple(zip(filters, packet.reasons, strict=False))
+                events.append(Subscribed(packet.packet_id, results))
+        elif isinstance(packet, codec.Disconnect):
+            self._unqueue()  # resends not written yet were never sent
+            events.append(BrokerDisconnect(packet.reason, packet.reason_string))
+            return True
+        return False
 
     def _connack(self, packet: codec.ConnAck, events: list[MqttEvent], now: float) -> None:
         if self.state is not State.CONNECTING:
@@ -338,13 +384,15 @@ class MqttSession:
             self.state = State.IDLE
             events.append(Refused(packet.reason, packet.reason_string))
             return
-        if packet.retain_available is not None:
-            self._retain_available = packet.retain_available
+        retain = packet.retain_available is not False  # absent: available (MQTT 5)
+        maximum_qos = 2 if packet.maximum_qos is None else packet.maximum_qos
+        self._will_retain = self._will_retain or retain  # a broker that offers it again
+        self._will_qos0 = self._will_qos0 and maximum_qos < 1
         self.limits = Limits(
             receive_maximum=packet.receive_maximum or 65_535,
             maximum_packet_size=packet.maximum_packet_size,
-            maximum_qos=2 if packet.maximum_qos is None else packet.maximum_qos,
-            retain_available=self._retain_available,
+            maximum_qos=maximum_qos,
+            retain_available=retain,
             keepalive_s=(
                 self.options.keepalive_s
                 if packet.server_keepalive_s is None
@@ -365,41 +413,70 @@ class MqttSession:
             events.append(Failed(entry.ref, Failure.REFUSED, packet.reason, entry.topic))
         else:
             events.append(Delivered(entry.ref))
-        if entry.suspect or self.isolating:  # the next suspect may have waited for this one
+        if self._unsent:  # a resend may have waited for this one's slot
             self._resend(now)
 
     def _resend(self, now: float) -> None:
-        """Send again what a previous connection left in flight: all at once, or, while
-        isolating, the next suspect alone (called at CONNACK and at a suspect's PUBACK; while
-        isolating nothing new is sent, so then nothing else is in flight)."""
-        waiting = [(pid, e) for pid, e in self._in_flight.items() if not e.sent]
-        if not waiting:
-            return
+        """Send again what a previous connection left in flight, in order, before anything
+        new: as many as the broker's Receive Maximum lets be in flight, or, while isolating,
+        the next suspect once nothing else of the previous connection is in flight."""
+        sent = sum(e.sent for e in self._in_flight.values()) + len(self._queued)
         if self.isolating:
-            waiting = waiting[:1]
-        for _, entry in waiting:
-            entry.sent = True
+            if any(e.suspect and (e.sent or e in self._queued) for e in self._in_flight.values()):
+                return
+            budget = 1
+        else:
+            budget = self.limits.receive_maximum - sent
+        for entry in self._in_flight.values():
+            if budget <= 0:
+                break
+            if entry.sent or entry in self._queued:
+                continue
+            budget -= 1
+            self._queued.append(entry)
             packet = entry.packet
             self._out.append(bytes((packet[0] | 0x08,)) + packet[1:])  # DUP: a redelivery
         self._last_sent = now
 
     def take_output(self) -> bytes:
-        """Bytes :meth:`receive` produced (resends after a CONNACK or a suspect's PUBACK)."""
+        """Bytes :meth:`receive` produced (resends after a CONNACK or a PUBACK); from now on
+        they count as sent (the shell writes them at once)."""
         if not self._out:
             return b""
+        for entry in self._queued:
+            entry.sent = True
+        self._unsent -= len(self._queued)
+        self._queued.clear()
         out = b"".join(self._out)
         self._out.clear()
         return out
 
+    @property
+    def settled(self) -> bool:
+        """Connected, the previous connection's publishes all sent again and confirmed or
+        dropped, and room for one more: a publish made now cannot blur the poison rule nor
+        exceed the broker's Receive Maximum."""
+        return (
+            self.state is State.CONNECTED
+            and not self._suspects
+            and not self._unsent
+            and len(self._in_flight) < self.limits.receive_maximum
+        )
+
+    @property
+    def ping_outstanding(self) -> bool:
+        return self._ping_sent is not None
+
     # -- sending ---------------------------------------------------------------------------
 
     def room(self, window: int) -> bool:
-        """Whether a new QoS 1 publish may go now: connected, not isolating, and fewer than
-        ``window`` (capped by the broker's Receive Maximum) in flight."""
+        """Whether a new QoS 1 publish may go now: connected, not isolating, everything of the
+        previous connection sent again, and fewer than ``window`` (capped by the broker's
+        Receive Maximum) in flight."""
         if self.state is not State.CONNECTED:
             return False
         limit = min(window, self.limits.receive_maximum)
-        return len(self._in_flight) < limit and not self.isolating
+        return len(self._in_flight) < limit and not self._suspects and not self._unsent
 
     @property
     def in_flight(self) -> int:
@@ -421,12 +498,7 @@ class MqttSession:
         reported in :class:`Delivered` or :class:`Failed`."""
         if self.state is not State.CONNECTED:
             raise SessionError(f"publish in state {self.state.value}")
-        encoded = self._topics.get(topic)
-        if encoded is None:
-            encoded = topic_name(topic)
-            if len(self._topics) >= TOPICS_KEPT:
-                self._topics.clear()
-            self._topics[topic] = encoded
+        encoded = self.topic_bytes(topic)
         limits = self.limits
         downgraded = unretained = False
         if qos:
@@ -460,6 +532,17 @@ class MqttSession:
         if downgraded or unretained:
             return Sent(packet, packet_id, downgraded, unretained)
         return Sent(packet, packet_id)
+
+    def topic_bytes(self, topic: str) -> bytes:
+        """``topic`` checked as a topic name (:func:`topic_name`) and UTF-8 encoded, remembered
+        (bounded: ``TOPICS_KEPT``; an invalid name is never remembered)."""
+        encoded = self._topics.get(topic)
+        if encoded is None:
+            encoded = topic_name(topic)
+            if len(self._topics) >= TOPICS_KEPT:
+                self._topics.clear()
+            self._topics[topic] = encoded
+        return encoded
 
     def acknowledge(self, message: codec.PublishPacket, now: float) -> bytes:
         """The PUBACK of a received QoS 1 message (write it once its handler returned)."""
@@ -518,13 +601,6 @@ class MqttSession:
             raise KeepAliveTimeout(now - self._ping_sent)
         self._ping_sent = self._last_sent = now
         return codec.PINGREQ
-
-
-def checked_publish(topic: str, qos: int) -> bytes:
-    """The topic name a PUBLISH at ``qos`` carries, or :class:`InvalidPublish` saying why not."""
-    if qos not in (0, 1):
-        raise InvalidPublish(Invalid.QOS_UNSUPPORTED, f"QoS {qos} (this client sends 0 or 1)")
-    return topic_name(topic)
 
 
 def topic_name(topic: str) -> bytes:

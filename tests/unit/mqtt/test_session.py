@@ -26,6 +26,7 @@ from gateway.mqtt.session import (
     SessionError,
     State,
     Subscribed,
+    Violation,
 )
 from tests.support import mqtt_bytes as b
 
@@ -132,14 +133,12 @@ def test_calls_out_of_state_are_refused() -> None:
     with pytest.raises(SessionError, match="connect in state connecting"):
         s.connect(0.0)
     assert s.disconnect() == b""
-    with pytest.raises(codec.ProtocolError, match="PUBLISH before CONNACK"):
-        s.receive(b.publish("a", b"x"), 0.0)
+    assert s.receive(b.publish("a", b"x"), 0.0) == [Violation("PUBLISH before CONNACK")]
 
 
 def test_a_second_connack_is_a_protocol_error() -> None:
     s = connected()
-    with pytest.raises(codec.ProtocolError, match="CONNACK on an open connection"):
-        s.receive(b.connack(), 0.0)
+    assert s.receive(b.connack(), 0.0) == [Violation("CONNACK on an open connection")]
 
 
 def test_mqtt_311_connects_publishes_and_subscribes_without_properties() -> None:
@@ -366,7 +365,11 @@ def test_a_disconnect_that_blames_no_packet_leaves_the_lone_publish_in_flight() 
     assert s.connection_lost(Loss.BROKER_DISCONNECT, 0x8E) == []  # session taken over
     assert s.isolating
     connected(s, 1.0)
-    assert s.receive(b.puback(1), 1.0) == [Delivered("x")]
+    assert [p.packet_id for p in sent(s)] == [1]
+    assert s.connection_lost(Loss.BROKER_DISCONNECT, 0x8E) == []  # never counts
+    connected(s, 2.0)
+    assert [p.packet_id for p in sent(s)] == [1]
+    assert s.receive(b.puback(1), 2.0) == [Delivered("x")]
 
 
 def test_a_suspect_waiting_for_its_turn_stays_suspect_through_another_loss() -> None:
@@ -471,3 +474,93 @@ def test_checked_topic_names_are_remembered_and_the_memo_is_bounded(
         s.publish("a/#", b"x", 0.0)
     with pytest.raises(InvalidPublish):
         s.publish("a/#", b"x", 0.0)
+
+
+def test_a_resend_not_written_yet_when_the_broker_disconnects_is_not_blamed() -> None:
+    s = connected()
+    s.publish("t/a", b"a", 0.0, qos=1, ref="a")
+    s.publish("t/b", b"b", 0.0, qos=1, ref="b")
+    s.connection_lost(Loss.BROKER_CLOSED)
+    connected(s, 1.0)
+    assert [p.topic for p in sent(s)] == ["t/a"]
+    # One read: a's PUBACK (t/b queued for resending) and a DISCONNECT before it is written.
+    events = s.receive(b.puback(1) + b.disconnect(0x97), 1.0)
+    assert events == [Delivered("a"), BrokerDisconnect(0x97)]
+    assert s.take_output() == b""  # the queued resend is gone with the connection ...
+    assert s.connection_lost(Loss.BROKER_DISCONNECT, 0x97) == []  # ... and blames nothing
+    connected(s, 2.0)
+    assert [p.topic for p in sent(s)] == ["t/b"]
+
+
+def test_any_broker_ending_but_those_about_the_server_counts_toward_poison() -> None:
+    for how, reason in ((Loss.BROKER_DISCONNECT, 0x80), (Loss.BROKER_SILENT, 0)):
+        s = connected()
+        s.publish("t", b"x", 0.0, qos=1, ref="x")
+        assert s.connection_lost(how, reason) == []
+        connected(s, 1.0)
+        sent(s)
+        assert s.connection_lost(how, reason) == [Failed("x", Failure.POISON, reason, "t")]
+        assert s.settled is False  # not connected
+
+
+def test_resends_respect_the_receive_maximum_and_new_publishes_wait_for_them() -> None:
+    s = connected()
+    for i in range(3):
+        s.publish(f"t/{i}", b"x", 0.0, qos=1, ref=i)
+    s.connection_lost(Loss.LOCAL)
+    connected(s, 1.0, props={b.RECEIVE_MAXIMUM: 2})
+    assert [p.topic for p in sent(s)] == ["t/0", "t/1"]
+    assert not s.room(20)  # t/2 goes before anything new
+    assert not s.settled
+    assert s.receive(b.puback(1), 1.0) == [Delivered(0)]
+    assert [p.topic for p in sent(s)] == ["t/2"]
+    assert not s.settled  # two in flight: no room for one more
+    s.receive(b.puback(2), 1.0)
+    assert s.settled
+    assert s.room(20)
+
+
+def test_what_a_broker_does_not_offer_is_asked_again_of_the_next_one() -> None:
+    s = session(will=WILL)
+    s.connect(0.0)
+    s.receive(b.connack(core.RETAIN_NOT_SUPPORTED), 0.0)
+    connected(s, 1.0, props={b.RETAIN_AVAILABLE: 0})
+    assert not s.publish("t", b"x", 1.0, retain=True).packet[0] & 0x01
+    s.connection_lost(Loss.LOCAL)
+    assert not b.connect_flags(one(s.connect(2.0))) & 0x20
+    s.receive(b.connack(), 2.0)  # this broker says nothing: retain is available (MQTT 5)
+    assert s.publish("t", b"x", 2.0, retain=True).packet[0] & 0x01
+    s.connection_lost(Loss.LOCAL)
+    assert b.connect_flags(one(s.connect(3.0))) & 0x20  # the will retained again
+
+
+def test_a_protocol_violation_keeps_the_events_before_it() -> None:
+    s = connected()
+    s.publish("t", b"x", 0.0, qos=1, ref="x")
+    events = s.receive(b.puback(1) + b"\xf0\x00", 0.0)  # then a packet of type 15 (AUTH)
+    assert events[0] == Delivered("x")
+    assert isinstance(events[1], Violation)
+    assert s.in_flight == 0
+
+
+def test_ping_outstanding_is_cleared_by_any_packet() -> None:
+    s = connected(session(keepalive_s=10))
+    assert not s.ping_outstanding
+    s.on_deadline(5.0)
+    assert s.ping_outstanding
+    s.receive(b.PINGRESP, 6.0)
+    assert not s.ping_outstanding
+
+
+def test_a_puback_of_a_publish_beside_the_suspect_does_not_send_the_next_one_early() -> None:
+    s = connected()
+    for name in ("a", "b", "c"):
+        s.publish(f"t/{name}", name.encode(), 0.0, qos=1, ref=name)
+    s.connection_lost(Loss.BROKER_CLOSED)
+    connected(s, 1.0)
+    assert [p.topic for p in sent(s)] == ["t/a"]
+    beside = s.publish("gw/status", b"online", 1.0, qos=1, ref="presence")  # no room() asked
+    assert s.receive(b.puback(beside.packet_id), 1.0) == [Delivered("presence")]
+    assert sent(s) == []  # t/a is still alone in flight among the suspects
+    s.receive(b.puback(1), 1.0)
+    assert [p.topic for p in sent(s)] == ["t/b"]
