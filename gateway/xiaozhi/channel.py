@@ -36,8 +36,6 @@ from gateway.xiaozhi.roster import SessionEvents, SessionRoster, UplinkTap
 from gateway.xiaozhi.sessions import SessionCore
 from gateway.xiaozhi.speaking import NoSession, SessionSpeaker
 from gateway.xiaozhi.stats import ChannelStats
-from gateway.xiaozhi.status import StatusBook
-from gateway.xiaozhi.status_admin import StatusAdmin
 from gateway.xiaozhi.udp import COALESCE_S, UdpEndpoint
 from gateway.xiaozhi.udp_socket import open_socket
 from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
@@ -144,8 +142,6 @@ class XiaozhiChannel:
             address_wait_s=address_wait_s,
             tts_lead_s=tts_lead_s,
         )
-        # Hello features and MCP tools per device (status.py), as many devices as OTA may bind.
-        self.status = StatusBook(max_devices=xz.ota_max_devices)
         self.control = ControlHandler(
             settings=xz,
             core=self.core,
@@ -156,22 +152,13 @@ class XiaozhiChannel:
             stats=stats,
             clock=clock,
             read_audio=self.udp_endpoint.read_pending,
-            status=self.status,
         )
         mqtt.route(self.control.topic_filter, self.control.handle, qos=0)
         self.ota: OtaEndpoint | None = None  # None: this process serves no OTA
-        if http is not None:
-            self.ota = serve_ota(
-                settings,
-                provision,
-                stats=stats,
-                http=http,
-                admin=admin,
-                forgotten=self.status.forget,
-            )
+        if http is not None:  # with the admin routes, the devices' status (control.status)
+            status = self.control.status
+            self.ota = serve_ota(settings, provision, status, stats=stats, http=http, admin=admin)
             http.add_health("xiaozhi", self._health)
-        if admin is not None:
-            StatusAdmin(self.status, admin=admin)
 
     # -- component contract ---------------------------------------------------------------
 

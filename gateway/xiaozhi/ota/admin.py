@@ -29,6 +29,8 @@ from gateway.xiaozhi.ota.endpoint import OtaEndpoint
 from gateway.xiaozhi.ota.provisioning import Provisioner, broker_provisioner, broker_revoker
 from gateway.xiaozhi.ota.trust import Approval
 from gateway.xiaozhi.stats import ChannelStats
+from gateway.xiaozhi.status import StatusBook
+from gateway.xiaozhi.status_admin import StatusAdmin
 from topics.errors import PayloadError
 from topics.wire import load_json
 
@@ -42,15 +44,15 @@ _APPROVE_STATUS = {Approval.APPROVED: 200, Approval.UNKNOWN: 404, Approval.LOCKE
 def serve_ota(
     settings: Settings,
     provision: Provisioner | None,
+    status: StatusBook | None = None,
     *,
     stats: ChannelStats,
     http: RouteTable,
     admin: RouteTable | None,
-    forgotten: Callable[[str], object] = lambda _dev: None,
 ) -> OtaEndpoint:
     """The OTA endpoint on ``http`` and its approvals on ``admin`` (if any), provisioning
-    through the broker files under ``data_dir`` unless ``provision`` is given; ``forgotten``:
-    called with a device the admin unbound."""
+    through the broker files under ``data_dir`` unless ``provision`` is given; with ``status``,
+    the devices' status route too (a device unbound is forgotten there)."""
     ota = OtaEndpoint(
         settings=settings,
         provision=provision or broker_provisioner(settings),
@@ -59,7 +61,9 @@ def serve_ota(
         http=http,
     )
     if admin is not None:
-        OtaAdmin(ota, admin=admin, forgotten=forgotten)
+        OtaAdmin(ota, admin=admin, forgotten=status.forget if status else lambda _dev: None)
+        if status is not None:
+            StatusAdmin(status, admin=admin)
     return ota
 
 

@@ -330,9 +330,9 @@ async def test_hello_features_and_tool_lists_reach_the_device_status() -> None:
     events = RecordingEvents()
     channel, pub, metrics = make_channel(events=events)
     channel.control.handle(inbound(OTHER, {**HELLO, "version": 2}))  # refused: no record
-    assert channel.status.get(OTHER) is None
+    assert channel.control.status.get(OTHER) is None
     channel.control.handle(inbound(DEV, HELLO))
-    record = channel.status.get(DEV)
+    record = channel.control.status.get(DEV)
     assert record is not None
     assert dict(record.features) == HELLO["features"]
     task = asyncio.create_task(channel.mcp_request(DEV, "tools/list"))
@@ -342,16 +342,16 @@ async def test_hello_features_and_tool_lists_reach_the_device_status() -> None:
     answer = {"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}}
     channel.control.handle(inbound(DEV, {"type": "mcp", "payload": answer}))
     assert len((await task)["tools"]) == 70  # the caller gets the whole answer
-    record = channel.status.get(DEV)
+    record = channel.control.status.get(DEV)
     assert record is not None
     assert (len(record.tools), record.tools_cut) == (64, 6)
     assert sample(metrics, "xiaozhi_status_cut_total", what="tools") == 6
     server = {"jsonrpc": "2.0", "id": 2, "result": {"tools": tools[:1]}}
     channel.control.handle(inbound(DEV, {"type": "mcp", "payload": server}))
     assert events.calls[-1] == ("mcp", DEV, server)
-    record = channel.status.get(DEV)
+    record = channel.control.status.get(DEV)
     assert record is not None
     assert [t.name for t in record.tools] == ["self.t0"]
     initialize = {"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "2024-11-05"}}
     channel.control.handle(inbound(DEV, {"type": "mcp", "payload": initialize}))
-    assert channel.status.get(DEV) == record  # not a tool list: nothing changes
+    assert channel.control.status.get(DEV) == record  # not a tool list: nothing changes
