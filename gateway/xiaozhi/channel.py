@@ -155,8 +155,9 @@ class XiaozhiChannel:
         )
         mqtt.route(self.control.topic_filter, self.control.handle, qos=0)
         self.ota: OtaEndpoint | None = None  # None: this process serves no OTA
-        if http is not None:
-            self.ota = serve_ota(settings, provision, stats=stats, http=http, admin=admin)
+        if http is not None:  # with the admin routes, the devices' status (control.status)
+            status = self.control.status
+            self.ota = serve_ota(settings, provision, status, stats=stats, http=http, admin=admin)
             http.add_health("xiaozhi", self._health)
 
     # -- component contract ---------------------------------------------------------------

@@ -11,6 +11,7 @@ into the MQTT connection.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from gateway.mqtt.edge import Inbound
@@ -29,8 +30,9 @@ from gateway.xiaozhi.messages import (
     UdpTimeout,
 )
 from gateway.xiaozhi.roster import SessionEvents, SessionRoster, guarded
-from gateway.xiaozhi.sessions import InSession, SessionCore
+from gateway.xiaozhi.sessions import InSession, SessionCore, SessionOpened
 from gateway.xiaozhi.stats import ChannelStats
+from gateway.xiaozhi.status import Cut, StatusBook
 from topics.errors import TopicError
 from topics.tree import parse_xiaozhi_topic, validate_template, xiaozhi_filter
 
@@ -50,12 +52,15 @@ class ControlHandler:
         stats: ChannelStats,
         clock: Callable[[], float],
         read_audio: Callable[[], None] = lambda: None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         """``read_audio``: reads the uplink datagrams waiting in the socket. A goodbye, listen
         or abort travels over MQTT and may arrive while the frames the device sent before it
         still wait out the UDP read coalescing; handled first, a goodbye would close the
         session and count them as strays. (Bounded: at most 4 batches, so a flood cannot keep
-        the control message waiting.)"""
+        the control message waiting.) :attr:`status` is told each accepted hello's features and
+        each ``tools/list`` answer (:mod:`status`; as many devices as OTA may bind); ``wall``:
+        its clock (epoch seconds)."""
         self._uplink = validate_template(settings.uplink_topic)
         validate_template(settings.downlink_topic)
         self.topic_filter = xiaozhi_filter(settings.uplink_topic)
@@ -67,6 +72,8 @@ class ControlHandler:
         self._stats = stats
         self._clock = clock
         self._read_audio = read_audio
+        self.status = StatusBook(max_devices=settings.ota_max_devices)
+        self._wall = wall
 
     def handle(self, inbound: Inbound) -> None:
         """MQTT route handler (runs on the loop; never raises for bad input)."""
@@ -95,6 +102,9 @@ class ControlHandler:
                 # No reply to a refused hello: the device times out after 10 s and may retry.
                 effects = core.hello(dev, self._clock())
                 roster.apply(effects, received=inbound.received_mono, hello=msg)
+                if any(isinstance(e, SessionOpened) for e in effects):
+                    features = msg.features.model_dump(exclude_none=True)
+                    self._count_cut(self.status.hello(dev, features, self._wall()))
             case DeviceGoodbye(session_id=sid) | UdpTimeout(session_id=sid):
                 # udp_timeout (firmware forks): the device gave up on UDP; end like a goodbye.
                 self._read_audio()
@@ -123,8 +133,17 @@ class ControlHandler:
     def _device_mcp(self, dev: str, msg: DeviceMcp) -> None:
         self._core.mcp(dev, msg.session_id, self._clock())
         payload = messages.mcp_payload(msg)
+        cut = self.status.mcp_answer(dev, payload, self._wall())  # to the gateway or a server
+        if cut is not None:
+            self._count_cut(cut)
         if self._mcp.offer(dev, payload):
             return
         events = self._events
         if events is not None:
             guarded(dev, "mcp_message", lambda: events.mcp_message(dev, payload))
+
+    def _count_cut(self, cut: Cut) -> None:
+        counter = self._stats.status_cut
+        for what, n in (("tools", cut.tools), ("text", cut.text), ("devices", cut.devices)):
+            if n:
+                counter.labels(what).inc(n)

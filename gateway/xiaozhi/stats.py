@@ -33,6 +33,7 @@ class ChannelStats:
     speech_segments: Counter = field(init=False)
     ota_requests: Counter = field(init=False)
     mcp_requests: Counter = field(init=False)
+    status_cut: Counter = field(init=False)
     hello_handling_ms: Quantiles = field(init=False)
 
     def __post_init__(self) -> None:
@@ -81,6 +82,11 @@ class ChannelStats:
         )
         self.mcp_requests = m.counter(
             "xiaozhi_mcp_requests", "MCP requests sent to devices, by outcome", ["outcome"]
+        )
+        self.status_cut = m.counter(
+            "xiaozhi_status_cut",
+            "Device status bounds hit: tools not kept, texts shortened, devices evicted",
+            ["what"],
         )
         self.hello_handling_ms = m.quantiles(
             "xiaozhi_hello_handling_ms", "Hello receipt to reply enqueued (ms)"

@@ -23,6 +23,7 @@ ADMIN_ROUTES = (
     ("GET", "/task/instance"),
     ("GET", "/task/instance/inst-1"),
     ("GET", "/admin/devices/pending"),
+    ("GET", "/admin/devices/aa_bb_cc_dd_ee_ff/status"),
     ("POST", "/admin/devices/approve"),
 )
 

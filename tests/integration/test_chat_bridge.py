@@ -8,13 +8,15 @@ bridge and its exit resumes it; the upstream going down ends in a goodbye and an
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
 
 from gateway.chat.cues import build_cues
 from gateway.chat.voice import CueKind
-from gateway.simulators.xiaozhi import encode_pcm
+from gateway.simulators.xiaozhi import SIM_TOOLS, encode_pcm
 from tests.support.broker import Broker
 from tests.support.chat_rig import TOKEN, ChatRig, chat_rig
 from tests.support.speech import silence, synthesize
@@ -214,3 +216,71 @@ async def test_a_stopped_chat_hands_out_no_closed_device(broker: Broker, tmp_pat
         assert chat is not None
         assert chat.device(rig.dev) is not None
     assert chat.device(rig.dev) is None
+
+
+async def test_device_tools_reach_the_status_route_after_connect(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """The server asks the device's tools at connect (``initialize``, ``tools/list``); the
+    answer passes through the gateway, which keeps it with the hello's features."""
+    async with chat_rig(broker, tmp_path) as rig:
+        path = f"/admin/devices/{rig.dev}/status"
+        assert (await rig.lesson.http_get(path))[0] == 404  # not heard yet
+        before = time.time()
+        await rig.device.open_audio_channel()
+        peer = await rig.upstream.session(0)
+        await rig.upstream.wait_for(lambda: bool(peer.tools), "the device's tools/list answer")
+        status, body = await rig.lesson.http_get(path)
+        assert status == 200
+        assert body["device"] == rig.dev
+        assert body["features"] == {"mcp": True, "glyph_push": False}
+        assert before <= body["hello_at"] <= body["mcp"]["seen_at"] <= time.time()
+        (tool,) = SIM_TOOLS
+        assert body["mcp"]["tools"] == [
+            {"name": tool["name"], "description": tool["description"], "params": []}
+        ]
+        assert body["mcp"]["complete"] is True
+        assert body["mcp"]["cut"] == {"tools": 0, "text": 0}
+        unknown = await rig.lesson.http_get("/admin/devices/aa_bb_cc_dd_ee_ff/status")
+        assert unknown[0] == 404
+
+
+async def test_each_side_sees_only_its_own_session_id(broker: Broker, tmp_path: Path) -> None:
+    """The device keeps the gateway's session id, the server its own (docs/chat.md, "Session
+    ids"): every message is rewritten both ways, neither id ever reaches the other side."""
+    async with chat_rig(broker, tmp_path) as rig:
+        hello = await rig.device.open_audio_channel()
+        peer = await rig.upstream.session(0)
+        device_sid, server_sid = hello.session_id, peer.session_id
+        assert device_sid
+        assert server_sid
+        assert device_sid != server_sid
+        await rig.upstream.wait_for(lambda: bool(peer.tools), "tools/list answered")
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": SIM_TOOLS[0]["name"], "arguments": {}},
+        }
+        await peer.send_json(type="mcp", payload=call)
+        await rig.upstream.wait_for(
+            lambda: any(m.get("id") == 3 for m in peer.device_mcp), "tools/call answered"
+        )
+        await rig.device.listen_start("auto")
+        await rig.upstream.wait_for(lambda: bool(peer.named("listen")), "listen relayed")
+        await peer.speak(encode_pcm(synthesize("Fine, thanks.")), heard="how are you")
+        await rig.device.expect("tts", state="stop")
+        await rig.device.listen_stop()
+        await rig.upstream.wait_for(
+            lambda: bool(peer.named("listen", state="stop")), "listen stop relayed"
+        )
+
+        down = rig.device.inbox  # everything the device was sent over MQTT
+        assert {"hello", "mcp", "stt", "tts", "llm"} <= {m["type"] for m in down}
+        assert {m.get("session_id") for m in down} == {device_sid}
+        assert server_sid not in json.dumps(down)
+        up = peer.messages  # everything the server was sent after the hello
+        assert {"mcp", "listen"} <= {m["type"] for m in up}
+        assert {m.get("session_id") for m in up} == {server_sid}
+        sent_to_server = json.dumps([peer.hello, up, peer.headers, peer.path_qs])
+        assert device_sid not in sent_to_server

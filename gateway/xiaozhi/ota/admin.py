@@ -8,7 +8,8 @@
 * ``POST /admin/devices/{dev}/rotate`` — next password generation for a bound device (its
   next OTA request fetches it; the old password stops working then).
 * ``DELETE /admin/devices/{dev}`` — unbind the device and delete its broker user (the broker
-  drops its connection on reload); its next OTA request is a first contact again.
+  drops its connection on reload); its next OTA request is a first contact again. Its status
+  (``GET /admin/devices/{dev}/status``, :mod:`gateway.xiaozhi.status_admin`) is forgotten too.
 
 ``snlpgw device approve CODE`` (and ``pending``, ``list``, ``rotate``) calls these routes.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -27,6 +29,8 @@ from gateway.xiaozhi.ota.endpoint import OtaEndpoint
 from gateway.xiaozhi.ota.provisioning import Provisioner, broker_provisioner, broker_revoker
 from gateway.xiaozhi.ota.trust import Approval
 from gateway.xiaozhi.stats import ChannelStats
+from gateway.xiaozhi.status import StatusBook
+from gateway.xiaozhi.status_admin import StatusAdmin
 from topics.errors import PayloadError
 from topics.wire import load_json
 
@@ -40,13 +44,15 @@ _APPROVE_STATUS = {Approval.APPROVED: 200, Approval.UNKNOWN: 404, Approval.LOCKE
 def serve_ota(
     settings: Settings,
     provision: Provisioner | None,
+    status: StatusBook | None = None,
     *,
     stats: ChannelStats,
     http: RouteTable,
     admin: RouteTable | None,
 ) -> OtaEndpoint:
     """The OTA endpoint on ``http`` and its approvals on ``admin`` (if any), provisioning
-    through the broker files under ``data_dir`` unless ``provision`` is given."""
+    through the broker files under ``data_dir`` unless ``provision`` is given; with ``status``,
+    the devices' status route too (a device unbound is forgotten there)."""
     ota = OtaEndpoint(
         settings=settings,
         provision=provision or broker_provisioner(settings),
@@ -55,14 +61,23 @@ def serve_ota(
         http=http,
     )
     if admin is not None:
-        OtaAdmin(ota, admin=admin)
+        OtaAdmin(ota, admin=admin, forgotten=status.forget if status else lambda _dev: None)
+        if status is not None:
+            StatusAdmin(status, admin=admin)
     return ota
 
 
 class OtaAdmin:
-    def __init__(self, ota: OtaEndpoint, *, admin: RouteTable) -> None:
+    def __init__(
+        self,
+        ota: OtaEndpoint,
+        *,
+        admin: RouteTable,
+        forgotten: Callable[[str], object] = lambda _dev: None,
+    ) -> None:
         """Serves the approval routes on ``admin`` (added here)."""
         self._ota = ota
+        self._forgotten = forgotten
         admin.add_route("GET", "/admin/devices", self.devices)
         admin.add_route("GET", "/admin/devices/pending", self.pending)
         admin.add_route("POST", "/admin/devices/approve", self.approve)
@@ -130,6 +145,7 @@ class OtaAdmin:
         except Exception:
             log.exception("forgetting %s failed", dev)
             return _error(503, "unavailable", "unbound, but the files could not be updated")
+        self._forgotten(dev)
         if not found:
             return _error(404, "not_found", "device not bound")
         log.info("OTA: %s unbound and its broker user deleted", dev)

@@ -322,3 +322,36 @@ def test_mcp_notification_has_no_id() -> None:
         "payload": {"jsonrpc": "2.0", "method": "notifications/initialized"},
         "session_id": "",
     }
+
+
+async def test_hello_features_and_tool_lists_reach_the_device_status() -> None:
+    """Both askers' answers count: the gateway's own (consumed by its MCP client) and one for
+    a bridged server (handed to the events); cuts are counted; a refused hello changes nothing."""
+    events = RecordingEvents()
+    channel, pub, metrics = make_channel(events=events)
+    channel.control.handle(inbound(OTHER, {**HELLO, "version": 2}))  # refused: no record
+    assert channel.control.status.get(OTHER) is None
+    channel.control.handle(inbound(DEV, HELLO))
+    record = channel.control.status.get(DEV)
+    assert record is not None
+    assert dict(record.features) == HELLO["features"]
+    task = asyncio.create_task(channel.mcp_request(DEV, "tools/list"))
+    await asyncio.sleep(0)
+    rid = pub.last(DEV)["payload"]["id"]
+    tools = [{"name": f"self.t{i}", "inputSchema": {}} for i in range(70)]
+    answer = {"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}}
+    channel.control.handle(inbound(DEV, {"type": "mcp", "payload": answer}))
+    assert len((await task)["tools"]) == 70  # the caller gets the whole answer
+    record = channel.control.status.get(DEV)
+    assert record is not None
+    assert (len(record.tools), record.tools_cut) == (64, 6)
+    assert sample(metrics, "xiaozhi_status_cut_total", what="tools") == 6
+    server = {"jsonrpc": "2.0", "id": 2, "result": {"tools": tools[:1]}}
+    channel.control.handle(inbound(DEV, {"type": "mcp", "payload": server}))
+    assert events.calls[-1] == ("mcp", DEV, server)
+    record = channel.control.status.get(DEV)
+    assert record is not None
+    assert [t.name for t in record.tools] == ["self.t0"]
+    initialize = {"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "2024-11-05"}}
+    channel.control.handle(inbound(DEV, {"type": "mcp", "payload": initialize}))
+    assert channel.control.status.get(DEV) == record  # not a tool list: nothing changes

@@ -22,6 +22,8 @@ from gateway.xiaozhi.ota.admin import OtaAdmin
 from gateway.xiaozhi.ota.endpoint import OtaEndpoint
 from gateway.xiaozhi.ota.provisioning import Provisioner
 from gateway.xiaozhi.stats import ChannelStats
+from gateway.xiaozhi.status import StatusBook
+from gateway.xiaozhi.status_admin import StatusAdmin
 from tests.unit.xiaozhi.fakes import sample
 
 MAC = "24:0a:c4:12:34:56"
@@ -50,8 +52,11 @@ def settings_for(tmp_path: Path, **xiaozhi: Any) -> Settings:
 
 
 class OtaRig:
-    def __init__(self, client: TestClient, endpoint: OtaEndpoint, metrics: Metrics) -> None:
+    def __init__(
+        self, client: TestClient, endpoint: OtaEndpoint, metrics: Metrics, status: StatusBook
+    ) -> None:
         self.client, self.endpoint, self.metrics = client, endpoint, metrics
+        self.status = status
 
     async def ota(self, headers: dict[str, str], **kw: Any) -> tuple[int, dict[str, Any]]:
         resp = await self.client.post("/xiaozhi/ota/", headers=headers, **kw)
@@ -91,10 +96,12 @@ async def start(
         stats=ChannelStats(metrics),
         http=Routes(app),
     )
-    OtaAdmin(endpoint, admin=Routes(app))
+    status = StatusBook(max_devices=8)
+    OtaAdmin(endpoint, admin=Routes(app), forgotten=status.forget)
+    StatusAdmin(status, admin=Routes(app))
     try:
         async with TestClient(TestServer(app)) as client:
-            yield OtaRig(client, endpoint, metrics)
+            yield OtaRig(client, endpoint, metrics, status)
     finally:
         endpoint.close()
 
@@ -299,3 +306,33 @@ async def test_forget_unbinds_and_revokes_the_broker_user(
         assert "mqtt" in spoofed
         stored = json.loads((tmp_path / "xiaozhi" / "bindings.json").read_text())
         assert stored["devices"][DEV]["client_id"] == SPOOF_UUID
+
+
+async def test_status_route_serves_the_device_record_and_forgets_it_with_the_device(
+    tmp_path: Path, fake: FakeProvisioner
+) -> None:
+    async for rig in start(settings_for(tmp_path), fake, []):
+        assert (await rig.client.get(f"/admin/devices/{DEV}/status")).status == 404
+        assert (await rig.client.get("/admin/devices/nope/status")).status == 400
+        rig.status.hello(DEV, {"mcp": True}, 1700000000.0)
+        tools = [{"name": "self.reboot", "description": "Reboot", "inputSchema": {}}]
+        rig.status.mcp_answer(DEV, {"id": 2, "result": {"tools": tools}}, 1700000001.0)
+        resp = await rig.client.get(f"/admin/devices/{DEV}/status")
+        assert (resp.status, await resp.json()) == (
+            200,
+            {
+                "device": DEV,
+                "features": {"mcp": True},
+                "hello_at": 1700000000.0,
+                "mcp": {
+                    "tools": [{"name": "self.reboot", "description": "Reboot", "params": []}],
+                    "seen_at": 1700000001.0,
+                    "complete": True,
+                    "cut": {"tools": 0, "text": 0},
+                    "bytes": len(b'{"name":"self.reboot","description":"Reboot","params":[]}'),
+                },
+            },
+        )
+        await rig.ota(HEADERS)  # bound, then unbound: its status goes with it
+        assert (await rig.client.delete(f"/admin/devices/{DEV}")).status == 200
+        assert (await rig.client.get(f"/admin/devices/{DEV}/status")).status == 404
