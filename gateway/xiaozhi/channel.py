@@ -1,12 +1,11 @@
 """The Xiaozhi MQTT+UDP channel component: control over MQTT, audio over UDP, OTA over HTTP.
 
-Built once with its collaborators; a thin shell around the pure session core
-(:mod:`sessions`): the control handler (:mod:`control`) parses MQTT messages and asks the core,
-the roster (:mod:`roster`) carries out the core's effects, the UDP endpoint (:mod:`udp`) routes
-datagrams, one audio task (:mod:`pump`) runs every open session's pipeline in turn and one
-task sweeps idle sessions; both live in the channel's TaskGroup, owned by the service. The
-runtime uses :meth:`set_listening`, :meth:`speak`, :meth:`mcp_request`, :meth:`send_stt` and
-:meth:`close_session`.
+Built once with its collaborators; a thin shell around the pure session core (:mod:`sessions`):
+the control handler (:mod:`control`) parses MQTT messages and asks the core, the roster
+(:mod:`roster`) carries out its effects, the UDP endpoint (:mod:`udp`) routes datagrams; one
+task (:mod:`pump`) runs every session's pipeline, one sweeps idle sessions, one asks devices for
+their MCP tools (:mod:`tools`), all in the channel's TaskGroup, owned by the service. The runtime
+uses :meth:`set_listening`, :meth:`speak`, :meth:`mcp_request`, :meth:`send_stt`, :meth:`close_session`.
 """
 
 from __future__ import annotations
@@ -177,6 +176,7 @@ class XiaozhiChannel:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._pump.run(), name="xiaozhi.audio")
                 tg.create_task(self._sweep_idle(), name="xiaozhi.idle-sweeper")
+                tg.create_task(self.control.tools.run(), name="xiaozhi.mcp-tools")
         finally:
             self._roster.apply(self.core.stop())
             udp.close()

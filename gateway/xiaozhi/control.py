@@ -33,6 +33,7 @@ from gateway.xiaozhi.roster import SessionEvents, SessionRoster, guarded
 from gateway.xiaozhi.sessions import InSession, SessionCore, SessionOpened
 from gateway.xiaozhi.stats import ChannelStats
 from gateway.xiaozhi.status import Cut, StatusBook
+from gateway.xiaozhi.tools import ToolsAsker
 from topics.errors import TopicError
 from topics.tree import parse_xiaozhi_topic, validate_template, xiaozhi_filter
 
@@ -73,6 +74,7 @@ class ControlHandler:
         self._clock = clock
         self._read_audio = read_audio
         self.status = StatusBook(max_devices=settings.ota_max_devices)
+        self.tools = ToolsAsker(mcp=mcp, dropped=lambda: stats.status_cut.labels("asks").inc())
         self._wall = wall
 
     def handle(self, inbound: Inbound) -> None:
@@ -105,6 +107,7 @@ class ControlHandler:
                 if any(isinstance(e, SessionOpened) for e in effects):
                     features = msg.features.model_dump(exclude_none=True)
                     self._count_cut(self.status.hello(dev, features, self._wall()))
+                    self._ask_tools(dev, features)
             case DeviceGoodbye(session_id=sid) | UdpTimeout(session_id=sid):
                 # udp_timeout (firmware forks): the device gave up on UDP; end like a goodbye.
                 self._read_audio()
@@ -141,6 +144,14 @@ class ControlHandler:
         events = self._events
         if events is not None:
             guarded(dev, "mcp_message", lambda: events.mcp_message(dev, payload))
+
+    def _ask_tools(self, dev: str, features: dict[str, object]) -> None:
+        """The gateway asks a device for its tools when no server holds its session (a held
+        hello's server asks itself) and they are not known yet (:mod:`tools`)."""
+        live, known = self._roster.of(dev), self.status.get(dev)
+        unknown = known is None or known.tools_at is None
+        if features.get("mcp") and live is not None and live.replied and unknown:
+            self.tools.want(dev)
 
     def _count_cut(self, cut: Cut) -> None:
         counter = self._stats.status_cut

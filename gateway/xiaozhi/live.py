@@ -28,6 +28,7 @@ class LiveSession:
     bucket: TokenBucket
     rebind_bucket: TokenBucket  # REBIND candidates only: they never spend ``bucket``
     address_known: bool = False  # an authentic uplink datagram came: downlink has a target
+    replied: bool = False  # its hello reply went out (held while a bridged server answers)
     # Made only when used (most sessions never speak a lesson's TTS): no Event or Lock per open
     # session for the garbage collector to walk.
     _address_event: asyncio.Event | None = field(default=None, repr=False)

@@ -160,6 +160,7 @@ class SessionRoster:
         return True
 
     def _reply(self, live: LiveSession, *, sample_rate: int = 16_000, frame_ms: int = 60) -> None:
+        live.replied = True
         session = live.session
         host, port = self._udp_address()
         self._publish(

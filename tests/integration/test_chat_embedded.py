@@ -4,6 +4,7 @@ assessment pool's worker → a rule reply → espeak-ng → Opus → paced down 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import opuslib
 from gateway.chat.cues import build_cues
 from gateway.chat.replies import GREETING_EN, PHRASES, reply_to
 from gateway.chat.voice import CueKind
-from gateway.simulators.xiaozhi import FRAME_SAMPLES, RATE, encode_pcm
+from gateway.simulators.xiaozhi import FRAME_SAMPLES, RATE, SIM_TOOLS, encode_pcm
+from gateway.xiaozhi.mcp import GATEWAY_IDS
 from tests.support.broker import Broker
 from tests.support.chat_rig import ChatRig, chat_rig
 from tests.support.speech import silence, synthesize
@@ -98,3 +100,25 @@ async def test_spoken_start_begins_a_voice_task_and_priorities_hold(
         cancelled = await rig.lesson.wait_event("instance.cancelled", instance_id=voice_id)
         assert cancelled.data["reason"] == "preempted"
         assert rig.chat_state() == "suspended"  # still a task on the device
+
+
+async def test_with_no_server_the_gateway_asks_the_device_for_its_tools_at_connect(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """No upstream server asks (embedded engine): the gateway sends ``tools/list`` itself once
+    the device's hello is answered, and the answer is kept with the device's status."""
+    async with chat_rig(broker, tmp_path, upstream=False) as rig:
+        await rig.device.open_audio_channel()
+        asked = await rig.device.expect("mcp", timeout_s=10)
+        assert asked["payload"]["method"] == "tools/list"
+        assert asked["payload"]["id"] >= GATEWAY_IDS  # the gateway's own id space
+        path = f"/admin/devices/{rig.dev}/status"
+
+        async def tools() -> list[dict[str, object]]:
+            status, body = await rig.lesson.http_get(path)
+            return body["mcp"]["tools"] if status == 200 else []
+
+        async with asyncio.timeout(10):
+            while not await tools():  # noqa: ASYNC110 - an HTTP route to read, no event; bounded
+                await asyncio.sleep(0.05)
+        assert [t["name"] for t in await tools()] == [SIM_TOOLS[0]["name"]]
