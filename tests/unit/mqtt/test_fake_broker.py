@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -288,3 +289,22 @@ async def test_a_refused_subscription_makes_the_gateway_not_ready_and_names_it()
         fake.writers[-1].write(b.publish("snlp/v1/aa_bb_cc_dd_ee_ff/evt", b"{}"))
         await eventually(lambda: bool(heard))
         assert heard[0].topic == "snlp/v1/aa_bb_cc_dd_ee_ff/evt"  # the granted one still serves
+
+
+async def test_a_refused_login_says_why_and_which_setting_once_per_back_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = FakeBroker(connack=lambda _: b.connack(0x86))  # Bad User Name or Password
+    caplog.set_level(logging.WARNING, logger="gateway.mqtt.connection")
+    async with running(fake) as (conn, _):
+        await fake.wait_for(lambda: len(fake.connects) >= 3)
+        health = conn.health()
+        assert health["ok"] is False
+        assert "bad user name or password" in str(health["error"])
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.mqtt.connection"]
+    assert len(lines) >= 2  # one line per refused attempt, each followed by its back-off
+    for line in lines:
+        assert "bad user name or password (reason code 134)" in line
+        assert "mqtt.password_file" in line
+        assert "reconnecting in" in line
+    assert not conn.connected
