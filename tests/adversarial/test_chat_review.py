@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.simulators.xiaozhi import MqttInfo, XiaozhiDeviceSim
+from gateway.simulators.xiaozhi import MqttInfo, XiaozhiDeviceSim, hello_json
 from tests.support.broker import Broker
 from tests.support.chat_rig import chat_rig
 from topics import mac_colon
@@ -29,7 +29,9 @@ async def test_one_devices_control_flood_does_not_hold_back_anothers_chat(
         victim = _device(broker, VICTIM)
         async with victim:
             peer.answer_hellos.clear()  # the attacker's link stays not ready while it floods
-            await attacker.open_audio_channel()
+            # Its hello reply is held until the server's hello (docs/chat.md): the attacker
+            # floods before it, as a device may (the firmware sends MCP as soon as it is up).
+            await attacker.publish(hello_json())
             await peer.wait_for(
                 lambda: bool(peer.sessions) and peer.sessions[0].hello is not None,
                 "attacker's upstream hello",
@@ -42,7 +44,7 @@ async def test_one_devices_control_flood_does_not_hold_back_anothers_chat(
             await attacker.expect("goodbye", session_id="stale-1")
             seen = len(attacker.inbox)
             peer.answer_hellos.set()
-            await attacker.expect("goodbye", after=seen)  # its own link failed
+            await attacker.expect("goodbye", after=seen)  # its own link failed: its hello ends
             assert rig.lesson.metric('chat_upstream_ends_total{reason="control_overflow"}') == 1
 
             await victim.open_audio_channel()
