@@ -35,7 +35,13 @@ from typing import Any, TypeVar
 
 from gateway.mqtt import codec
 from gateway.mqtt import session as core
-from gateway.mqtt.options import ClientOptions, ConnectRefused, MqttError, PublishRefused
+from gateway.mqtt.options import (
+    ClientOptions,
+    ClosedBeforeConnack,
+    ConnectRefused,
+    MqttError,
+    PublishRefused,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,7 +110,12 @@ class Client(asyncio.Protocol):
             async with asyncio.timeout(wait_s):
                 await self._loop.create_connection(lambda: self, host, port, ssl=tls)
                 self._write(self.session.connect(time.monotonic()))
-                limits = await self._connack
+                try:
+                    limits = await self._connack
+                except ConnectRefused:
+                    raise
+                except MqttError as exc:  # closed on us between the handshake and CONNACK
+                    raise ClosedBeforeConnack(f"{exc} (before the broker's CONNACK)") from exc
         except TimeoutError:
             self.abort()
             raise MqttError("timed out connecting to the broker") from None

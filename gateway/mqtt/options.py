@@ -53,6 +53,12 @@ class ConnectRefused(MqttError):
         return self.reason in (0x86, 0x87, 0x04, 0x05)
 
 
+class ClosedBeforeConnack(MqttError):
+    """The broker ended the connection after it was made (for TLS: after the handshake) and
+    before its CONNACK. Over TLS 1.3 that is how a listener refuses a missing or untrusted
+    client certificate: its alert and its close race, and the close may come first."""
+
+
 class PublishRefused(MqttError):
     """A publish waited on was refused by the broker (PUBACK >= 0x80) or dropped as poison;
     the connection itself may well be fine."""

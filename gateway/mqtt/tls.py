@@ -24,7 +24,7 @@ import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
-from gateway.mqtt.options import MqttError
+from gateway.mqtt.options import ClosedBeforeConnack, MqttError
 from gateway.settings import MqttSettings
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def broker_context(settings: MqttSettings) -> ssl.SSLContext | None:
     )
 
 
-def explain(error: BaseException, settings: MqttSettings) -> TlsError | None:
+def explain(error: BaseException, settings: MqttSettings) -> TlsError | None:  # noqa: PLR0911
     """The TLS failure behind ``error`` as a :class:`TlsError` saying which setting to fix;
     ``None`` when ``error`` is no TLS failure (or TLS is off). A :class:`TlsError` is itself."""
     if isinstance(error, TlsError):
@@ -165,6 +165,11 @@ def explain(error: BaseException, settings: MqttSettings) -> TlsError | None:
         return _refused(found.reason or "", _detail(found), settings)
     if match := _SSL_REASON.search(str(error)):
         return _refused(match.group(1), reason_text(match.group(1)), settings)
+    if isinstance(error, ClosedBeforeConnack):
+        # TLS 1.3: the listener's refusal of the client certificate (an alert) and its close
+        # race; when the close wins, this is all there is to see. Said the same either way.
+        detail = f"the broker closed the connection before its CONNACK: {error}"
+        return _refused("TLSV13_ALERT_CERTIFICATE_REQUIRED", detail, settings)
     return None
 
 

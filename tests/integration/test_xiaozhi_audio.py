@@ -5,6 +5,7 @@ right boundaries → goodbye from either side; downlink audio paced to the devic
 from __future__ import annotations
 
 import argparse
+import asyncio
 import wave
 from pathlib import Path
 
@@ -315,6 +316,11 @@ async def test_mcp_requests_reach_the_device_and_come_back(broker: Broker) -> No
             init = await gw.channel.mcp_request(dev, "initialize", {"capabilities": {}})
             assert init["serverInfo"]["name"] == "bread"
             await sim.open_audio_channel()
+            # No server holds the session: the gateway asks the device's tools itself at
+            # connect (docs/chat.md); counted below once its answer is kept.
+            async with asyncio.timeout(10):
+                while (kept := gw.channel.control.status.get(dev)) is None or kept.tools_at is None:  # noqa: ASYNC110 - no event; bounded
+                    await asyncio.sleep(0.02)
             tools = await gw.channel.mcp_request(dev, "tools/list", {"cursor": ""})
             assert [t["name"] for t in tools["tools"]] == ["self.get_device_status"]
             with pytest.raises(McpError, match="Unknown method"):
@@ -324,5 +330,5 @@ async def test_mcp_requests_reach_the_device_and_come_back(broker: Broker) -> No
                 dev, "tools/call", {"name": "self.get_device_status", "arguments": {}}
             )
             assert called["isError"] is False
-        assert gw.metric("xiaozhi_mcp_requests_total", outcome="ok") == 3
+        assert gw.metric("xiaozhi_mcp_requests_total", outcome="ok") == 4  # with the connect's
         assert gw.metric("xiaozhi_mcp_requests_total", outcome="error") == 1

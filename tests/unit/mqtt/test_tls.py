@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.metrics import Metrics
-from gateway.mqtt.options import MqttError
+from gateway.mqtt.options import ClosedBeforeConnack, MqttError
 from gateway.mqtt.tls import (
     REASONS,
     BrokerTls,
@@ -307,3 +307,16 @@ def _wrapped(error: BaseException | None) -> MqttError:
     wrapped = MqttError(f"cannot connect to the broker: {error}")
     wrapped.__cause__ = error  # `raise ... from error`
     return wrapped
+
+
+def test_a_close_before_connack_over_tls_is_said_as_the_client_certificate() -> None:
+    """TLS 1.3: the listener's alert and its close race; when the close wins, the gateway
+    still says what to fix, the same as when the alert wins."""
+    closed = ClosedBeforeConnack("connection lost: [Errno 104] Connection reset by peer")
+    plain = MqttSettings(url="mqtt://127.0.0.1:1883")  # type: ignore[arg-type]
+    assert explain(closed, plain) is None
+    tls = MqttSettings(url="mqtts://127.0.0.1:8883")  # type: ignore[arg-type]
+    missing = explain(closed, tls)
+    assert missing is not None
+    assert missing.reason == "client_cert"
+    assert str(missing).startswith("TLS: the broker requires a client certificate (")
