@@ -98,7 +98,9 @@ class Client(asyncio.Protocol):
         self.on_room: Callable[[], None] | None = None
         self._how = core.Loss.BROKER_CLOSED  # why the connection ends, unless said otherwise
         self._reason = 0
-        self._settled = asyncio.Event()  # set once the session is not isolating suspects
+        # Resolved once the session is settled (nothing of a previous connection left to resend
+        # or confirm): a plain future, so a waiter needs no task of its own.
+        self._settled: asyncio.Future[None] = self._loop.create_future()
 
     # -- connection ----------------------------------------------------------------------
 
@@ -136,13 +138,9 @@ class Client(asyncio.Protocol):
         or dropped (:attr:`MqttSession.isolating`); raises :class:`MqttError` if the
         connection ends first. A publish sent meanwhile would be in flight beside a suspect,
         and the poison rule could no longer tell which one the broker refused."""
-        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._settled.wait())]
-        waiters.append(self._lost)
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiters[0].cancel()
-        if not self._settled.is_set():
+        waiters: list[asyncio.Future[Any]] = [self._settled, self._lost]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if not self._settled.done():
             await self.closed()
 
     @property
@@ -338,7 +336,7 @@ class Client(asyncio.Protocol):
             self._write(out)
             self._flush()
         if session.settled:
-            self._settled.set()
+            _resolve(self._settled, None)
         if pinged and self._timer is not None:  # the answer moved the next deadline earlier
             self._timer.cancel()
             self._arm_timer()

@@ -215,7 +215,7 @@ class Sent:
     retain_dropped: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity: `entry in self._queued` compares no fields
 class _InFlight:
     packet: bytes  # as first written (DUP clear)
     topic: str
