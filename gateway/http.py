@@ -21,6 +21,7 @@ from typing import Protocol
 from aiohttp import web
 
 from gateway.metrics import Metrics
+from gateway.openapi import RouteDoc
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +33,25 @@ class RouteTable(Protocol):
     """Where a component serves its routes (:class:`HttpServer`; a plain aiohttp router in
     shell tests)."""
 
-    def add_route(self, method: str, path: str, handler: RouteHandler) -> None: ...
+    def add_route(
+        self, method: str, path: str, handler: RouteHandler, doc: RouteDoc | None = None
+    ) -> None: ...
 
 
 _MAX_BODY = 64 * 1024  # OTA bodies are a few KiB of system info; nothing we serve takes more
 _OPEN_PATHS = frozenset({"/healthz"})  # answered without the admin token (liveness probes)
+
+
+_HEALTHZ = RouteDoc(
+    summary="Liveness and readiness: 200 when every component is ready, else 503",
+    tag="operations",
+    errors=(503,),
+)
+_METRICS = RouteDoc(
+    summary="Prometheus text exposition of every gateway metric",
+    tag="operations",
+    content_type="text/plain",
+)
 
 
 class HttpServer:
@@ -67,12 +82,30 @@ class HttpServer:
         self._health: dict[str, HealthCheck] = {} if health is None else health
         self._bound_port: int | None = None
         self._started = asyncio.Event()
-        self._app.router.add_get("/healthz", self._healthz)
+        self.route_docs: dict[tuple[str, str], RouteDoc] = {}
+        self.add_route("GET", "/healthz", self._healthz, _HEALTHZ)
         if serve_metrics:
-            self._app.router.add_get("/metrics", self._metrics_text)
+            self.add_route("GET", "/metrics", self._metrics_text, _METRICS)
 
-    def add_route(self, method: str, path: str, handler: RouteHandler) -> None:
+    def add_route(
+        self, method: str, path: str, handler: RouteHandler, doc: RouteDoc | None = None
+    ) -> None:
+        """Serve ``handler``; ``doc`` describes it in the OpenAPI document (every admin route
+        must have one: ``tests/unit/test_openapi.py``)."""
         self._app.router.add_route(method, path, handler)
+        if doc is not None:
+            self.route_docs[(method.upper(), path)] = doc
+
+    @property
+    def routes(self) -> list[tuple[str, str]]:
+        """(method, path) of every route served (HEAD twins of GET left out)."""
+        found = []
+        for route in self._app.router.routes():
+            info = route.resource.get_info() if route.resource is not None else {}
+            path = str(info.get("path") or info.get("formatter") or "")
+            if route.method != "HEAD":
+                found.append((route.method, path))
+        return found
 
     def add_health(self, name: str, check: HealthCheck) -> None:
         """A component's health detail; ``ok: false`` in any detail makes /healthz answer 503."""

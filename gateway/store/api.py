@@ -14,6 +14,7 @@ import re
 from aiohttp import web
 
 from gateway.http import HttpServer
+from gateway.openapi import QueryParam, RouteDoc
 from gateway.store.errors import StoreError
 from gateway.store.store import Store
 from gateway.tasks.core.effects import InstanceState
@@ -54,13 +55,36 @@ def parse_list_query(query: dict[str, str]) -> tuple[str | None, InstanceState |
     return device, state, limit
 
 
+_GET_DOC = RouteDoc(
+    summary="One task instance with its steps and stored metrics",
+    tag="tasks",
+    errors=(400, 404, 503),
+)
+_LIST_DOC = RouteDoc(
+    summary="Task instances, newest first",
+    tag="tasks",
+    query=(
+        QueryParam("device", "only this device's instances"),
+        QueryParam(
+            "state", "only instances in this state", {"enum": [s.value for s in InstanceState]}
+        ),
+        QueryParam(
+            "limit",
+            f"at most this many (1..{MAX_LIMIT})",
+            {"type": "integer", "default": DEFAULT_LIMIT},
+        ),
+    ),
+    errors=(400, 503),
+)
+
+
 class TaskApi:
     """Routes only, on the admin listener given at construction (aiohttp runs the handlers)."""
 
     def __init__(self, *, store: Store, admin: HttpServer) -> None:
         self._store = store
-        admin.add_route("GET", "/task/instance/{instance_id}", self.get_instance)
-        admin.add_route("GET", "/task/instance", self.list_instances)
+        admin.add_route("GET", "/task/instance/{instance_id}", self.get_instance, _GET_DOC)
+        admin.add_route("GET", "/task/instance", self.list_instances, _LIST_DOC)
 
     async def get_instance(self, request: web.Request) -> web.Response:
         instance_id = request.match_info["instance_id"]

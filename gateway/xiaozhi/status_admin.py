@@ -11,14 +11,21 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.http import RouteTable
+from gateway.openapi import RouteDoc
 from gateway.xiaozhi.status import StatusBook
 from topics.tree import DEVICE_ID_RE
+
+_DOC = RouteDoc(
+    summary="What the gateway last learnt of a Xiaozhi device: hello features and MCP tools",
+    tag="devices",
+    errors=(400, 404),
+)
 
 
 class StatusAdmin:
     def __init__(self, book: StatusBook, *, admin: RouteTable) -> None:
         self._book = book
-        admin.add_route("GET", "/admin/devices/{dev}/status", self.status)
+        admin.add_route("GET", "/admin/devices/{dev}/status", self.status, _DOC)
 
     async def status(self, request: web.Request) -> web.Response:
         dev = request.match_info["dev"]

@@ -22,8 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from pydantic import BaseModel, Field
 
 from gateway.http import RouteTable
+from gateway.openapi import RouteDoc
 from gateway.settings import Settings
 from gateway.xiaozhi.ota.endpoint import OtaEndpoint
 from gateway.xiaozhi.ota.provisioning import Provisioner, broker_provisioner, broker_revoker
@@ -35,6 +37,34 @@ from topics.errors import PayloadError
 from topics.wire import load_json
 
 log = logging.getLogger(__name__)
+
+
+class ApproveRequest(BaseModel):
+    """The activation code a device shows (6 digits)."""
+
+    code: str = Field(pattern=r"^[0-9]{6}$")
+
+
+_DOCS = {
+    "devices": RouteDoc(
+        summary="Bound Xiaozhi devices: Client-Id, password generation, serial", tag="devices"
+    ),
+    "pending": RouteDoc(
+        summary="Activation codes waiting for approval, with seconds left", tag="devices"
+    ),
+    "approve": RouteDoc(
+        summary="Approve an activation code: its device gets credentials at its next OTA request",
+        tag="devices",
+        body=ApproveRequest,
+        errors=(400, 404, 429, 503),
+    ),
+    "rotate": RouteDoc(
+        summary="Next password generation for a bound device", tag="devices", errors=(400, 404, 503)
+    ),
+    "forget": RouteDoc(
+        summary="Unbind a device and delete its broker user", tag="devices", errors=(400, 404, 503)
+    ),
+}
 
 _CODE_RE = re.compile(r"[0-9]{6}")
 _DEV_RE = re.compile(r"[0-9a-f]{2}(_[0-9a-f]{2}){5}")
@@ -78,11 +108,11 @@ class OtaAdmin:
         """Serves the approval routes on ``admin`` (added here)."""
         self._ota = ota
         self._forgotten = forgotten
-        admin.add_route("GET", "/admin/devices", self.devices)
-        admin.add_route("GET", "/admin/devices/pending", self.pending)
-        admin.add_route("POST", "/admin/devices/approve", self.approve)
-        admin.add_route("POST", "/admin/devices/{dev}/rotate", self.rotate)
-        admin.add_route("DELETE", "/admin/devices/{dev}", self.forget)
+        admin.add_route("GET", "/admin/devices", self.devices, _DOCS["devices"])
+        admin.add_route("GET", "/admin/devices/pending", self.pending, _DOCS["pending"])
+        admin.add_route("POST", "/admin/devices/approve", self.approve, _DOCS["approve"])
+        admin.add_route("POST", "/admin/devices/{dev}/rotate", self.rotate, _DOCS["rotate"])
+        admin.add_route("DELETE", "/admin/devices/{dev}", self.forget, _DOCS["forget"])
 
     async def devices(self, _: web.Request) -> web.Response:
         out = {

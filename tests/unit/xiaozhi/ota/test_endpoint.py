@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.http import RouteHandler
 from gateway.metrics import Metrics
+from gateway.openapi import RouteDoc
 from gateway.settings import Settings
 from gateway.xiaozhi.ota.admin import OtaAdmin
 from gateway.xiaozhi.ota.endpoint import OtaEndpoint
@@ -80,7 +81,9 @@ class Routes:
 
     app: web.Application
 
-    def add_route(self, method: str, path: str, handler: RouteHandler) -> None:
+    def add_route(
+        self, method: str, path: str, handler: RouteHandler, doc: RouteDoc | None = None
+    ) -> None:
         self.app.router.add_route(method, path, handler)
 
 
