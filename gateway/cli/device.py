@@ -70,7 +70,10 @@ def _forget(args: argparse.Namespace) -> int:
         return 2
     if status not in (200, 404):
         sys.stdout.write(text + "\n")
-        sys.stderr.write(f"snlpgw device: erasing the learning record: answered {status}\n")
+        sys.stderr.write(
+            f"snlpgw device: erasing the learning record failed ({status}); nothing was "
+            f"unbound, run it again / 删除学习记录失败 ({status}), 设备未解绑, 请重试\n"
+        )
         return 1
     record = json.loads(text) if status == 200 else None
     status, text = _request(base, headers, "DELETE", f"/admin/devices/{args.dev}")
