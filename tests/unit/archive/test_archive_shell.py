@@ -42,7 +42,7 @@ async def test_a_full_queue_drops_the_new_answer_counted_and_alarmed(tmp_path: P
     assert alarms == ["archive_overflow"]  # rate-limited: one per minute
 
 
-class Routes:
+class ArchiveRoutes:
     """The archive's routes on a bare aiohttp app (the RouteDoc goes nowhere here)."""
 
     def __init__(self, app: web.Application) -> None:
@@ -58,7 +58,7 @@ async def test_the_admin_routes_refuse_what_they_cannot_serve(tmp_path: Path) ->
         settings=ArchiveSettings(),
         store=Store(path=tmp_path / "gw.sqlite3"),
         blobs=FileBlobs(tmp_path / "audio"),
-        admin=Routes(app),
+        admin=ArchiveRoutes(app),
     )
     async with TestClient(TestServer(app)) as client:
         resp = await client.post("/admin/audio/links", data=b"{not json")
