@@ -15,6 +15,7 @@ encoder was already warm), so the decoded duration is exactly the packets' durat
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -28,26 +29,17 @@ _BOS, _EOS, _CONTINUED = 0x02, 0x04, 0x01
 _HEADER = struct.Struct("<4sBBqIIIB")  # capture, version, type, granule, serial, seq, crc, n
 
 
-def _crc_table() -> tuple[int, ...]:
-    table = []
-    for i in range(256):
-        crc = i << 24
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x04C11DB7) if crc & 0x80000000 else crc << 1
-        table.append(crc & 0xFFFFFFFF)
-    return tuple(table)
-
-
-_CRC_TABLE = _crc_table()
+_BIT_REVERSED = bytes(int(f"{i:08b}"[::-1], 2) for i in range(256))
 
 
 def ogg_crc(data: bytes) -> int:
-    """The Ogg page checksum (CRC-32, poly 0x04C11DB7, init 0, no reflection, no final xor)."""
-    crc = 0
-    table = _CRC_TABLE
-    for byte in data:
-        crc = ((crc << 8) & 0xFFFFFFFF) ^ table[(crc >> 24) ^ byte]
-    return crc
+    """The Ogg page checksum (CRC-32, poly 0x04C11DB7, init 0, no reflection, no final xor).
+
+    Computed by zlib's C CRC-32 (the same polynomial, reflected, init and final xor ~0): on
+    bit-reversed bytes, started from register 0, the result bit-reversed back. About 50x faster
+    than a Python table loop (the archive muxes every answer; the tests check it bit by bit)."""
+    reflected = zlib.crc32(data.translate(_BIT_REVERSED), 0xFFFFFFFF) ^ 0xFFFFFFFF
+    return int(f"{reflected:032b}"[::-1], 2)
 
 
 _FRAME_SAMPLES = (
@@ -98,6 +90,11 @@ def _page(flags: int, granule: int, serial: int, seq: int, packets: Sequence[byt
     page = header + lacing + b"".join(packets)
     crc = ogg_crc(page)
     return page[:22] + struct.pack("<I", crc) + page[26:]
+
+
+def opus_duration_ms(packets: Iterable[bytes]) -> float:
+    """The packets' duration (ValueError for a malformed one)."""
+    return sum(packet_samples(p) for p in packets) / 48.0
 
 
 def mux_ogg_opus(

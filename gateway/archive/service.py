@@ -45,7 +45,7 @@ from gateway.archive.links import (
     check_audio_link,
     sign_audio_link,
 )
-from gateway.archive.ogg import demux_ogg_opus, mux_ogg_opus
+from gateway.archive.ogg import demux_ogg_opus, mux_ogg_opus, opus_duration_ms
 from gateway.archive.retention import over_quota, retention_cutoff_ms
 from gateway.http import RouteTable
 from gateway.metrics import Metrics
@@ -316,7 +316,7 @@ class AnswerArchive:
             data = mux_ogg_opus(answer.packets, serial=serial)
             audio_id = content_id(data)
             self.blobs.put(audio_id, data)
-            return audio_id, len(data), int(demux_ogg_opus(data).duration_ms)
+            return audio_id, len(data), int(opus_duration_ms(answer.packets))
 
         audio_id, size, duration_ms = await self._on_thread(mux_and_put)
         row = ArchivedAudio(

@@ -15,6 +15,7 @@ from gateway.archive.ogg import (
     demux_ogg_opus,
     mux_ogg_opus,
     ogg_crc,
+    opus_duration_ms,
     opus_head,
     opus_tags,
     packet_samples,
@@ -57,7 +58,7 @@ def test_round_trip_keeps_every_packet_and_the_duration() -> None:
     content = demux_ogg_opus(data)
     assert content.packets == tuple(packets)
     assert (content.channels, content.pre_skip, content.input_rate) == (1, 0, 16_000)
-    assert content.duration_ms == 60.0 * len(packets)
+    assert content.duration_ms == 60.0 * len(packets) == opus_duration_ms(packets)
 
 
 def test_many_packets_span_several_pages() -> None:
