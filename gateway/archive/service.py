@@ -335,8 +335,9 @@ class AnswerArchive:
         self._written.inc()
         self._bytes.inc(size)
         quota = int(self.settings.device_quota_mb * 1_000_000)
-        excess = over_quota(await self._store.audio_of_device(answer.device), quota)
-        await self._erase(excess, "quota")
+        if await self._store.audio_bytes(answer.device) > quota:
+            excess = over_quota(await self._store.audio_of_device(answer.device), quota)
+            await self._erase(excess, "quota")
 
     async def _sweep_loop(self) -> None:
         while True:

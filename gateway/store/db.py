@@ -163,6 +163,13 @@ class Database:
         )
         return [_audio(r) for r in rows]
 
+    def audio_bytes(self, device: str) -> int:
+        """The size of ``device``'s archived answers (the quota check: one indexed sum)."""
+        rows = self._read(
+            "SELECT COALESCE(SUM(size_bytes), 0) FROM audio WHERE device = ?", (device,)
+        )
+        return int(str(rows[0][0]))  # PostgreSQL sums BIGINT as numeric (Decimal)
+
     def audio_before(self, cutoff_ms: int, limit: int) -> list[ArchivedAudio]:
         """Archived before ``cutoff_ms``, oldest first (the retention sweeper's batch)."""
         rows = self._read(

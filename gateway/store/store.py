@@ -203,6 +203,9 @@ class Store:
     async def audio_of_device(self, device: str) -> list[ArchivedAudio]:
         return await self._worker.read(lambda db: db.audio_of_device(device))
 
+    async def audio_bytes(self, device: str) -> int:
+        return await self._worker.read(lambda db: db.audio_bytes(device))
+
     async def audio_before(self, cutoff_ms: int, limit: int) -> list[ArchivedAudio]:
         return await self._worker.read(lambda db: db.audio_before(cutoff_ms, limit))
 
