@@ -80,7 +80,8 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     ctx = Context.create(settings)
     parts = build_store_components(ctx)
     recorder = StoreRecorder(parts.store)
-    archive = build_archive(ctx, parts.store)  # each step's answer, as Ogg Opus (None: off)
+    # Each step's answer as Ogg Opus when archive.enabled; forget and the sweeper always.
+    archive = build_archive(ctx, parts.store)
     inbox = TaskInbox(metrics=ctx.metrics)
     # Scale-out: one owner per device over the live gateways (cluster.enabled; else all ours).
     ownership = Ownership(settings.gateway_id, enabled=settings.cluster.enabled)
@@ -148,7 +149,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         assessment=assessment,
         load_running=recorder.load_running,
         modes=chat,
-        archive=archive,
+        archive=archive if settings.archive.enabled else None,
         owns=ownership.owns,
         handover_delay_s=settings.cluster.handover_delay_s,
         admission=AdmissionConfig(
@@ -160,8 +161,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     components: list[Component] = [*parts.components, cluster, board, xiaozhi, assessment, tasks]
     if chat is not None:
         components.append(chat)
-    if archive is not None:
-        components.append(archive)
+    components.append(archive)
     service = Service(ctx, components)
     return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat, archive)
 

@@ -5,8 +5,8 @@ and docs/privacy.md.
 
 Wiring (composition root)::
 
-    archive = build_archive(ctx, parts.store)    # None when archive.enabled is off
-    TaskService(..., archive=archive)            # the actors submit each step's answer
+    archive = build_archive(ctx, parts.store)    # forget, sweeper, links: always
+    TaskService(..., archive=archive if settings.archive.enabled else None)
     components.append(archive)
 """
 
@@ -58,11 +58,11 @@ def blobs_for(settings: Settings) -> AudioBlobs:
     return FileBlobs(archive.dir or settings.data_dir / "audio")
 
 
-def build_archive(ctx: Context, store: Store) -> AnswerArchive | None:
-    """The archive with its admin routes, or None when ``archive.enabled`` is off."""
+def build_archive(ctx: Context, store: Store) -> AnswerArchive:
+    """The archive with its admin routes. Built even when ``archive.enabled`` is off (then
+    nothing new is archived): ``device forget`` must still erase a device's store rows, and
+    the sweeper what an earlier configuration kept."""
     settings = ctx.settings
-    if not settings.archive.enabled:
-        return None
     return AnswerArchive(
         settings=settings.archive,
         store=store,

@@ -280,8 +280,12 @@ class AnswerArchive:
 
     async def run(self) -> None:
         try:
-            await self._on_thread(self.blobs.prepare)
-            log.info("archive on %s", self.blobs.where)
+            try:
+                await self._on_thread(self.blobs.prepare)
+                log.info("archive on %s", self.blobs.where)
+            except Exception as exc:  # S3 down at start: writes fail, counted, until it is back
+                log.warning("archive on %s not ready: %s", self.blobs.where, type(exc).__name__)
+                self._alarm_failed(error=type(exc).__name__, during="start")
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._write_loop())
                 tg.create_task(self._sweep_loop())
