@@ -42,6 +42,16 @@ STEP_COLUMNS = (
     "window_planned_close_ms",
     "window_closed_ms",
     "failure",
+    "audio_id",
+)
+AUDIO_COLUMNS = (
+    "id",
+    "device",
+    "instance_id",
+    "step_index",
+    "created_ms",
+    "size_bytes",
+    "duration_ms",
 )
 
 
