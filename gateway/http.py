@@ -142,7 +142,7 @@ class HttpServer:
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: RouteHandler) -> web.StreamResponse:
-        if request.path in _OPEN_PATHS:
+        if request.path in _OPEN_PATHS or not self._needs_bearer(request):
             return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         expected = self._token or b""
@@ -153,6 +153,13 @@ class HttpServer:
                 headers={"WWW-Authenticate": 'Bearer realm="snlpgw-admin"'},
             )
         return await handler(request)
+
+    def _needs_bearer(self, request: web.Request) -> bool:
+        """False only for a route documented ``bearer=False`` (it checks a signature itself)."""
+        info = request.match_info.route.resource
+        template = info.canonical if info is not None else ""
+        doc = self.route_docs.get((request.method, template))
+        return doc is None or doc.bearer
 
     async def _healthz(self, _: web.Request) -> web.Response:
         details = {name: check() for name, check in self._health.items()}

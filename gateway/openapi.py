@@ -48,7 +48,9 @@ class QueryParam:
 class RouteDoc:
     """What a route takes and answers. ``response``: the 200 body's model (JSON);
     ``content_type``: set for non-JSON answers (``text/csv``, ``audio/ogg``, ``text/html``);
-    ``errors``: the error statuses it can answer (body :class:`ErrorBody`)."""
+    ``errors``: the error statuses it can answer (body :class:`ErrorBody`); ``bearer``: False
+    for a route that authenticates each request itself (a signed link, the console's own
+    session) and so is served without the admin bearer token."""
 
     summary: str
     tag: str
@@ -59,6 +61,7 @@ class RouteDoc:
     content_type: str = "application/json"
     status: int = 200
     errors: tuple[int, ...] = ()
+    bearer: bool = True
 
 
 _REASONS = {
@@ -114,7 +117,9 @@ def _operation(path: str, doc: RouteDoc, op_id: str) -> dict[str, Any]:
         str(doc.status): {"description": "OK", "content": {doc.content_type: {"schema": schema}}}
     }
     error_ref = {"$ref": REF.format(model=ErrorBody.__name__)}
-    for status in sorted({*doc.errors, 401}):
+    if not doc.bearer:
+        op["security"] = []
+    for status in sorted({*doc.errors, 401} if doc.bearer else set(doc.errors)):
         responses[str(status)] = {
             "description": _REASONS.get(status, "Error"),
             "content": {"application/json": {"schema": error_ref}},

@@ -134,6 +134,7 @@ _DOCS = {
         ),
         content_type="audio/ogg",
         errors=(403, 404, 503),
+        bearer=False,  # the link's signature is the credential: a browser's <audio> can play it
     ),
     "forget": RouteDoc(
         summary="Erase a device's learning record: audio, transcripts, metrics, store rows",

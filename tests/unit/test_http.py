@@ -9,6 +9,7 @@ from aiohttp import web
 
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
+from gateway.openapi import RouteDoc
 
 
 @pytest.fixture
@@ -71,3 +72,33 @@ def test_port_before_start_is_an_error() -> None:
     srv = HttpServer(host="127.0.0.1", port=0, metrics=Metrics())
     with pytest.raises(RuntimeError, match="not started"):
         _ = srv.port
+
+
+async def test_only_routes_documented_without_bearer_skip_the_admin_token() -> None:
+    """Attack: with the admin token set, ask every route without it, including one that checks a signature itself.
+    Defence: only the route documented ``bearer=False`` answers (its own check decides); the others answer 401."""
+    srv = HttpServer(host="127.0.0.1", port=0, metrics=Metrics(), token="s3cret")
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.json_response({"id": request.match_info.get("id", "")})
+
+    srv.add_route("GET", "/admin/things/{id}", ok, RouteDoc(summary="a", tag="t"))
+    srv.add_route("GET", "/admin/signed/{id}", ok, RouteDoc(summary="b", tag="t", bearer=False))
+    srv.add_route("GET", "/admin/undocumented", ok)
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(srv.run(), name="test.http")
+        await srv.wait_started()
+        base = f"http://127.0.0.1:{srv.port}"
+        async with aiohttp.ClientSession() as http:
+            for path in ("/admin/things/1", "/admin/undocumented", "/admin/nowhere", "/metrics"):
+                async with http.get(base + path) as resp:
+                    assert resp.status == 401, path
+            async with http.get(base + "/admin/signed/7") as resp:
+                assert resp.status == 200
+                assert await resp.json() == {"id": "7"}
+            async with http.post(base + "/admin/signed/7") as resp:
+                assert resp.status == 401  # the exemption is per method and path
+            auth = {"Authorization": "Bearer s3cret"}
+            async with http.get(base + "/admin/things/1", headers=auth) as resp:
+                assert resp.status == 200
+        task.cancel()
