@@ -11,7 +11,9 @@ rules. The player's ``tts start`` and ``tts stop`` going out are ``started`` and
 One utterance per device: a new one interrupts the one in progress (``replaced``). Cancelling
 drops the queued audio; the utterance's ``tts stop`` still goes (the device leaves its
 speaking state) and ``interrupted(cancelled)`` is reported at once. The device's session
-closing (goodbye, idle expiry, a new hello) interrupts with ``session_closed``. Events reach
+closing (goodbye, idle expiry, a new hello) interrupts with ``session_closed``: the downlink
+sees it at its next item (a frame is due every frame duration), or :meth:`session_closed`
+says so at once. Events reach
 the sink from the loop, never inside the caller's own call (``call_soon``), in order.
 """
 
@@ -37,8 +39,8 @@ from gateway.speech.cache import PhraseCache, PhraseKey
 from gateway.speech.engines import EspeakTts, HttpTts, SynthesisError, TtsEngine
 from gateway.speech.frames import duration_ms
 from gateway.speech.metrics import FAILURES, REASONS, SpeechMetrics, bounded
+from gateway.speech.target import DownlinkTarget
 from gateway.xiaozhi import messages
-from gateway.xiaozhi.channel import DownlinkTarget
 
 log = logging.getLogger(__name__)
 
@@ -116,18 +118,34 @@ class _DeviceSpeech:
     current: _Utterance | None = None
     brackets: deque[_Utterance] = field(default_factory=deque)
     player: Player | None = None
+    gone: bool = False  # its session closed (seen by the downlink)
 
     # -- the player's Output ---------------------------------------------------------------
 
     def publish_down(self, payload: bytes) -> None:
-        self.service.channel.publish(self.dev, payload)
+        if self._current():
+            self.service.channel.publish(self.dev, payload)
 
     def send_audio(self, opus: bytes) -> bool:
         sid = self.session_id
-        sent = sid is not None and self.service.channel.send_audio(self.dev, sid, opus)
-        if sent:
+        if sid is not None and self.service.channel.send_audio(self.dev, sid, opus):
             self.service.metrics.frames_down.inc()
-        return sent
+            return True
+        self._current()
+        return False
+
+    def _current(self) -> bool:
+        """Whether the session this device's audio is for is still the open one; the first
+        time it is not, the device's speech ends (``session_closed``, on the next loop turn:
+        never inside the player's own drain)."""
+        if self.gone:
+            return False
+        target = self.service.channel.downlink_target(self.dev)
+        if target is not None and target.session_id == self.session_id:
+            return True
+        self.gone = True
+        self.service.session_gone(self)
+        return False
 
     def on_tts(self, state: str) -> None:
         self.service.bracket(self, state)
@@ -211,8 +229,18 @@ class SpeechService:
     # -- session events (the Xiaozhi channel) --------------------------------------------------
 
     def session_closed(self, dev: str, session_id: str, reason: str) -> None:
+        """``dev``'s session closed (optional: the downlink also sees it at its next item)."""
         state = self._devices.get(dev)
         if state is not None and state.session_id in (None, session_id):
+            self._drop_device(state, "session_closed")
+
+    def session_gone(self, state: _DeviceSpeech) -> None:
+        """The downlink found ``state``'s session closed: its speech ends on the next turn."""
+        loop = self._loop or asyncio.get_running_loop()
+        loop.call_soon(self._drop_gone, state)
+
+    def _drop_gone(self, state: _DeviceSpeech) -> None:
+        if self._devices.get(state.dev) is state:
             self._drop_device(state, "session_closed")
 
     # -- internals -----------------------------------------------------------------------------
@@ -334,7 +362,7 @@ class SpeechService:
 
     def bracket(self, state: _DeviceSpeech, tts: str) -> None:
         """A ``tts start`` / ``tts stop`` of the device's player went out."""
-        if not state.brackets:
+        if not state.brackets or state.gone:
             return
         item = state.brackets[0]
         if tts == "start":

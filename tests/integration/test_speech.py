@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import subprocess
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +23,9 @@ from gateway.service import Context, Service
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim, encode_pcm
 from gateway.speech.engines import to_pcm
 from gateway.speech.service import SpeechService
+from gateway.speech.target import XiaozhiDownlink
 from gateway.xiaozhi.channel import XiaozhiChannel
-from gateway.xiaozhi.ota.provisioning import broker_provisioner
-from tests.integration.xiaozhi_support import FAST_STREAM_PPS, VoiceRecorder, new_mac
+from tests.integration.xiaozhi_support import new_mac, recorded_channel
 from tests.support.broker import Broker
 from tests.support.speech import silence, synthesize
 
@@ -81,33 +81,6 @@ class SpeechEventsRecorder:
 
 
 @dataclass
-class SpeechRigEvents:
-    """The channel's session events: the recorder's, and session ends to SPEAK."""
-
-    recorder: VoiceRecorder
-    speech: SpeechService | None = None
-
-    def session_opened(self, dev: str, session_id: str, channel: object) -> None:
-        self.recorder.session_opened(dev, session_id, channel)
-
-    def session_closed(self, dev: str, session_id: str, reason: str) -> None:
-        if self.speech is not None:
-            self.speech.session_closed(dev, session_id, reason)
-        self.recorder.session_closed(dev, session_id, reason)
-
-    def listen(
-        self, dev: str, session_id: str, state: str, mode: str | None, text: str | None
-    ) -> None:
-        self.recorder.listen(dev, session_id, state, mode, text)
-
-    def abort(self, dev: str, session_id: str, reason: str | None) -> None:
-        self.recorder.abort(dev, session_id, reason)
-
-    def mcp_message(self, dev: str, payload: Mapping[str, Any]) -> None:
-        self.recorder.mcp_message(dev, payload)
-
-
-@dataclass
 class SpeechRig:
     speech: SpeechService
     sink: SpeechEventsRecorder
@@ -125,24 +98,11 @@ class SpeechRig:
 async def speech_rig(broker: Broker, **speech: Any) -> AsyncIterator[SpeechRig]:
     settings = gateway_settings(broker, speech=speech)
     ctx = Context.create(settings)
-    recorder = VoiceRecorder()
-    events = SpeechRigEvents(recorder)
-    channel = XiaozhiChannel(
-        settings=settings,
-        mqtt=ctx.mqtt,
-        metrics=ctx.metrics,
-        http=ctx.http,
-        admin=ctx.admin,
-        voice=recorder,
-        events=events,
-        provision=broker_provisioner(settings, reload=broker.reload),
-        udp_rate_pps=FAST_STREAM_PPS,
-    )
+    channel, _ = recorded_channel(broker, ctx)
     sink = SpeechEventsRecorder()
     speech_service = SpeechService(
-        settings=settings.speech, channel=channel, sink=sink, metrics=ctx.metrics
+        settings=settings.speech, channel=XiaozhiDownlink(channel), sink=sink, metrics=ctx.metrics
     )
-    events.speech = speech_service
     service = Service(ctx, [channel, speech_service])
     async with serving(service, ready=(channel.wait_ready, speech_service.wait_ready)):
         yield SpeechRig(
