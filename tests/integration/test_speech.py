@@ -27,6 +27,7 @@ from gateway.speech.target import XiaozhiDownlink
 from gateway.xiaozhi.channel import XiaozhiChannel
 from tests.integration.xiaozhi_support import new_mac, recorded_channel
 from tests.support.broker import Broker
+from tests.support.chat_rig import chat_rig
 from tests.support.speech import silence, synthesize
 
 RATE = 16_000
@@ -340,3 +341,28 @@ async def test_lesson_clips_stream_over_udp_with_their_duration(
         rig.speech.play_clip(dev, clip_id="gone", path=tmp_path / "missing.mp3")
         assert await rig.sink.wait_end("gone") == ("interrupted", "synthesis_failed")
         assert rig.metric("speech_synthesis_failures_total", reason="clip_missing") == 1
+
+
+# -- the composed gateway ---------------------------------------------------------------------
+
+
+async def test_the_composed_gateway_speaks_through_gateway_speech(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """``build_gateway`` wires SPEAK to the production Xiaozhi channel (``Gateway.speech``)."""
+    async with chat_rig(broker, tmp_path, upstream=False, enabled=False) as rig:
+        speech = rig.lesson.gw.speech
+        assert speech is not None
+        assert rig.lesson.gw.chat is None
+        sim = rig.device
+        await sim.open_audio_channel()
+        await sim.stream_opus(encode_pcm(silence(FRAME_MS)))
+        expected = frames_for(synthesize(ZH, voice="cmn"))
+        after = len(sim.inbox)
+        speech.speak(rig.dev, speak_id="w1", text=ZH, voice="zh")
+        tts = await spoken(sim, after, expected)
+        assert [m["state"] for m in tts] == ["start", "sentence_start", "stop"]
+        assert len(decode(sim.downlink_audio)) == expected * FRAME_BYTES
+        registry = rig.lesson.gw.service.metrics.registry
+        labels = {"kind": "speak"}
+        assert registry.get_sample_value("snlpgw_speech_completed_total", labels) == 1
