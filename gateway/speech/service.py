@@ -43,6 +43,7 @@ from gateway.speech.target import DownlinkTarget
 from gateway.xiaozhi import messages
 
 log = logging.getLogger(__name__)
+MAX_TEXT_CHARS = 2000  # a step's line, not a book: longer text is refused before synthesis
 
 
 class SpeechSink(Protocol):
@@ -207,9 +208,9 @@ class SpeechService:
     def speak(self, dev: str, *, speak_id: str, text: str, voice: str) -> None:
         """Say ``text`` in ``voice`` ("en" / "zh") on ``dev``; results go to the sink."""
         item = _Utterance(dev, speak_id, _Text(text, voice))
-        if voice not in self.engine.voices():
+        if voice not in self.engine.voices() or len(text) > MAX_TEXT_CHARS:
             self.metrics.requests.labels(item.kind).inc()
-            self._refuse(item, "unknown_voice")
+            self._refuse(item, "unknown_voice" if len(text) <= MAX_TEXT_CHARS else "too_long")
             return
         self._begin(item)
 

@@ -209,6 +209,9 @@ async def test_refusals() -> None:
     async with running(channel, sink, engine, max_devices=1, max_utterance_s=0.3) as service:
         service.speak("d", speak_id="long", text="hi", voice="en")  # 600 ms > 300 ms
         assert await sink.end_of("long") == ("interrupted", "d", "long", "too_long")
+        service.speak("d", speak_id="book", text="x" * 2001, voice="en")
+        assert await sink.end_of("book") == ("interrupted", "d", "book", "too_long")
+        assert engine.calls == 1  # refused before synthesis
         engine.gate = asyncio.Event()
         service.speak("d", speak_id="held", text="held", voice="en")
         service.speak("e", speak_id="second", text="hi", voice="en")
