@@ -39,6 +39,7 @@ from gateway.speech.cache import PhraseCache, PhraseKey
 from gateway.speech.engines import EspeakTts, HttpTts, SynthesisError, TtsEngine
 from gateway.speech.frames import duration_ms
 from gateway.speech.metrics import FAILURES, REASONS, SpeechMetrics, bounded
+from gateway.speech.sentences import sentences
 from gateway.speech.target import DownlinkTarget
 from gateway.xiaozhi import messages
 
@@ -98,7 +99,8 @@ class _Utterance:
     speak_id: str
     source: _Text | _Clip
     task: asyncio.Task[None] | None = None
-    queued: bool = False  # its items are in the device's player
+    queued: bool = False  # its tts start is in the device's player
+    closed: bool = False  # its tts stop is too
     started: bool = False
     ended: bool = False  # completed or interrupted (reported)
     duration_ms: int = 0
@@ -282,36 +284,57 @@ class SpeechService:
             self._forget_if_idle(state)
 
     async def _prepare_and_queue(self, state: _DeviceSpeech, item: _Utterance) -> None:
+        """Make the audio piece by piece (a clip is one piece, a text one per sentence) and
+        queue each as soon as it is made: the first sentence plays while the next is made."""
         target = self.channel.downlink_target(item.dev)
         if target is None:
             self._interrupt(state, item, "no_session")
             return
-        frames = await self._frames(item, target)
-        reachable = await self.channel.reachable(
-            item.dev, target.session_id, self.settings.address_wait_s
-        )
-        if item.ended:
-            return
-        current = self.channel.downlink_target(item.dev)
-        if current is None or current.session_id != target.session_id:
-            self._interrupt(state, item, "session_closed")
-            return
-        if not reachable:
-            self._interrupt(state, item, "device_unreachable")
-            return
-        if duration_ms(len(frames), target.frame_ms) > self.settings.max_utterance_s * 1000:
-            self._interrupt(state, item, "too_long")
-            return
-        self._queue(state, item, target, frames)
-
-    async def _frames(self, item: _Utterance, target: DownlinkTarget) -> tuple[bytes, ...]:
-        rate, frame_ms = target.sample_rate, target.frame_ms
         source = item.source
-        if isinstance(source, _Clip):
-            async with self._slots:
-                pcm = await asyncio.to_thread(engines.decode_file, source.path, rate)
-                return await asyncio.to_thread(engines.encode, pcm, rate, frame_ms)
-        key = PhraseKey(self.engine.name, source.voice, source.text, rate, frame_ms)
+        pieces: list[str | None] = (
+            [None] if isinstance(source, _Clip) else list(sentences(source.text)) or [""]
+        )
+        total = 0
+        for n, piece in enumerate(pieces):
+            if isinstance(source, _Clip):
+                frames = await self._clip_frames(source.path, target)
+            else:
+                frames = await self._phrase_frames(piece or "", source.voice, target)
+            reachable = n > 0 or await self.channel.reachable(
+                item.dev, target.session_id, self.settings.address_wait_s
+            )
+            if item.ended:
+                return
+            current = self.channel.downlink_target(item.dev)
+            if current is None or current.session_id != target.session_id:
+                self._interrupt(state, item, "session_closed")
+                return
+            if not reachable:
+                self._interrupt(state, item, "device_unreachable")
+                return
+            total += len(frames)
+            if duration_ms(total, target.frame_ms) > self.settings.max_utterance_s * 1000:
+                self._interrupt(state, item, "too_long")
+                return
+            if n == 0:
+                self._open(state, item, target)
+            self._queue(state, target, piece, frames)
+        item.duration_ms = duration_ms(total, target.frame_ms)
+        self._close(state, item)
+
+    async def _clip_frames(self, path: Path, target: DownlinkTarget) -> tuple[bytes, ...]:
+        rate, frame_ms = target.sample_rate, target.frame_ms
+        async with self._slots:
+            pcm = await asyncio.to_thread(engines.decode_file, path, rate)
+            return await asyncio.to_thread(engines.encode, pcm, rate, frame_ms)
+
+    async def _phrase_frames(
+        self, text: str, voice: str, target: DownlinkTarget
+    ) -> tuple[bytes, ...]:
+        if not text:
+            return ()
+        rate, frame_ms = target.sample_rate, target.frame_ms
+        key = PhraseKey(self.engine.name, voice, text, rate, frame_ms)
         cached = self.cache.get(key)
         if cached is not None:
             self.metrics.cache_hits.inc()
@@ -322,20 +345,15 @@ class SpeechService:
             raise SynthesisError("not_running")
         began = self._clock()
         async with self._slots:
-            pcm = await self.engine.pcm(http, source.text, source.voice, rate)
+            pcm = await self.engine.pcm(http, text, voice, rate)
             frames = await asyncio.to_thread(engines.encode, pcm, rate, frame_ms)
         self.metrics.synth_ms.labels(self.engine.name).observe((self._clock() - began) * 1000)
         self.cache.put(key, frames)
         self.metrics.cache_bytes.set(self.cache.bytes)
         return frames
 
-    def _queue(
-        self,
-        state: _DeviceSpeech,
-        item: _Utterance,
-        target: DownlinkTarget,
-        frames: tuple[bytes, ...],
-    ) -> None:
+    def _open(self, state: _DeviceSpeech, item: _Utterance, target: DownlinkTarget) -> None:
+        """``tts start`` of ``item`` (a player for the session first, if need be)."""
         if state.player is None or state.session_id != target.session_id:
             if state.player is not None:
                 state.player.close()
@@ -348,18 +366,32 @@ class SpeechService:
                 lead_s=self.settings.tts_lead_s,
                 duration=opus_packet_ms,
             )
-        player = state.player
-        player.set_frame_ms(target.frame_ms)
-        sid = target.session_id
+        state.player.set_frame_ms(target.frame_ms)
         item.queued = True
-        item.duration_ms = duration_ms(len(frames), target.frame_ms)
         state.brackets.append(item)
-        player.json(messages.tts(sid, "start"), tts="start")
-        if isinstance(item.source, _Text):
-            player.json(messages.tts(sid, "sentence_start", item.source.text))
+        state.player.json(messages.tts(target.session_id, "start"), tts="start")
+
+    def _queue(
+        self,
+        state: _DeviceSpeech,
+        target: DownlinkTarget,
+        sentence: str | None,
+        frames: tuple[bytes, ...],
+    ) -> None:
+        player = state.player
+        if player is None:  # _open made it; a dropped device has none
+            return
+        if sentence is not None:
+            player.json(messages.tts(target.session_id, "sentence_start", sentence))
         for frame in frames:
             player.audio(frame)
-        player.json(messages.tts(sid, "stop"), tts="stop")
+
+    def _close(self, state: _DeviceSpeech, item: _Utterance) -> None:
+        """``tts stop`` of ``item`` (once: the bracket closes, played or interrupted)."""
+        if item.closed or state.player is None or state.session_id is None:
+            return
+        item.closed = True
+        state.player.json(messages.tts(state.session_id, "stop"), tts="stop")
 
     def bracket(self, state: _DeviceSpeech, tts: str) -> None:
         """A ``tts start`` / ``tts stop`` of the device's player went out."""
@@ -390,6 +422,7 @@ class SpeechService:
             item.task.cancel()
         if item.queued and state.player is not None:
             state.player.clear()  # its audio; its tts stop still goes (the bracket closes)
+            self._close(state, item)
         self.metrics.interrupted.labels(bounded(reason, REASONS)).inc()
         self._emit(self.sink.speak_interrupted, item.dev, item.speak_id, reason)
 

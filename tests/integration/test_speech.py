@@ -173,6 +173,26 @@ async def test_speak_english_and_mandarin_reach_the_device_as_decodable_speech(
         assert rig.metric("speech_completed_total", kind="speak") == 2
 
 
+async def test_a_line_is_spoken_sentence_by_sentence(broker: Broker) -> None:
+    """Each sentence is announced (``sentence_start``) before its audio, inside one tts
+    bracket; the duration is the sentences' together; a sentence said before is cached."""
+    line = f"Well done! {EN}\nNow say it backwards."
+    parts = [("Well done!", "en-us"), (EN, "en-us"), ("Now say it backwards.", "en-us")]
+    async with speech_rig(broker) as rig, connected_device(rig) as (dev, sim):
+        rig.speech.speak(dev, speak_id="first", text=EN, voice="en")
+        assert (await rig.sink.wait_end("first"))[0] == "completed"
+        await sim.expect("tts", state="stop", timeout_s=10)  # its stop reached the device
+        counts = [frames_for(synthesize(text, voice=voice)) for text, voice in parts]
+        after, sim.downlink_audio[:] = len(sim.inbox), []
+        rig.speech.speak(dev, speak_id="line", text=line, voice="en")
+        assert await rig.sink.wait_end("line") == ("completed", sum(counts) * FRAME_MS)
+        tts = await spoken(sim, after, sum(counts))
+        assert [m["state"] for m in tts] == ["start", *["sentence_start"] * 3, "stop"]
+        assert [m["text"] for m in tts[1:4]] == [text for text, _ in parts]
+        assert len(decode(sim.downlink_audio)) == sum(counts) * FRAME_BYTES
+        assert (rig.speech.cache.hits, rig.speech.cache.misses) == (1, 3)  # EN said before
+
+
 async def test_cancel_mid_speech_interrupts_and_stops_the_device(broker: Broker) -> None:
     async with speech_rig(broker) as rig, connected_device(rig) as (dev, sim):
         total = frames_for(synthesize(LONG))
