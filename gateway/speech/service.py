@@ -232,9 +232,10 @@ class SpeechService:
     # -- session events (the Xiaozhi channel) --------------------------------------------------
 
     def session_closed(self, dev: str, session_id: str, reason: str) -> None:
-        """``dev``'s session closed (optional: the downlink also sees it at its next item)."""
+        """``dev``'s session closed (optional: the downlink also sees it at its next item, and
+        a synthesis in progress checks the session when it is done)."""
         state = self._devices.get(dev)
-        if state is not None and state.session_id in (None, session_id):
+        if state is not None and state.session_id == session_id:
             self._drop_device(state, "session_closed")
 
     def session_gone(self, state: _DeviceSpeech) -> None:
