@@ -5,11 +5,12 @@ a session that goes away or changes, refusals, a failing sink, the service stopp
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import opuslib
@@ -232,3 +233,26 @@ async def test_a_failing_sink_is_contained_and_stopping_interrupts() -> None:
         await until(channel.changed, lambda: len(channel.audio) >= 3)
     # the service stopped mid-speech: reported on the loop's next turn
     assert await sink.end_of("x") == ("interrupted", "d", "x", "service_stopped")
+
+
+class SpeakPortShape(Protocol):
+    """The task DSL's ``SpeakPort`` as agreed (gateway/tasks/ports.py on the dsl branch)."""
+
+    def speak(self, dev: str, *, speak_id: str, text: str, voice: str) -> None: ...
+
+    def cancel(self, dev: str, speak_id: str) -> None: ...
+
+
+def test_the_service_is_the_task_runtimes_speak_port() -> None:
+    service = SpeechService(
+        settings=SpeechSettings(), channel=FakeDownlink(), sink=Sink(), metrics=Metrics()
+    )
+    port: SpeakPortShape = service  # mypy --strict checks the structure
+    speak = inspect.signature(port.speak).parameters
+    assert [(p.name, p.kind.name) for p in speak.values()] == [
+        ("dev", "POSITIONAL_OR_KEYWORD"),
+        ("speak_id", "KEYWORD_ONLY"),
+        ("text", "KEYWORD_ONLY"),
+        ("voice", "KEYWORD_ONLY"),
+    ]
+    assert list(inspect.signature(port.cancel).parameters) == ["dev", "speak_id"]
