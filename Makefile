@@ -8,12 +8,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # System packages: libopus (decoder), mosquitto (broker + clients for provisioning and tests),
-# espeak-ng and sox (real speech fixtures for tests and the demo), systemd (only its offline
+# espeak-ng and sox (real speech fixtures for tests and the demo; SPEAK's offline voice and its
+# clip decoder, libsox-fmt-mp3 for MP3 lesson clips), systemd (only its offline
 # tools: `systemd-analyze verify` checks deploy/systemd in the tests; ~5 MB, starts nothing),
 # postgresql (the store's PostgreSQL tests start a throw-away server; the default is SQLite),
 # ejabberd (only its MQTT 5 broker, mod_mqtt: the second, independent broker the client's core
 # flows are tested against, tests/integration/test_second_broker.py; its service is disabled).
-APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox systemd postgresql ejabberd opus-tools
+APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox libsox-fmt-mp3 systemd postgresql ejabberd opus-tools
 
 .PHONY: run test check lint typecheck unit integration setup system-deps venv bench load demo asyncapi clean
 
@@ -28,6 +29,7 @@ system-deps:
 	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
 	command -v sox >/dev/null || missing="$$missing sox"; \
 	command -v opusdec >/dev/null || missing="$$missing opus-tools"; \
+	sox -h 2>/dev/null | grep -q 'FILE FORMATS:.* mp3' || missing="$$missing libsox-fmt-mp3"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	ls -d /usr/lib/*/ejabberd-*/ebin >/dev/null 2>&1 || missing="$$missing ejabberd"; \

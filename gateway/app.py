@@ -23,6 +23,8 @@ from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster, Ownership
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
+from gateway.speech.service import SpeechEventLog, SpeechService
+from gateway.speech.target import XiaozhiDownlink
 from gateway.store import Store, build_store_components
 from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
 from gateway.tasks.core.admission import AdmissionConfig
@@ -70,6 +72,7 @@ class Gateway:
     store: Store
     chat: ChatComponent | None = None
     archive: AnswerArchive | None = None
+    speech: SpeechService | None = None
 
 
 def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
@@ -129,6 +132,16 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         owns=ownership.owns,
         listening_by_default=False,
     )
+    speech = None
+    if settings.speech.enabled:
+        # The task runtime takes SPEAK's events once its inbox has speak_started/completed/
+        # interrupted (the task DSL); until then they are logged.
+        speech = SpeechService(
+            settings=settings.speech,
+            channel=XiaozhiDownlink(xiaozhi),
+            sink=SpeechEventLog(),
+            metrics=ctx.metrics,
+        )
     cluster = Cluster(
         ctx=ctx,
         ownership=ownership,
@@ -162,8 +175,10 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     if chat is not None:
         components.append(chat)
     components.append(archive)
+    if speech is not None:
+        components.append(speech)
     service = Service(ctx, components)
-    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat, archive)
+    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat, archive, speech)
 
 
 def build_service(settings: Settings) -> Service:
