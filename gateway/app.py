@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from gateway.assessment.engine import Backend
 from gateway.assessment.path import AssessmentPath
 from gateway.board import BoardChannel
+from gateway.board.admin import BoardStatusAdmin
 from gateway.board.bridge import BoardCommands, BoardToTasks
 from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster, Ownership
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
 from gateway.store import Store, build_store_components
+from gateway.tasks.admin import LessonAdmin
 from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
 from gateway.tasks.core.admission import AdmissionConfig
 from gateway.tasks.durable import DurableCommands
@@ -31,6 +33,9 @@ from gateway.tasks.service import TaskService
 from gateway.xiaozhi import XiaozhiChannel, utterance_id
 
 log = logging.getLogger(__name__)
+
+# How much longer than the admission line's longest wait the admin API waits for a reply.
+LESSON_REPLY_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         max_devices=settings.board.max_devices,
         max_payload_bytes=settings.mqtt.max_payload_bytes,
     )
+    BoardStatusAdmin(board.status_of, admin=ctx.admin)
     assessment = AssessmentPath(
         ctx=ctx,
         settings=settings.asr,
@@ -144,6 +150,13 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
             burst=settings.runtime.start_burst,
             max_wait_ms=settings.runtime.start_max_wait_s * 1000.0,
         ),
+    )
+    # Lessons started/paused/resumed/stopped over the admin API: the control topic's path.
+    LessonAdmin(
+        control=tasks.control,
+        owns=tasks.owns,
+        admin=ctx.admin,
+        reply_timeout_s=settings.runtime.start_max_wait_s + LESSON_REPLY_MARGIN_S,
     )
     components: list[Component] = [*parts.components, cluster, board, xiaozhi, assessment, tasks]
     if chat is not None:

@@ -57,6 +57,11 @@ class SimOptions:
     media_dir: Path | None = None
     default_duration_ms: int = 1000
     sd_dir: Path | None = None
+    # Heartbeat figures (SPEC §3 ``hb``): signal, free heap, free SD space, firmware.
+    rssi: int = -55
+    heap: int = 120_000
+    sd_free_mb: float = 1024.0
+    fw: str = "sim-1.0"
 
 
 def clip_duration_ms(path: Path) -> int | None:
@@ -196,7 +201,9 @@ class BoardSimulator:
         while True:
             up_ms = round((time.monotonic() - self._started) * 1000)
             playing = self._playing.ref if self._playing else None
-            self._send("hb", {"up_ms": up_ms, "fw": "sim-1.0", "playing": {"ref": playing}}, qos=0)
+            o = self.options
+            hb = {"up_ms": up_ms, "fw": o.fw, "rssi": o.rssi, "heap": o.heap}
+            self._send("hb", {**hb, "sd_free_mb": o.sd_free_mb, "playing": {"ref": playing}}, qos=0)
             await asyncio.sleep(self.options.heartbeat_s)
 
     # -- outbound helpers ------------------------------------------------------------------

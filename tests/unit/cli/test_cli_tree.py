@@ -21,6 +21,10 @@ EXPECTED = {
     ("device", "forget"),
     ("doctor",),
     ("catalog", "check"),
+    ("lesson", "start"),
+    ("lesson", "pause"),
+    ("lesson", "resume"),
+    ("lesson", "stop"),
     ("simulate", "board"),
     ("simulate", "xiaozhi"),
 }
