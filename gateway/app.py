@@ -24,7 +24,9 @@ from gateway.service import Component, Context, Service
 from gateway.settings import Settings
 from gateway.store import Store, build_store_components
 from gateway.tasks.admin import LessonAdmin
-from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
+from gateway.tasks.catalog_admin import CatalogAdmin
+from gateway.tasks.catalog_live import LiveCatalog
+from gateway.tasks.core import RuntimeConfig, resource_reader
 from gateway.tasks.core.admission import AdmissionConfig
 from gateway.tasks.durable import DurableCommands
 from gateway.tasks.inbox import TaskInbox
@@ -69,7 +71,7 @@ class Gateway:
 
 def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
     """The production composition; ``asr_backend`` overrides the configured ASR engine."""
-    loaded = load_catalog(settings.runtime.catalog_path)
+    catalog, loaded = LiveCatalog.load(settings.runtime.catalog_path)
     for warning in loaded.warnings:
         log.warning("catalog: %s", warning)
     ctx = Context.create(settings)
@@ -133,7 +135,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     tasks = TaskService(
         ctx=ctx,
         inbox=inbox,
-        catalog=loaded.catalog,
+        catalog=catalog,
         config=RuntimeConfig.from_settings(settings.runtime),
         read_text=resource_reader(settings.runtime.resource_dir),
         # Scale-out: a command leaves once the store has the step it follows (durable.py).
@@ -151,6 +153,8 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
             max_wait_ms=settings.runtime.start_max_wait_s * 1000.0,
         ),
     )
+    catalog.add_swap_listener(tasks.catalog_swapped)
+    CatalogAdmin(catalog, admin=ctx.admin)
     # Lessons started/paused/resumed/stopped over the admin API: the control topic's path.
     LessonAdmin(
         control=tasks.control,

@@ -173,6 +173,14 @@ class TaskService:
             case ib.InboxOwnersChanged():
                 self.on_owners_changed()
 
+    def catalog_swapped(self) -> None:
+        """The catalog was reloaded (:mod:`gateway.tasks.catalog_live`): drop what was
+        cached from the old version (assessment plans, transcripts read)."""
+        self._table.forget_plans()
+        clear = getattr(self._read_text, "cache_clear", None)
+        if callable(clear):
+            clear()
+
     # -- control from inside the process (admin API, CLI) ----------------------------------------
 
     def owns(self, device: str) -> bool:

@@ -21,6 +21,7 @@ EXPECTED = {
     ("device", "forget"),
     ("doctor",),
     ("catalog", "check"),
+    ("catalog", "reload"),
     ("lesson", "start"),
     ("lesson", "pause"),
     ("lesson", "resume"),
