@@ -20,6 +20,9 @@ from gateway.board.admin import BoardStatusAdmin
 from gateway.board.bridge import BoardCommands, BoardToTasks
 from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster, Ownership
+from gateway.content.admin import SyncAdmin
+from gateway.content.media import LessonMedia
+from gateway.content.sync import LessonSync
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
 from gateway.store import Store, build_store_components
@@ -155,6 +158,20 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     )
     catalog.add_swap_listener(tasks.catalog_swapped)
     CatalogAdmin(catalog, admin=ctx.admin)
+    http_settings = settings.http
+    media = LessonMedia(
+        catalog=catalog,
+        version=lambda: catalog.current.version,
+        resource_dir=settings.runtime.resource_dir,
+        # boards fetch from the device listener (the admin one is loopback, token-guarded)
+        base_url=lambda: (
+            http_settings.media_base_url or f"http://{http_settings.host}:{ctx.http.port}"
+        ),
+        http=ctx.http,
+        admin=ctx.admin,
+    )
+    sync = LessonSync(board=board, media=media)
+    SyncAdmin(sync, online=board.online_devices, admin=ctx.admin)
     # Lessons started/paused/resumed/stopped over the admin API: the control topic's path.
     LessonAdmin(
         control=tasks.control,
@@ -162,7 +179,15 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         admin=ctx.admin,
         reply_timeout_s=settings.runtime.start_max_wait_s + LESSON_REPLY_MARGIN_S,
     )
-    components: list[Component] = [*parts.components, cluster, board, xiaozhi, assessment, tasks]
+    components: list[Component] = [
+        *parts.components,
+        cluster,
+        board,
+        xiaozhi,
+        assessment,
+        tasks,
+        sync,
+    ]
     if chat is not None:
         components.append(chat)
     service = Service(ctx, components)

@@ -146,6 +146,10 @@ class BoardChannel:
             heartbeat_age_s=None if age is None else round(age, 3),
         )
 
+    def online_devices(self) -> list[str]:
+        """The boards tracked and online now."""
+        return [dev for dev, device in self._devices.items() if device.presence.online]
+
     def is_online(self, dev: str) -> bool:
         device = self._devices.get(dev)
         return device is not None and device.presence.online

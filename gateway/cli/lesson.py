@@ -33,6 +33,14 @@ def add_lesson_commands(sub: Subparsers) -> None:
         "--priority", type=int, choices=(1, 2, 3), default=3, help="1 voice, 2 scheduled, 3 parent"
     )
     start.set_defaults(func=_start)
+    sync = actions.add_parser(
+        "sync", help="put a lesson's audio on a board's SD card: DEVICE|--all APP/TASK[/LESSON]"
+    )
+    sync.add_argument(
+        "target", nargs="+", help="DEVICE APP/TASK[/LESSON], or with --all the lesson"
+    )
+    sync.add_argument("--all", action="store_true", help="every online board")
+    sync.set_defaults(func=_sync)
     for action in ("pause", "resume", "stop"):
         cmd = actions.add_parser(action, help=f"{action} the device's lesson")
         cmd.add_argument("device", help="device id aa_bb_cc_dd_ee_ff")
@@ -59,6 +67,41 @@ def _start(args: argparse.Namespace) -> int:
     app_id, task_id, lesson_id = named
     body = {"app_id": app_id, "task_id": task_id, "lesson_id": lesson_id, "priority": args.priority}
     return _send(args, "start", body, "")
+
+
+def _sync(args: argparse.Namespace) -> int:
+    want = 1 if args.all else 2
+    named = parse_lesson(args.target[-1]) if len(args.target) == want else None
+    if named is None:
+        sys.stderr.write(
+            "snlpgw lesson sync: 用法 / usage: DEVICE APP/TASK[/LESSON] | --all APP/TASK[/LESSON]\n"
+        )
+        return 2
+    app_id, task_id, lesson_id = named
+    body = {"app_id": app_id, "task_id": task_id, "lesson_id": lesson_id}
+    path = "/admin/lessons/sync" if args.all else f"/admin/devices/{args.target[0]}/lesson/sync"
+    answer = admin_call(args, "POST", path, body)
+    if answer.status is None:
+        sys.stderr.write(f"snlpgw lesson: 无法连接网关 / {answer.problem}\n")
+        return 2
+    sys.stdout.write(json.dumps(answer.body, ensure_ascii=False) + "\n")
+    reply = answer.body if isinstance(answer.body, dict) else {}
+    if answer.status != 200:
+        sys.stderr.write(
+            f"snlpgw lesson: 网关拒绝 / the gateway said {answer.status}: {reply.get('detail', '')}\n"
+        )
+        return 1
+    jobs = reply.get("jobs", [reply]) if args.all else [reply]
+    failed = [j for j in jobs if j.get("state") != "done"] + list(reply.get("not_started", {}))
+    for job in jobs:
+        files = job.get("files", [])
+        sent = sum(1 for f in files if f.get("state") == "done")
+        skipped = sum(1 for f in files if f.get("state") == "skipped")
+        sys.stderr.write(
+            f"{job.get('device')}: {job.get('state')} {job.get('reason') or ''} — "
+            f"已下载 {sent} 个, 未变 {skipped} 个 / {sent} downloaded, {skipped} unchanged\n"
+        )
+    return 1 if failed else 0
 
 
 def _control(args: argparse.Namespace) -> int:

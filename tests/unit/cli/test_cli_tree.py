@@ -26,6 +26,7 @@ EXPECTED = {
     ("lesson", "pause"),
     ("lesson", "resume"),
     ("lesson", "stop"),
+    ("lesson", "sync"),
     ("simulate", "board"),
     ("simulate", "xiaozhi"),
 }
