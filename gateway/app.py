@@ -70,6 +70,7 @@ class Gateway:
     assessment: AssessmentPath
     store: Store
     chat: ChatComponent | None = None
+    content_sync: LessonSync | None = None
 
 
 def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
@@ -134,6 +135,20 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         udp=xiaozhi,
         listeners=(inbox.owners_changed, board.release_unowned),
     )
+    http_settings = settings.http
+    media = LessonMedia(
+        catalog=catalog,
+        version=lambda: catalog.current.version,
+        resource_dir=settings.runtime.resource_dir,
+        # boards fetch from the device listener (the admin one is loopback, token-guarded)
+        base_url=lambda: (
+            http_settings.media_base_url or f"http://{http_settings.host}:{ctx.http.port}"
+        ),
+        http=ctx.http,
+        admin=ctx.admin,
+    )
+    sync = LessonSync(board=board, media=media)
+    SyncAdmin(sync, online=board.online_devices, admin=ctx.admin)
     commands = BoardCommands(board)
     tasks = TaskService(
         ctx=ctx,
@@ -155,23 +170,10 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
             burst=settings.runtime.start_burst,
             max_wait_ms=settings.runtime.start_max_wait_s * 1000.0,
         ),
+        sync=sync.from_ctl,
     )
     catalog.add_swap_listener(tasks.catalog_swapped)
     CatalogAdmin(catalog, admin=ctx.admin)
-    http_settings = settings.http
-    media = LessonMedia(
-        catalog=catalog,
-        version=lambda: catalog.current.version,
-        resource_dir=settings.runtime.resource_dir,
-        # boards fetch from the device listener (the admin one is loopback, token-guarded)
-        base_url=lambda: (
-            http_settings.media_base_url or f"http://{http_settings.host}:{ctx.http.port}"
-        ),
-        http=ctx.http,
-        admin=ctx.admin,
-    )
-    sync = LessonSync(board=board, media=media)
-    SyncAdmin(sync, online=board.online_devices, admin=ctx.admin)
     # Lessons started/paused/resumed/stopped over the admin API: the control topic's path.
     LessonAdmin(
         control=tasks.control,
@@ -191,7 +193,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     if chat is not None:
         components.append(chat)
     service = Service(ctx, components)
-    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat)
+    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat, sync)
 
 
 def build_service(settings: Settings) -> Service:

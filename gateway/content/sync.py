@@ -34,6 +34,7 @@ from gateway.board.admin import BoardStatusView
 from gateway.board.device import DownloadInFlight, ProgressCallback
 from gateway.board.model import BoardReport, Outcome
 from gateway.content.media import Clip, LessonMedia
+from gateway.tasks.core import ControlRefusal
 from topics.snlp_commands import Download
 
 log = logging.getLogger(__name__)
@@ -188,6 +189,18 @@ class LessonSync:
         self._jobs[dev] = job
         self._tg.create_task(self._run_job(job), name=f"content-sync[{dev}]")
         return job
+
+    def from_ctl(
+        self, dev: str, app_id: str, task_id: str, lesson_id: str | None
+    ) -> tuple[ControlRefusal, str] | None:
+        """The control topic's ``sync`` action: None when a job started (or the same one
+        runs); the job's outcome is read with ``GET /admin/devices/{dev}/lesson/sync``."""
+        job = self.start(dev, app_id, task_id, lesson_id)
+        if isinstance(job, SyncJob):
+            return None
+        if job == "busy":
+            return ControlRefusal.BUSY, "another lesson sync of this board runs"
+        return ControlRefusal.OVERLOADED, f"lesson sync: {job}"
 
     async def _run_job(self, job: SyncJob) -> None:
         try:

@@ -37,7 +37,7 @@ from gateway.tasks.core import (
 from gateway.tasks.core.admission import AdmissionConfig
 from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
 from gateway.tasks.starts import StartLine
-from gateway.tasks.wire import TaskWire
+from gateway.tasks.wire import SyncLesson, TaskWire
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ class TaskService:
         owns: Callable[[str], bool] = lambda _dev: True,
         handover_delay_s: float = 0.0,
         admission: AdmissionConfig = AdmissionConfig(),  # noqa: B008 - frozen, shared safely
+        sync: SyncLesson | None = None,  # the ctl action ``sync`` (gateway.content.sync)
     ) -> None:
         self._catalog = catalog
         self._config = config
@@ -97,6 +98,7 @@ class TaskService:
                 "ctl_invalid", "Control requests refused as unreadable/invalid", ["reason"]
             ),
             not_owner=self._m_not_owner,
+            sync=sync,
         )
         self._table = ActorTable(
             catalog=catalog,

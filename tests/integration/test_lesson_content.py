@@ -210,3 +210,27 @@ async def test_cli_lesson_sync(broker: Broker, tmp_path: Path) -> None:
         )
         assert code == 2
         assert "usage" in err
+
+
+async def test_sync_as_a_control_action(broker: Broker, tmp_path: Path) -> None:
+    async with content_rig(broker, tmp_path) as (rig, files, _, sd):
+        reply = await rig.request("sync", app_id=APP, task_id=TASK, lesson_id=LESSON)
+        assert (reply["status"], reply["action"]) == ("accepted", "sync")
+        sync = rig.gw.content_sync
+        assert sync is not None
+        job = sync.job_of(rig.dev)
+        assert job is not None
+        async with asyncio.timeout(30):
+            await job.finished.wait()
+        assert job.state == "done"
+        assert await asyncio.to_thread(on_sd, sd) == files
+        # a sync needs the task named, like a start: refused as unreadable (no ref)
+        body = {"v": 1, "id": "sync-bad", "action": "sync", "app_id": APP}
+        await rig.backend.publish(f"snlpgw/v1/ctl/{rig.dev}", json.dumps(body))
+        refused = await rig.watch.until(
+            lambda: next(
+                (r for r in rig.replies if "sync needs" in (r.body.get("detail") or "")), None
+            ),
+            "the refusal of a sync without a task",
+        )
+        assert (refused.body["status"], refused.body["reason"]) == ("refused", "invalid")
