@@ -167,7 +167,7 @@ async def test_sync_checks_the_sd_free_space(broker: Broker, tmp_path: Path) -> 
         assert (job["state"], job["reason"]) == ("refused", "sd_full")
         assert job["bytes_needed"] == 4 * CLIP_BYTES
         assert rig.commands("DOWNLOAD") == []
-        # one clip fits
+        # a task whose clip has no file on the gateway is refused before anything is sent
         status, job = await admin(
             rig,
             "POST",
