@@ -18,15 +18,22 @@ from gateway.archive import AnswerArchive, build_archive
 from gateway.assessment.engine import Backend
 from gateway.assessment.path import AssessmentPath
 from gateway.board import BoardChannel
+from gateway.board.admin import BoardStatusAdmin
 from gateway.board.bridge import BoardCommands, BoardToTasks
 from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster, Ownership
+from gateway.content.admin import SyncAdmin
+from gateway.content.media import LessonMedia
+from gateway.content.sync import LessonSync
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
 from gateway.speech.service import SpeechEventLog, SpeechService
 from gateway.speech.target import XiaozhiDownlink
 from gateway.store import Store, build_store_components
-from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
+from gateway.tasks.admin import LessonAdmin
+from gateway.tasks.catalog_admin import CatalogAdmin
+from gateway.tasks.catalog_live import LiveCatalog
+from gateway.tasks.core import RuntimeConfig, resource_reader
 from gateway.tasks.core.admission import AdmissionConfig
 from gateway.tasks.durable import DurableCommands
 from gateway.tasks.inbox import TaskInbox
@@ -35,6 +42,9 @@ from gateway.tasks.service import TaskService
 from gateway.xiaozhi import XiaozhiChannel, utterance_id
 
 log = logging.getLogger(__name__)
+
+# How much longer than the admission line's longest wait the admin API waits for a reply.
+LESSON_REPLY_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -73,11 +83,12 @@ class Gateway:
     chat: ChatComponent | None = None
     archive: AnswerArchive | None = None
     speech: SpeechService | None = None
+    content_sync: LessonSync | None = None
 
 
 def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
     """The production composition; ``asr_backend`` overrides the configured ASR engine."""
-    loaded = load_catalog(settings.runtime.catalog_path)
+    catalog, loaded = LiveCatalog.load(settings.runtime.catalog_path)
     for warning in loaded.warnings:
         log.warning("catalog: %s", warning)
     ctx = Context.create(settings)
@@ -99,6 +110,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         max_devices=settings.board.max_devices,
         max_payload_bytes=settings.mqtt.max_payload_bytes,
     )
+    BoardStatusAdmin(board.status_of, admin=ctx.admin)
     assessment = AssessmentPath(
         ctx=ctx,
         settings=settings.asr,
@@ -148,11 +160,25 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         udp=xiaozhi,
         listeners=(inbox.owners_changed, board.release_unowned),
     )
+    http_settings = settings.http
+    media = LessonMedia(
+        catalog=catalog,
+        version=lambda: catalog.current.version,
+        resource_dir=settings.runtime.resource_dir,
+        # boards fetch from the device listener (the admin one is loopback, token-guarded)
+        base_url=lambda: (
+            http_settings.media_base_url or f"http://{http_settings.host}:{ctx.http.port}"
+        ),
+        http=ctx.http,
+        admin=ctx.admin,
+    )
+    sync = LessonSync(board=board, media=media)
+    SyncAdmin(sync, online=board.online_devices, admin=ctx.admin)
     commands = BoardCommands(board)
     tasks = TaskService(
         ctx=ctx,
         inbox=inbox,
-        catalog=loaded.catalog,
+        catalog=catalog,
         config=RuntimeConfig.from_settings(settings.runtime),
         read_text=resource_reader(settings.runtime.resource_dir),
         # Scale-out: a command leaves once the store has the step it follows (durable.py).
@@ -170,15 +196,44 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
             burst=settings.runtime.start_burst,
             max_wait_ms=settings.runtime.start_max_wait_s * 1000.0,
         ),
+        sync=sync.from_ctl,
     )
-    components: list[Component] = [*parts.components, cluster, board, xiaozhi, assessment, tasks]
+    catalog.add_swap_listener(tasks.catalog_swapped)
+    CatalogAdmin(catalog, admin=ctx.admin)
+    # Lessons started/paused/resumed/stopped over the admin API: the control topic's path.
+    LessonAdmin(
+        control=tasks.control,
+        owns=tasks.owns,
+        admin=ctx.admin,
+        reply_timeout_s=settings.runtime.start_max_wait_s + LESSON_REPLY_MARGIN_S,
+    )
+    components: list[Component] = [
+        *parts.components,
+        cluster,
+        board,
+        xiaozhi,
+        assessment,
+        tasks,
+        sync,
+    ]
     if chat is not None:
         components.append(chat)
     components.append(archive)
     if speech is not None:
         components.append(speech)
     service = Service(ctx, components)
-    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat, archive, speech)
+    return Gateway(
+        service=service,
+        tasks=tasks,
+        board=board,
+        xiaozhi=xiaozhi,
+        assessment=assessment,
+        store=parts.store,
+        chat=chat,
+        archive=archive,
+        speech=speech,
+        content_sync=sync,
+    )
 
 
 def build_service(settings: Settings) -> Service:

@@ -165,6 +165,12 @@ class HttpSettings(_Section):
         description="Admin HTTP bind address (metrics, task API, device approval, healthz).",
     )
     admin_port: int = Field(8004, ge=0, le=65535, description="Admin HTTP port.")
+    media_base_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^/?#]+$",
+        description="Where boards fetch lesson audio from (the device listener as they reach "
+        "it, e.g. http://192.168.1.10:8003); default: http://{host}:{bound port}.",
+    )
     admin_token: SecretStr | None = Field(
         None,
         description="Bearer token the admin listener requires (unset: none, loopback only; "

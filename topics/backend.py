@@ -42,7 +42,8 @@ __all__ = [
 
 DeviceId = Annotated[str, Field(pattern=f"^{DEVICE_ID_RE.pattern}$")]
 Name = Annotated[str, Field(min_length=1, max_length=128)]
-Action = Literal["start", "pause", "resume", "stop", "restart"]
+# ``sync``: put the named lesson's audio on the board's SD card (DOWNLOAD; gateway.content.sync)
+Action = Literal["start", "pause", "resume", "stop", "restart", "sync"]
 RefusalReason = Literal[
     "busy", "unknown_task", "device_offline", "invalid", "no_instance", "internal", "overloaded"
 ]
@@ -53,7 +54,7 @@ class CtlRequest(OwnModel):
 
     model_config = ConfigDict(
         json_schema_extra={
-            "if": {"properties": {"action": {"const": "start"}}},
+            "if": {"properties": {"action": {"enum": ["start", "sync"]}}},
             "then": {"required": ["app_id", "task_id"]},
         }
     )
@@ -71,8 +72,8 @@ class CtlRequest(OwnModel):
 
     @model_validator(mode="after")
     def _start_names_a_task(self) -> CtlRequest:
-        if self.action == "start" and (self.app_id is None or self.task_id is None):
-            raise ValueError("start needs app_id and task_id")
+        if self.action in ("start", "sync") and (self.app_id is None or self.task_id is None):
+            raise ValueError(f"{self.action} needs app_id and task_id")
         return self
 
 

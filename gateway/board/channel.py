@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from gateway.board import wire
+from gateway.board.admin import BoardStatusView
 from gateway.board.device import DownloadInFlight, ProgressCallback
 from gateway.board.inbound import UPLINK_KINDS, BoardUplink
 from gateway.board.metrics import BoardMetrics
@@ -125,6 +126,29 @@ class BoardChannel:
             table.cancel_all()
 
     # -- API for the runtime ---------------------------------------------------------------
+
+    def status_of(self, dev: str) -> BoardStatusView | None:
+        """What the channel knows of ``dev`` now (None: not tracked: never heard since the
+        gateway started, or forgotten to make room for newer boards)."""
+        device = self._devices.get(dev)
+        if device is None:
+            return None
+        hb = device.last_heartbeat
+        age = None if device.heartbeat_at is None else max(0.0, self._clock() - device.heartbeat_at)
+        return BoardStatusView(
+            device=dev,
+            online=device.presence.online,
+            fw=hb.fw if hb else None,
+            rssi=hb.rssi if hb else None,
+            heap=hb.heap if hb else None,
+            sd_free_mb=hb.sd_free_mb if hb else None,
+            up_ms=device.up_ms,
+            heartbeat_age_s=None if age is None else round(age, 3),
+        )
+
+    def online_devices(self) -> list[str]:
+        """The boards tracked and online now."""
+        return [dev for dev, device in self._devices.items() if device.presence.online]
 
     def is_online(self, dev: str) -> bool:
         device = self._devices.get(dev)

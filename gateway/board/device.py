@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.board.model import BoardReport, Outcome
+from gateway.board.model import BoardHeartbeat, BoardReport, Outcome
 from gateway.board.outbox import Outbox
 from gateway.board.presence import PresenceTracker
 from gateway.settings import BoardSettings
@@ -35,6 +35,10 @@ class Device:
     downloads: dict[str, DownloadInFlight] = field(default_factory=dict)
     up_ms: int | None = None
     session: str | None = None
+    # The last heartbeat's figures (fw, rssi, heap, sd_free_mb) and when it came (monotonic s):
+    # served by the admin API (``GET /admin/boards/{dev}/status``), forgotten with the device.
+    last_heartbeat: BoardHeartbeat | None = None
+    heartbeat_at: float | None = None
     # Whether the channel's online count includes this board: a first-ever status may say
     # "offline" (UNKNOWN → OFFLINE), which must not take one off the count.
     counted_online: bool = False
@@ -83,6 +87,12 @@ class Device:
     def new_session(self) -> None:
         """The board rebooted or reconnected: forget what it was told in its last session."""
         self.ensured = {app: f for app, f in self.ensured.items() if not f.done()}
+
+    def note_heartbeat(self, heartbeat: BoardHeartbeat, now: float) -> bool:
+        """Keep the heartbeat's figures; True if the board rebooted (:meth:`note_uptime`)."""
+        self.last_heartbeat = heartbeat
+        self.heartbeat_at = now
+        return self.note_uptime(heartbeat.up_ms)
 
     def note_uptime(self, up_ms: int | None) -> bool:
         """Record the heartbeat's uptime; True if it went backwards (the board rebooted)."""

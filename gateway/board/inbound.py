@@ -65,7 +65,7 @@ class BoardUplink:
             case OnlineStatus():
                 self._on_status(device, parsed, now)
             case BoardHeartbeat():
-                if device.note_uptime(parsed.up_ms):
+                if device.note_heartbeat(parsed, now):
                     device.new_session()
                 table.presence(device, device.presence.on_heartbeat(now))
             case BoardAck():  # resolve first: a board coming back must not get a needless resend

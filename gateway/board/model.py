@@ -143,6 +143,10 @@ class BoardEvent:
 @dataclass(frozen=True, slots=True)
 class BoardHeartbeat:
     up_ms: int | None = None
+    rssi: int | None = None
+    heap: int | None = None
+    sd_free_mb: float | None = None
+    fw: str | None = None  # cut to FW_MAX characters when parsed
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,9 @@ __all__ = [
 ]
 
 
+FW_MAX = 64  # characters of a heartbeat's firmware version kept (a device's string, bounded)
+
+
 @dataclass(frozen=True, slots=True)
 class ParsedEvent:
     """An event body plus its envelope fields (the shell adds the device and receive times)."""
@@ -81,7 +84,13 @@ def parse(kind: TopicKind, payload: bytes, *, max_bytes: int) -> BoardInbound:
                 sha256=message.sha256,
             )
         case snlp.Heartbeat():
-            return BoardHeartbeat(up_ms=message.up_ms)
+            return BoardHeartbeat(
+                up_ms=message.up_ms,
+                rssi=message.rssi,
+                heap=message.heap,
+                sd_free_mb=message.sd_free_mb,
+                fw=message.fw[:FW_MAX] if message.fw is not None else None,
+            )
         case snlp.BoardStatus():
             return OnlineStatus(message.online, message.by == "gateway", message.session)
         case snlp_events.Event():

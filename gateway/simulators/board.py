@@ -57,6 +57,13 @@ class SimOptions:
     media_dir: Path | None = None
     default_duration_ms: int = 1000
     sd_dir: Path | None = None
+    # Heartbeat figures (SPEC §3 ``hb``): signal, free heap, free SD space, firmware.
+    rssi: int = -55
+    heap: int = 120_000
+    sd_free_mb: float = 1024.0
+    fw: str = "sim-1.0"
+    download_chunk: int = 64 * 1024  # bytes read (and reported) at a time
+    drop_mid_download: int = 0  # the first N DOWNLOADs lose the connection mid-file
 
 
 def clip_duration_ms(path: Path) -> int | None:
@@ -106,6 +113,7 @@ class BoardSimulator:
         self.options = options or SimOptions()
         self._acks_to_drop = self.options.drop_acks
         self._events_to_drop = self.options.drop_events
+        self._downloads_to_cut = self.options.drop_mid_download
         self._seen: OrderedDict[str, str] = OrderedDict()  # bounded: last _DEDUP ids
         # Bounded; overflow drops the newest message (a simulator under flood) and counts it.
         self._out: asyncio.Queue[tuple[str, bytes, int, bool]] = asyncio.Queue(maxsize=1024)
@@ -196,7 +204,9 @@ class BoardSimulator:
         while True:
             up_ms = round((time.monotonic() - self._started) * 1000)
             playing = self._playing.ref if self._playing else None
-            self._send("hb", {"up_ms": up_ms, "fw": "sim-1.0", "playing": {"ref": playing}}, qos=0)
+            o = self.options
+            hb = {"up_ms": up_ms, "fw": o.fw, "rssi": o.rssi, "heap": o.heap}
+            self._send("hb", {**hb, "sd_free_mb": o.sd_free_mb, "playing": {"ref": playing}}, qos=0)
             await asyncio.sleep(self.options.heartbeat_s)
 
     # -- outbound helpers ------------------------------------------------------------------
@@ -337,17 +347,34 @@ class BoardSimulator:
         return task
 
     async def _download(self, ref: str, params: Download) -> None:
-        digest, size = hashlib.sha256(), 0
+        """Fetch ``params.url`` over HTTP into ``sd_dir`` (kept in memory without one),
+        reporting progress. Bytes go to ``<path>.part`` as they come, so a download cut by a
+        dropped connection is resumed by the next DOWNLOAD of the same file with a ``Range``
+        request (a 206 appends; a 200 starts over), as a board with an SD card does."""
+        sd = self.options.sd_dir
+        target = sd / params.path.lstrip("/") if sd is not None else None
+        part = target.with_name(target.name + ".part") if target is not None else None
+        have = await asyncio.to_thread(_read_part, part) if part is not None else b""
+        digest, size = hashlib.sha256(have), len(have)
+        headers = {"Range": f"bytes={size}-"} if size else {}
         try:
-            async with aiohttp.ClientSession() as http, http.get(params.url) as resp:
-                if resp.status != 200:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(params.url, headers=headers) as resp,
+            ):
+                if resp.status == 200 and size:  # the server ignored the range: start over
+                    digest, size = hashlib.sha256(), 0
+                    if part is not None:
+                        await asyncio.to_thread(part.unlink, missing_ok=True)
+                elif resp.status not in (200, 206):
                     self._report(ref, ok=False, code=f"HTTP_{resp.status}")
                     return
-                chunks = []
-                async for chunk in resp.content.iter_chunked(64 * 1024):
+                self.stats["download_resumed"] += 1 if resp.status == 206 else 0
+                async for chunk in resp.content.iter_chunked(self.options.download_chunk):
                     digest.update(chunk)
-                    chunks.append(chunk)
                     size += len(chunk)
+                    if part is not None:
+                        await asyncio.to_thread(_append, part, chunk)
                     self._send(
                         "rpt",
                         {
@@ -359,28 +386,47 @@ class BoardSimulator:
                         },
                         qos=0,
                     )
+                    self._maybe_drop_mid_download()
         except aiohttp.ClientError as exc:
             self._report(ref, ok=False, code="FETCH_FAILED", detail=str(exc))
             return
         sha = digest.hexdigest()
-        if size != params.size:
-            self._report(ref, ok=False, code="SIZE_MISMATCH", bytes=size)
-        elif sha != params.sha256:
-            self._report(ref, ok=False, code="SHA_MISMATCH", bytes=size, sha256=sha)
-        else:
-            if self.options.sd_dir is not None:
-                target = self.options.sd_dir / params.path.lstrip("/")
-                await asyncio.to_thread(_write, target, b"".join(chunks))
-            self._report(ref, ok=True, bytes=size, sha256=sha)
+        if size != params.size or sha != params.sha256:
+            if part is not None:
+                await asyncio.to_thread(part.unlink, missing_ok=True)
+            code = "SIZE_MISMATCH" if size != params.size else "SHA_MISMATCH"
+            self._report(ref, ok=False, code=code, bytes=size, sha256=sha)
+            return
+        if target is not None and part is not None:
+            await asyncio.to_thread(part.replace, target)
+        self.stats["downloads"] += 1
+        self._report(ref, ok=True, bytes=size, sha256=sha)
+
+    def _maybe_drop_mid_download(self) -> None:
+        """``drop_mid_download``: the first N downloads lose the connection after their first
+        chunk (the broker sends the LWT; the simulator reconnects by itself)."""
+        if self._downloads_to_cut > 0 and self._client is not None:
+            self._downloads_to_cut -= 1
+            self.stats["download_cut"] += 1
+            self.connected.clear()
+            self._client.abort()
 
     def _report(self, ref: str, *, ok: bool, **extra: object) -> None:
         extra.pop("detail", None)
         self._send("rpt", {"ref": ref, "cmd": "DOWNLOAD", "stage": "done", "ok": ok, **extra})
 
 
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+def _read_part(part: Path) -> bytes:
+    try:
+        return part.read_bytes()
+    except OSError:
+        return b""
+
+
+def _append(part: Path, chunk: bytes) -> None:
+    part.parent.mkdir(parents=True, exist_ok=True)
+    with part.open("ab") as f:
+        f.write(chunk)
 
 
 def _ms() -> int:

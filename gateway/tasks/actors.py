@@ -178,6 +178,10 @@ class ActorTable:
             archive=self._archive,
         )
 
+    def forget_plans(self) -> None:
+        """The catalog was reloaded: plans are made again from the new version."""
+        self._plans.clear()
+
     def _plan(self, app_id: str, task_id: str, lesson_id: str) -> Plan:
         """Assessment methods (empty when disabled) and the lesson's texts (ASR hints); cached."""
         key = (app_id, task_id, lesson_id)

@@ -20,6 +20,7 @@ from gateway.tasks.core import (
     AsrText,
     ButtonPress,
     Catalog,
+    ControlReply,
     ControlRequest,
     DeviceRuntime,
     InstanceColumns,
@@ -43,12 +44,13 @@ from gateway.tasks.ports import (
     UtteranceSink,
 )
 from gateway.tasks.starts import StartLine
-from gateway.tasks.wire import TaskWire
+from gateway.tasks.wire import SyncLesson, TaskWire
 
 log = logging.getLogger(__name__)
 
 # Actors kept (and devices whose presence is remembered); see gateway.tasks.actors.
 MAX_DEVICES = 10_000
+MAX_AWAITED = 1_024  # control replies awaited in-process (admin API) at once
 RESTORE_WAIT_S = 10.0  # how long a stored running instance waits for its board's presence
 
 StoredInstance = tuple[InstanceColumns, Sequence[StepColumns]]
@@ -78,6 +80,7 @@ class TaskService:
         owns: Callable[[str], bool] = lambda _dev: True,
         handover_delay_s: float = 0.0,
         admission: AdmissionConfig = AdmissionConfig(),  # noqa: B008 - frozen, shared safely
+        sync: SyncLesson | None = None,  # the ctl action ``sync`` (gateway.content.sync)
     ) -> None:
         self._catalog = catalog
         self._config = config
@@ -103,6 +106,7 @@ class TaskService:
                 "ctl_invalid", "Control requests refused as unreadable/invalid", ["reason"]
             ),
             not_owner=self._m_not_owner,
+            sync=sync,
         )
         self._table = ActorTable(
             catalog=catalog,
@@ -115,7 +119,7 @@ class TaskService:
             modes=modes,
             archive=archive,
             publish_task_event=self._wire.publish_task_event,
-            publish_reply=self._wire.publish_reply,
+            publish_reply=self._publish_reply,
             metrics=metrics,
             max_devices=max_devices,
         )
@@ -124,11 +128,14 @@ class TaskService:
         self._starts = StartLine(
             admission,
             handle=self._post,
-            reply=self._wire.publish_reply,
+            reply=self._publish_reply,
             would_refuse=self._would_refuse,
             metrics=metrics,
         )
         self._pending_restore: dict[str, StoredInstance] = {}
+        # request id -> the future an in-process caller (the admin API) awaits its reply on;
+        # bounded by ``MAX_AWAITED`` (past it a caller is told to retry: ``control``).
+        self._awaited: dict[str, asyncio.Future[ControlReply]] = {}
         self._tg: asyncio.TaskGroup | None = None  # while running
         self._ready = asyncio.Event()
 
@@ -176,6 +183,41 @@ class TaskService:
                 self._starts.submit(device, request)
             case ib.InboxOwnersChanged():
                 self.on_owners_changed()
+
+    def catalog_swapped(self) -> None:
+        """The catalog was reloaded (:mod:`gateway.tasks.catalog_live`): drop what was
+        cached from the old version (assessment plans, transcripts read)."""
+        self._table.forget_plans()
+        clear = getattr(self._read_text, "cache_clear", None)
+        if callable(clear):
+            clear()
+
+    # -- control from inside the process (admin API, CLI) ----------------------------------------
+
+    def owns(self, device: str) -> bool:
+        return self._owns(device)
+
+    async def control(self, device: str, request: ControlRequest) -> ControlReply | None:
+        """Put ``request`` in the inbox (the path a control-topic request takes: admission
+        line, priorities, the device's actor) and await its reply; the reply also goes out on
+        the device's reply topic as for MQTT. None: not taken (the inbox is full, too many
+        replies awaited already, or a request with this id is waiting)."""
+        if len(self._awaited) >= MAX_AWAITED or request.request_id in self._awaited:
+            return None
+        future: asyncio.Future[ControlReply] = asyncio.get_running_loop().create_future()
+        self._awaited[request.request_id] = future
+        try:
+            if not self._inbox.put(ib.InboxControl(device, request)):
+                return None
+            return await future
+        finally:
+            self._awaited.pop(request.request_id, None)
+
+    def _publish_reply(self, device: str, reply: ControlReply) -> None:
+        self._wire.publish_reply(device, reply)
+        future = self._awaited.get(reply.request_id)
+        if future is not None and not future.done():
+            future.set_result(reply)
 
     # -- ownership (scale-out) -----------------------------------------------------------------
 

@@ -18,10 +18,17 @@ from typing import Protocol
 from prometheus_client import Counter
 
 from gateway.mqtt.edge import Handler, Inbound, Publisher
-from gateway.tasks.core import ControlAction, ControlReply, ControlRequest, PublishTaskEvent
+from gateway.tasks.core import (
+    ControlAction,
+    ControlRefusal,
+    ControlReply,
+    ControlRequest,
+    PublishTaskEvent,
+)
 from gateway.tasks.inbox import TaskInbox
 from topics import (
     CtlReply,
+    CtlRequest,
     PayloadError,
     TopicError,
     TopicKind,
@@ -54,6 +61,11 @@ class TaskMqtt(Publisher, Protocol):
     def route(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None: ...
 
 
+#: The ``sync`` control action's handler: (device, app_id, task_id, lesson_id) -> None when the
+#: sync job started (or joined), else the refusal (its detail in the reply).
+SyncLesson = Callable[[str, str, str, str | None], tuple[ControlRefusal, str] | None]
+
+
 class TaskWire:
     def __init__(
         self,
@@ -63,7 +75,9 @@ class TaskWire:
         owns: Callable[[str], bool],
         ctl_invalid: Counter,
         not_owner: Counter,
+        sync: SyncLesson | None = None,
     ) -> None:
+        self._sync = sync
         self._mqtt = mqtt
         self._inbox = inbox
         self._owns = owns
@@ -108,6 +122,9 @@ class TaskWire:
                 response=(response_topic, msg.correlation_data),
             )
             return
+        if req.action == "sync":  # not a task-runtime action: answered here, at once
+            self._on_sync(device, req, (response_topic, msg.correlation_data))
+            return
         if response_topic:
             self._responses[req.id] = (response_topic, msg.correlation_data)
             while len(self._responses) > RESPONSE_ROUTES_KEPT:
@@ -126,6 +143,21 @@ class TaskWire:
                 instance_id=req.instance_id,
             ),
         )
+
+    def _on_sync(
+        self, device: str, req: CtlRequest, response: tuple[str | None, bytes | None]
+    ) -> None:
+        refusal: tuple[ControlRefusal, str] | None = (
+            (ControlRefusal.INVALID, "lesson sync is not available on this gateway")
+            if self._sync is None
+            else self._sync(device, req.app_id or "", req.task_id or "", req.lesson_id)
+        )
+        reply = (
+            ControlReply(req.id, "sync", accepted=True)
+            if refusal is None
+            else ControlReply(req.id, "sync", accepted=False, reason=refusal[0], detail=refusal[1])
+        )
+        self.send_reply(device, reply, response=response)
 
     def speech_event(
         self,

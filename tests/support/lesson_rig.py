@@ -18,7 +18,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -293,12 +293,13 @@ async def lesson_rig(
     durations_ms: Sequence[int] = (300, 300, 300, 300),
     min_window_ms: int = 300,
     start: bool = True,
+    sim: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> AsyncIterator[LessonRig]:
     """A gateway (started unless ``start=False``), a connected board and the test clients.
 
     ``overrides`` are settings sections merged over the rig's (e.g. ``runtime={...}``,
-    ``store={...}``). The board "plays" clip *i* for ``durations_ms[i]`` ms.
+    ``store={...}``); ``sim``: board simulator options (``SimOptions`` fields). The board "plays" clip *i* for ``durations_ms[i]`` ms.
     """
     dev = new_device_id()
     catalog = fast_catalog(
@@ -323,6 +324,7 @@ async def lesson_rig(
         options=SimOptions(
             heartbeat_s=HEARTBEAT_S,
             durations={clip_path(c): d for c, d in zip(CLIPS, durations_ms, strict=True)},
+            **(sim or {}),
         ),
         watch=watch,
     )

@@ -24,7 +24,12 @@ from topics.tree import TopicKind
             b'{"ref":"c2","stage":"progress","bytes":1,"total":4}',
             BoardReport("c2", None, "progress", bytes=1, total=4),
         ),
-        (TopicKind.HB, b'{"v":1,"up_ms":42,"rssi":-60}', BoardHeartbeat(up_ms=42)),
+        (TopicKind.HB, b'{"v":1,"up_ms":42,"rssi":-60}', BoardHeartbeat(up_ms=42, rssi=-60)),
+        (
+            TopicKind.HB,
+            b'{"v":1,"heap":9000,"sd_free_mb":12.5,"fw":"' + b"x" * 100 + b'"}',
+            BoardHeartbeat(heap=9000, sd_free_mb=12.5, fw="x" * 64),  # fw cut to FW_MAX
+        ),
         (TopicKind.STATUS, b'{"online":false,"session":"b1"}', OnlineStatus(False, False, "b1")),
         (TopicKind.STATUS, b'{"online":true,"by":"gateway"}', OnlineStatus(True, True, None)),
     ],

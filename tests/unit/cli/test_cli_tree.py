@@ -21,6 +21,12 @@ EXPECTED = {
     ("device", "forget"),
     ("doctor",),
     ("catalog", "check"),
+    ("catalog", "reload"),
+    ("lesson", "start"),
+    ("lesson", "pause"),
+    ("lesson", "resume"),
+    ("lesson", "stop"),
+    ("lesson", "sync"),
     ("simulate", "board"),
     ("simulate", "xiaozhi"),
 }

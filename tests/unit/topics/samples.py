@@ -124,6 +124,7 @@ SAMPLES: list[Sample] = [
     *(Sample(f"xiaozhi.up.{n}", f"xiaozhi.up.{n.split('_detect')[0]}", parse_xiaozhi, m) for n, m in _UP),
     *(Sample(f"xiaozhi.down.{n}", f"xiaozhi.down.{n}", parse_xiaozhi_downlink, m) for n, m in _DOWN),
     Sample("ctl.start", "snlpgw.ctl_request", _gw(TopicKind.CTL), b.CtlRequest(v=1, id="r1", action="start", app_id="english_learning", task_id="shadowing", lesson_id="unit01", params={"listen_ratio": 1.3}, source="parent-app")),
+    Sample("ctl.sync", "snlpgw.ctl_request", _gw(TopicKind.CTL), b.CtlRequest(v=1, id="r3", action="sync", app_id="english_learning", task_id="shadowing", lesson_id="unit01")),
     Sample("ctl.stop", "snlpgw.ctl_request", _gw(TopicKind.CTL), b.CtlRequest(v=1, id="r2", action="stop", instance_id="i1", priority=2)),
     Sample("reply.accepted", "snlpgw.ctl_reply", _gw(TopicKind.REPLY), b.CtlReply(ref="r1", device=DEV, action="start", status="accepted", instance_id="i1", ts=TS)),
     Sample("reply.refused", "snlpgw.ctl_reply", _gw(TopicKind.REPLY), b.CtlReply(ref="r1", device=DEV, action="start", status="refused", reason="busy", running_priority=3, detail="instance i0 running", ts=TS)),
