@@ -77,7 +77,7 @@ def gateway_sections(
         "gateway_id": f"gw-{secrets.token_hex(4)}",
         "data_dir": str(data_dir or broker.data_dir),
         "mqtt": {"url": broker.url, "password": broker.gateway_credentials().password},
-        "http": {"host": "127.0.0.1", "port": 0, "admin_port": 0},
+        "http": {"host": "127.0.0.1", "port": 0, "admin_port": 0, "console_port": 0},
         "udp": {"host": "127.0.0.1", "port": 0},
         "runtime": {
             "catalog_path": str(REPO_ROOT / "catalog"),

@@ -19,6 +19,7 @@ from gateway.board import BoardChannel
 from gateway.board.bridge import BoardCommands, BoardToTasks
 from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster, Ownership
+from gateway.console import Console, build_console
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
 from gateway.store import Store, build_store_components
@@ -60,6 +61,7 @@ class Gateway:
     assessment: AssessmentPath
     store: Store
     chat: ChatComponent | None = None
+    console: Console | None = None
 
 
 def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
@@ -148,8 +150,19 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     components: list[Component] = [*parts.components, cluster, board, xiaozhi, assessment, tasks]
     if chat is not None:
         components.append(chat)
+    console = None
+    if settings.console.enabled:
+        console = build_console(
+            ctx,
+            store=parts.store,
+            inbox=inbox,
+            catalog=loaded.catalog,
+            online=board.is_online,
+            ota=xiaozhi.ota,
+        )
+        components.append(console)
     service = Service(ctx, components)
-    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat)
+    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat, console)
 
 
 def build_service(settings: Settings) -> Service:

@@ -118,6 +118,29 @@ class Database:
         )
         return [_instance(r) for r in rows]
 
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        """A read of another component's tables (the console's accounts); ``?`` placeholders;
+        raises :class:`StoreError`."""
+        return self._read(sql, params)
+
+    def change(self, statements: Sequence[tuple[str, Sequence[object]]]) -> int:
+        """Run ``statements`` in one transaction (all or nothing); the rows the last one
+        changed. Raises :class:`StoreError`."""
+        conn = self._conn
+        changed = 0
+        try:
+            conn.execute("BEGIN IMMEDIATE" if self.dialect is Dialect.SQLITE else "BEGIN")
+            try:
+                for sql, params in statements:
+                    changed = conn.execute(self.dialect.sql(sql), params).rowcount
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except self._write_errors as exc:
+            raise StoreError(f"write failed: {exc}") from exc
+        return int(changed)
+
     def _read(self, sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
         try:
             return list(self._conn.execute(self.dialect.sql(sql), params).fetchall())
