@@ -79,7 +79,7 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 
-Handler = Callable[[web.Request, LoggedIn], Awaitable[web.StreamResponse]]
+PageHandler = Callable[[web.Request, LoggedIn], Awaitable[web.StreamResponse]]
 
 
 class LiveHub:
@@ -204,7 +204,7 @@ class ConsoleWeb:
             secure=self._secure or request.secure,
         )
 
-    def _authed(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    def _authed(self, handler: PageHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def wrapped(request: web.Request) -> web.StreamResponse:
             token = request.cookies.get(SESSION_COOKIE, "")
             try:
