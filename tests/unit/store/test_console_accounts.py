@@ -1,5 +1,5 @@
-"""Console accounts on a real SQLite store (migration 0004): users, grants, sessions, and the
-CLI's ``snlpgw user add|passwd|remove``."""
+"""Console accounts on a real store, SQLite and PostgreSQL (migration 0004): users, grants,
+sessions; and the CLI's ``snlpgw user add|passwd|remove`` (on the embedded SQLite)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ from gateway.console.accounts import (
     verify_password,
 )
 from gateway.store import Store
+from gateway.store.dialect import Connector
 
 PASSWORD = "a good long one"
 
 
 @pytest.fixture
-async def book(tmp_path: Path) -> AsyncIterator[AccountBook]:
-    store = Store(path=tmp_path / "s.sqlite3", linger_s=0)
+async def book(connector: Connector) -> AsyncIterator[AccountBook]:
+    store = Store(connect=connector, linger_s=0)
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(store.run())
         yield AccountBook(store, session_ttl_s=3600)
@@ -43,9 +44,11 @@ async def test_login_session_logout(book: AccountBook) -> None:
     assert found is not None
     token, who = found
     assert who.user.role is ConsoleRole.PARENT
-    assert who.user.may_see("dev1") and not who.user.may_see("dev2")
+    assert who.user.may_see("dev1")
+    assert not who.user.may_see("dev2")
     again = await book.session(token)
-    assert again is not None and again.csrf == who.csrf
+    assert again is not None
+    assert again.csrf == who.csrf
     assert await book.session("x" * 200) is None
     assert await book.session("") is None
     await book.logout(token)
@@ -60,7 +63,8 @@ async def test_operator_sees_all_and_duplicates_are_refused(book: AccountBook) -
     with pytest.raises(AccountError, match="password"):
         await book.add("short", ConsoleRole.OPERATOR, "short")
     found = await book.login("ops", PASSWORD)
-    assert found is not None and found[1].user.may_see("anything")
+    assert found is not None
+    assert found[1].user.may_see("anything")
     assert await book.all_devices() == [DeviceGrant("d2", "一班")]
 
 
