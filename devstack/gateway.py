@@ -153,8 +153,10 @@ async def serving(service: Service, *, ready: Sequence[Ready] = ()) -> AsyncIter
 
 
 def gateway_ready(gw: Gateway) -> tuple[Ready, ...]:
-    """What the composed gateway waits for past the service: UDP bound, tasks restored."""
-    return (gw.xiaozhi.wait_ready, gw.tasks.wait_ready)
+    """What the composed gateway waits for past the service: UDP bound, tasks restored, the
+    console listening (when enabled)."""
+    console = (gw.console.server.wait_started,) if gw.console is not None else ()
+    return (gw.xiaozhi.wait_ready, gw.tasks.wait_ready, *console)
 
 
 @contextlib.asynccontextmanager
