@@ -204,7 +204,9 @@ class ConsoleWeb:
             secure=self._secure or request.secure,
         )
 
-    def _authed(self, handler: PageHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    def _authed(
+        self, handler: PageHandler
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def wrapped(request: web.Request) -> web.StreamResponse:
             token = request.cookies.get(SESSION_COOKIE, "")
             try:

@@ -23,6 +23,9 @@ EXPECTED = {
     ("catalog", "check"),
     ("simulate", "board"),
     ("simulate", "xiaozhi"),
+    ("user", "add"),
+    ("user", "passwd"),
+    ("user", "remove"),
 }
 
 
