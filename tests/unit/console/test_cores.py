@@ -26,6 +26,7 @@ from gateway.console.plot import MAX_SERIES, progress_svg
         (None, "fr-FR,en;q=0.3", "en"),
         (None, "fr-FR,de", DEFAULT_LANG),
         (None, "zh;q=0,en", "en"),  # q=0: not Chinese
+        (None, "en;q=0", "zh-CN"),  # only "not English": the default
         (None, "en;q=abc,zh;q=0.1", "zh-CN"),  # a bad quality counts as 0
         ("en", "zh-CN", "en"),  # the switch wins over the browser
         ("zh-CN", "en", "zh-CN"),
