@@ -197,3 +197,45 @@ async def test_teacher_and_operator_and_language(
             await fresh.goto("/login")
             await fresh.screenshot(path=str(out / name))
             await context.close()
+
+
+async def test_pause_resume_stop_and_a_parent_preempts_a_teacher(
+    broker: Broker, tmp_path: Path, browser: Browser
+) -> None:
+    # Clips long enough (1.5 s each) for the buttons to land mid-lesson.
+    async with lesson_rig(broker, tmp_path, durations_ms=(1500, 1500, 1500, 1500)) as rig:
+        base = await accounts(rig)
+        teacher = await login(browser, base, "teacher")
+        await teacher.goto(f"/steer/{rig.dev}")
+        await teacher.get_by_label("选择课程").select_option(f"{APP}/{TASK}/{LESSON}")
+        await teacher.get_by_role("button", name="开始").click()
+        state = teacher.locator("#live .state")
+        await expect(state).to_have_attribute("data-state", "running", timeout=WAIT_MS)
+        (first,) = await rig.store().list_instances(device_id=rig.dev)
+
+        # The parent's start (priority 3) preempts the teacher's lesson (priority 2); the
+        # teacher's page follows live to the parent's lesson.
+        parent = await login(browser, base, "mama")
+        await parent.goto(f"/steer/{rig.dev}")
+        await parent.get_by_label("选择课程").select_option(f"{APP}/{TASK}/{LESSON}")
+        await parent.get_by_role("button", name="开始").click()
+        live = parent.locator("#live .state")
+        await expect(live).not_to_have_attribute(
+            "data-instance", first.instance_id, timeout=WAIT_MS
+        )
+        await expect(live).to_have_attribute("data-state", "running", timeout=WAIT_MS)
+        found = await rig.store().list_instances(device_id=rig.dev)
+        assert len(found) == 2
+        newest, older = found
+        assert older.instance_id == first.instance_id
+        assert older.state is InstanceState.CANCELLED
+        assert older.reason == "preempted"
+        assert newest.priority == 3
+
+        await parent.get_by_role("button", name="暂停").click()
+        await expect(live).to_have_attribute("data-state", "paused", timeout=WAIT_MS)
+        await expect(state).to_have_attribute("data-state", "paused", timeout=WAIT_MS)
+        await parent.get_by_role("button", name="继续").click()
+        await expect(live).to_have_attribute("data-state", "running", timeout=WAIT_MS)
+        await parent.get_by_role("button", name="停止").click()
+        await expect(live).to_have_attribute("data-state", "cancelled", timeout=WAIT_MS)
