@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 CHROMIUM = "/usr/bin/chromium"
 PASSWORD = "correct horse battery"
 OTHER_DEVICE = "aa_bb_cc_00_00_99"
+XIAOZHI_DEV = "aa_bb_cc_00_00_42"
 WAIT_MS = 20_000
 
 if not Path(CHROMIUM).exists():  # the Makefile installs it; without it this module cannot run
@@ -173,6 +174,15 @@ async def test_teacher_and_operator_and_language(
             "data-state", "cancelled", timeout=WAIT_MS
         )
 
+        # A Xiaozhi board known to the OTA trust book asks again with a new Client-Id (a
+        # reflashed board): it waits for an activation code to be approved.
+        ota = rig.gw.xiaozhi.ota
+        assert ota is not None
+        book, now = ota.book, ota.clock()
+        book.request(XIAOZHI_DEV, "uuid-old", serial=None, now=now)  # first contact: bound
+        book.request(XIAOZHI_DEV, "uuid-new", serial=None, now=now)  # new Client-Id: a code
+        (waiting,) = book.pending(now)
+
         # Operator, browser asking for English: the fleet with the board online.
         page = await login(browser, base, "ops", locale="en-GB")
         await expect(page.locator("html")).to_have_attribute("lang", "en")
@@ -182,6 +192,13 @@ async def test_teacher_and_operator_and_language(
         await expect(
             page.get_by_role("heading", name="Device activation approvals")
         ).to_be_visible()
+        await expect(page.get_by_role("row").filter(has_text=waiting.code)).to_be_visible()
+        await page.screenshot(path=str(out / "fleet-approval-en.png"), full_page=True)
+        await page.get_by_label("The 6-digit code the device shows").fill(waiting.code)
+        await page.get_by_role("button", name="Approve").click()
+        await expect(page.get_by_role("status")).to_have_text("Approved.")
+        await expect(page.get_by_text("No device is waiting for approval.")).to_be_visible()
+        assert book.bindings[XIAOZHI_DEV].client_id == "uuid-new"
         await page.screenshot(path=str(out / "fleet-en.png"), full_page=True)
         # Switch to Chinese with the keyboard-reachable link; it sticks across pages.
         await page.get_by_role("link", name="中文").click()
