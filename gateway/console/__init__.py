@@ -19,7 +19,8 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.console.accounts import AccountBook, ConsoleRole
+from gateway.console.accounts import AccountBook, AccountError, ConsoleRole
+from gateway.console.alarms import RecentAlarms
 from gateway.console.seams import (
     BoardFacts,
     ControlSink,
@@ -70,13 +71,24 @@ class Console:
                 return
             password = secrets.token_urlsafe(12)
             await self.accounts.add(BOOTSTRAP_USER, ConsoleRole.OPERATOR, password)
-        except StoreError as exc:
+        except (StoreError, AccountError) as exc:  # AccountError: another gateway was first
             log.warning("console: no first account made (%s)", exc)
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(f"user: {BOOTSTRAP_USER}\npassword: {password}\n")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(f"user: {BOOTSTRAP_USER}\npassword: {password}\n")
+        except OSError as exc:
+            log.warning(
+                "console: first account %r made but %s not written (%s): set its password "
+                "with `snlpgw user passwd %s`",
+                BOOTSTRAP_USER,
+                path,
+                exc,
+                BOOTSTRAP_USER,
+            )
+            return
         log.info(
             "console: first account %r made; its password is in %s (change it with "
             "`snlpgw user passwd %s`)",
@@ -108,6 +120,8 @@ def build_console(
     )
     accounts = AccountBook(store, session_ttl_s=cs.session_hours * 3600)
     hub = LiveHub()
+    recent = RecentAlarms()
+    ctx.ops.listeners.append(recent.raised)
     store.add_listener(hub.committed)
     server.on_shutdown(hub.close)
     parts = ConsoleParts(
@@ -115,7 +129,7 @@ def build_console(
         results=StoreResults(store),
         recordings=NoRecordings(),
         steering=InboxSteering(inbox),
-        fleet=BoardFacts(online),
+        fleet=BoardFacts(online, recent.of),
         approvals=OtaApprovals(ota),
         lessons=lesson_choices(catalog),
         running=store.running_instances,

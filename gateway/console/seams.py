@@ -8,8 +8,8 @@ over what main has today. Parallel work plugs in here (docs/console.md, "Seams")
 * :class:`LessonSteering`: start / pause / resume / stop on a device. Today: the task runtime's
   inbox, the same path as the MQTT control topic (:class:`InboxSteering`).
 * :class:`FleetFacts`: what is known of a device (online, firmware, RSSI, SD free, last seen,
-  alarms). Today: only "online" from the board channel (:class:`BoardFacts`); the rest is
-  ``None`` ("not reported") until device status lands.
+  alarms). Today: "online" from the board channel and the device's recent ops alarms
+  (:class:`BoardFacts`); the rest is ``None`` ("not reported") until device status lands.
 * :class:`ActivationApprovals`: OTA activation codes waiting, and approving one. Today: the
   OTA endpoint's trust book (:class:`OtaApprovals`), the same as ``POST /admin/devices/approve``.
 """
@@ -166,10 +166,13 @@ class FleetFacts(Protocol):
 
 @dataclass(frozen=True)
 class BoardFacts:
+    """Online from the board channel, the device's recent ops alarms; nothing else yet."""
+
     is_online: Callable[[str], bool]
+    alarms: Callable[[str], tuple[str, ...]] = lambda _device: ()
 
     def facts(self, device: str) -> DeviceFacts:
-        return DeviceFacts(device, online=self.is_online(device))
+        return DeviceFacts(device, online=self.is_online(device), alarms=self.alarms(device))
 
 
 @dataclass(frozen=True, slots=True)

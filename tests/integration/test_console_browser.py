@@ -189,6 +189,10 @@ async def test_teacher_and_operator_and_language(
         await page.get_by_role("link", name="Fleet").click()
         row = page.get_by_role("row").filter(has_text=rig.dev)
         await expect(row.get_by_text("Online")).to_be_visible()
+        # An ops alarm about the board shows in its row (raised as the gateway raises them).
+        rig.gw.service.ops.alarm("board_command_failed", device=rig.dev, cmd="play")
+        await page.reload()
+        await expect(row.get_by_role("cell", name="board_command_failed")).to_be_visible()
         await expect(
             page.get_by_role("heading", name="Device activation approvals")
         ).to_be_visible()

@@ -9,6 +9,7 @@ from importlib.resources import files
 
 import pytest
 
+from gateway.console.alarms import RecentAlarms
 from gateway.console.i18n import DEFAULT_LANG, MESSAGES, negotiate, text
 from gateway.console.limiter import LoginLimiter
 from gateway.console.plot import MAX_SERIES, progress_svg
@@ -109,3 +110,24 @@ def test_plot_of_one_point_and_of_nothing() -> None:
     assert dot.get("cx") is not None
     empty = ET.fromstring(progress_svg({}, title="t"))  # noqa: S314 - our own markup
     assert empty.findall(f"{ns}circle") == []
+
+
+def test_recent_alarms_are_bounded_per_device_and_in_devices() -> None:
+    recent = RecentAlarms(per_device=2, max_devices=2)
+    recent.raised("gateway_only", None, 1)
+    assert len(recent) == 0
+    recent.raised("a", "d1", 1)
+    recent.raised("b", "d1", 2)
+    recent.raised("c", "d1", 3)
+    assert recent.of("d1") == ("c", "b")
+    recent.raised("x", "d2", 4)
+    recent.raised("d", "d1", 5)  # d1 heard last: d2 is now the least recent
+    recent.raised("y", "d3", 6)
+    assert len(recent) == 2
+    assert recent.of("d2") == ()
+    assert recent.of("d1") == ("d", "c")
+    assert recent.of("d3") == ("y",)
+    recent.raised("z" * 100, "d3", 7)
+    assert recent.of("d3")[0] == "z" * 64
+    with pytest.raises(ValueError, match="at least 1"):
+        RecentAlarms(per_device=0)
