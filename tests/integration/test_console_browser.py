@@ -22,13 +22,15 @@ from gateway.store import InstanceState
 from tests.support.broker import Broker
 from tests.support.lesson_rig import APP, LESSON, TASK, LessonRig, lesson_rig
 
-pytestmark = pytest.mark.integration
+# Hang guards, not timings: a browser, a gateway and a board on two cores shared with others.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 CHROMIUM = "/usr/bin/chromium"
 PASSWORD = "correct horse battery"
 OTHER_DEVICE = "aa_bb_cc_00_00_99"
 XIAOZHI_DEV = "aa_bb_cc_00_00_42"
 WAIT_MS = 20_000
+expect.set_options(timeout=WAIT_MS)  # every wait in this module: woken by the page, bounded
 
 if not Path(CHROMIUM).exists():  # the Makefile installs it; without it this module cannot run
     pytest.skip(f"{CHROMIUM} missing (make system-deps installs chromium)", allow_module_level=True)
