@@ -13,8 +13,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # tools: `systemd-analyze verify` checks deploy/systemd in the tests; ~5 MB, starts nothing),
 # postgresql (the store's PostgreSQL tests start a throw-away server; the default is SQLite),
 # ejabberd (only its MQTT 5 broker, mod_mqtt: the second, independent broker the client's core
-# flows are tested against, tests/integration/test_second_broker.py; its service is disabled).
-APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox libsox-fmt-mp3 systemd postgresql ejabberd opus-tools
+# flows are tested against, tests/integration/test_second_broker.py; its service is disabled),
+# opus-tools (opusdec: the learning record's tests decode archived answers with an independent
+# decoder), chromium and fonts-noto-cjk (the console's browser tests drive Debian's chromium
+# through Playwright, tests/integration/test_console_browser.py; without a CJK font Chinese
+# renders as empty boxes).
+APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox libsox-fmt-mp3 systemd postgresql ejabberd opus-tools chromium fonts-noto-cjk
 
 .PHONY: run test check lint typecheck unit integration setup system-deps venv bench load demo asyncapi clean
 
@@ -33,6 +37,8 @@ system-deps:
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	ls -d /usr/lib/*/ejabberd-*/ebin >/dev/null 2>&1 || missing="$$missing ejabberd"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	ls /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc >/dev/null 2>&1 || missing="$$missing fonts-noto-cjk"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \

@@ -77,7 +77,7 @@ def gateway_sections(
         "gateway_id": f"gw-{secrets.token_hex(4)}",
         "data_dir": str(data_dir or broker.data_dir),
         "mqtt": {"url": broker.url, "password": broker.gateway_credentials().password},
-        "http": {"host": "127.0.0.1", "port": 0, "admin_port": 0},
+        "http": {"host": "127.0.0.1", "port": 0, "admin_port": 0, "console_port": 0},
         "udp": {"host": "127.0.0.1", "port": 0},
         "runtime": {
             "catalog_path": str(REPO_ROOT / "catalog"),
@@ -153,8 +153,10 @@ async def serving(service: Service, *, ready: Sequence[Ready] = ()) -> AsyncIter
 
 
 def gateway_ready(gw: Gateway) -> tuple[Ready, ...]:
-    """What the composed gateway waits for past the service: UDP bound, tasks restored."""
-    return (gw.xiaozhi.wait_ready, gw.tasks.wait_ready)
+    """What the composed gateway waits for past the service: UDP bound, tasks restored, the
+    console listening (when enabled)."""
+    console = (gw.console.server.wait_started,) if gw.console is not None else ()
+    return (gw.xiaozhi.wait_ready, gw.tasks.wait_ready, *console)
 
 
 @contextlib.asynccontextmanager

@@ -22,6 +22,7 @@ from gateway.board.admin import BoardStatusAdmin
 from gateway.board.bridge import BoardCommands, BoardToTasks
 from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster, Ownership
+from gateway.console import Console, build_console
 from gateway.content.admin import SyncAdmin
 from gateway.content.media import LessonMedia
 from gateway.content.sync import LessonSync
@@ -84,6 +85,7 @@ class Gateway:
     archive: AnswerArchive | None = None
     speech: SpeechService | None = None
     content_sync: LessonSync | None = None
+    console: Console | None = None
 
 
 def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
@@ -221,6 +223,17 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     components.append(archive)
     if speech is not None:
         components.append(speech)
+    console = None
+    if settings.console.enabled:
+        console = build_console(
+            ctx,
+            store=parts.store,
+            inbox=inbox,
+            catalog=catalog,
+            online=board.is_online,
+            ota=xiaozhi.ota,
+        )
+        components.append(console)
     service = Service(ctx, components)
     return Gateway(
         service=service,
@@ -233,6 +246,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         archive=archive,
         speech=speech,
         content_sync=sync,
+        console=console,
     )
 
 

@@ -98,6 +98,10 @@ def endpoints(settings: Settings) -> list[Endpoint]:
         out.append(
             Endpoint("admin HTTP", settings.http.admin_host, settings.http.admin_port, "tcp")
         )
+    if settings.console.enabled and settings.http.console_port:
+        out.append(
+            Endpoint("console HTTP", settings.http.console_host, settings.http.console_port, "tcp")
+        )
     if settings.udp.port:
         out.append(Endpoint("UDP audio", settings.udp.host, settings.udp.port, "udp"))
     return out

@@ -107,6 +107,15 @@ class HttpServer:
                 found.append((route.method, path))
         return found
 
+    def on_shutdown(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the server starts shutting down, before it waits for the
+        handlers still running: long-lived answers (server-sent events) end there."""
+
+        async def run(_: web.Application) -> None:
+            callback()
+
+        self._app.on_shutdown.append(run)
+
     def add_health(self, name: str, check: HealthCheck) -> None:
         """A component's health detail; ``ok: false`` in any detail makes /healthz answer 503."""
         self._health[name] = check

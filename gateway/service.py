@@ -16,8 +16,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.broker.credentials import gateway_secret
@@ -45,6 +45,8 @@ class Ops:
     gateway_id: str
     mqtt: MqttConnection
     metrics: Metrics
+    # Told (alarm, device, epoch ms) of each alarm raised, on the loop (the console's fleet).
+    listeners: list[Callable[[str, str | None, int], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._alarms = self.metrics.counter("ops_alarms", "Ops alarms raised", ["alarm"])
@@ -65,6 +67,11 @@ class Ops:
         self.mqtt.publish(
             build_topic(TopicKind.OPS_EVENTS, gw=self.gateway_id), encode(body), qos=1
         )
+        for listener in self.listeners:
+            try:
+                listener(alarm, device, body.ts)
+            except Exception:
+                log.exception("ops alarm listener failed")
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,12 @@ class HttpSettings(_Section):
         description="Where boards fetch lesson audio from (the device listener as they reach "
         "it, e.g. http://192.168.1.10:8003); default: http://{host}:{bound port}.",
     )
+    console_host: str = Field(
+        "127.0.0.1",
+        description="Console (web pages for parents, teachers, operators) bind address; boards "
+        "never reach it (its own listener, password logins; docs/console.md).",
+    )
+    console_port: int = Field(8005, ge=0, le=65535, description="Console HTTP port.")
     admin_token: SecretStr | None = Field(
         None,
         description="Bearer token the admin listener requires (unset: none, loopback only; "
@@ -190,6 +196,25 @@ class HttpSettings(_Section):
                 "(anyone reaching the admin listener could approve devices)"
             )
         return self
+
+
+class ConsoleSettings(_Section):
+    enabled: bool = Field(True, description="Serve the console on http.console_host:console_port.")
+    session_hours: float = Field(12.0, gt=0, le=24 * 30, description="A login lasts this long.")
+    secure_cookies: bool = Field(
+        False,
+        description="Always mark cookies Secure (set behind a TLS proxy; over HTTPS they are "
+        "Secure anyway).",
+    )
+    login_failures: int = Field(
+        5, ge=1, description="Failed logins per address or user name per minute before refusal."
+    )
+    timezone: str = Field("Asia/Shanghai", description="Times on the pages are shown in this zone.")
+    bootstrap: bool = Field(
+        True,
+        description="With no account at start, create operator 'admin' with a random password "
+        "written to <data_dir>/console-bootstrap.txt (mode 0600).",
+    )
 
 
 class UdpSettings(_Section):
@@ -598,6 +623,7 @@ class Settings(BaseSettings):
     chat: ChatSettings = ChatSettings()
     archive: ArchiveSettings = ArchiveSettings()
     speech: SpeechSettings = SpeechSettings()
+    console: ConsoleSettings = ConsoleSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -66,11 +66,13 @@ def add_domain_commands(sub: Subparsers) -> None:
     from gateway.cli.broker import add_credentials_commands  # noqa: PLC0415
     from gateway.cli.device import add_device_commands  # noqa: PLC0415
     from gateway.cli.lesson import add_lesson_commands  # noqa: PLC0415
+    from gateway.console.cli import add_user_commands  # noqa: PLC0415
     from gateway.doctor import add_doctor_command  # noqa: PLC0415
 
     add_credentials_commands(sub)
     add_device_commands(sub)
     add_lesson_commands(sub)
+    add_user_commands(sub)
     add_doctor_command(sub)
     add_catalog_commands(sub)
     add_simulator_commands(sub)

@@ -123,7 +123,7 @@ class Database:
 
     def add_audio(self, row: ArchivedAudio) -> None:
         """Record an archived answer (the same blob twice: kept once)."""
-        self._change(
+        self.change(
             [
                 (
                     f"INSERT INTO audio ({_AUDIO_SELECT}) VALUES (?, ?, ?, ?, ?, ?, ?) "  # noqa: S608
@@ -185,7 +185,7 @@ class Database:
         for audio_id in audio_ids:
             statements.append(("UPDATE steps SET audio_id = NULL WHERE audio_id = ?", (audio_id,)))
             statements.append(("DELETE FROM audio WHERE id = ?", (audio_id,)))
-        self._change(statements)
+        self.change(statements)
 
     def forget_device(self, device: str) -> tuple[int, int, int]:
         """Erase every row of ``device``: its audio rows, its instances' steps (transcripts,
@@ -197,7 +197,7 @@ class Database:
             "(SELECT COUNT(*) FROM audio WHERE device = ?)",
             (device, device, device),
         )[0]
-        self._change(
+        self.change(
             [
                 ("DELETE FROM audio WHERE device = ?", (device,)),
                 (
@@ -210,20 +210,28 @@ class Database:
         )
         return int(counts[0]), int(counts[1]), int(counts[2])  # type: ignore[call-overload]
 
-    def _change(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
-        """Run ``statements`` in one transaction (all or nothing); raises StoreError."""
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        """A read of another component's tables (the console's accounts); ``?`` placeholders;
+        raises :class:`StoreError`."""
+        return self._read(sql, params)
+
+    def change(self, statements: Sequence[tuple[str, Sequence[object]]]) -> int:
+        """Run ``statements`` in one transaction (all or nothing); the rows the last one
+        changed. Raises :class:`StoreError`."""
         conn = self._conn
+        changed = 0
         try:
             conn.execute("BEGIN IMMEDIATE" if self.dialect is Dialect.SQLITE else "BEGIN")
             try:
                 for sql, params in statements:
-                    conn.execute(self.dialect.sql(sql), params)
+                    changed = conn.execute(self.dialect.sql(sql), params).rowcount
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
-        except self._errors as exc:
+        except self._write_errors as exc:
             raise StoreError(f"write failed: {exc}") from exc
+        return int(changed)
 
     def _read(self, sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
         try:

@@ -29,10 +29,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from gateway.metrics import Metrics
 from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
-from gateway.store.db import Connector, file_connection
+from gateway.store.db import Connector, Database, file_connection
 from gateway.store.errors import StoreError
 from gateway.store.pending import CoalescingQueue, Entry
 from gateway.store.records import ArchivedAudio, InstanceRecord, Record, StepRecord
@@ -41,6 +42,7 @@ from gateway.tasks.core.effects import InstanceState
 
 log = logging.getLogger(__name__)
 CommitListener = Callable[[str], None]
+T = TypeVar("T")
 
 
 def wall_ms() -> int:
@@ -184,6 +186,11 @@ class Store:
         return await self._worker.read(
             lambda db: db.list_instances(device_id=device_id, state=state, limit=limit)
         )
+
+    async def call(self, fn: Callable[[Database], T]) -> T:
+        """Run ``fn`` on the store's thread with its connection (the console's account tables:
+        :meth:`Database.query` / :meth:`Database.change`); raises :class:`StoreError`."""
+        return await self._worker.read(fn)
 
     async def running_instances(self) -> list[InstanceRecord]:
         """Instances left ``running`` or ``paused`` (restart-resume), oldest first."""

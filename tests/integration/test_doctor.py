@@ -32,7 +32,7 @@ def _sections(broker: Broker, tmp_path: Path, asr_url: str) -> dict[str, Any]:
         "gateway_id": f"doc-{os.getpid()}",
         "data_dir": str(broker.data_dir),  # the broker's files: the ACL check provisions
         "mqtt": {"url": broker.url},
-        "http": {"port": http, "admin_port": admin},
+        "http": {"port": http, "admin_port": admin, "console_port": 0},
         "udp": {"port": udp},
         "store": {"sqlite_path": str(tmp_path / "store" / "gateway.sqlite3")},
         "asr": {"engine": "http", "http_url": asr_url},

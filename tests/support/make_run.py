@@ -75,6 +75,7 @@ class MakeRun:
                 "SNLPGW_MQTT__URL": f"mqtt://127.0.0.1:{self.mqtt_port}",
                 "SNLPGW_HTTP__PORT": str(self.http_port),
                 "SNLPGW_HTTP__ADMIN_PORT": str(self.admin_port),
+                "SNLPGW_HTTP__CONSOLE_PORT": "0",  # tests share the machine: any free port
                 "SNLPGW_UDP__PORT": str(self.udp_port),
                 "SNLPGW_ASR__ENGINE": "none",
                 "SNLPGW_OPS__SHUTDOWN_TIMEOUT_S": "3",

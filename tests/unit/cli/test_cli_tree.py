@@ -29,6 +29,9 @@ EXPECTED = {
     ("lesson", "sync"),
     ("simulate", "board"),
     ("simulate", "xiaozhi"),
+    ("user", "add"),
+    ("user", "passwd"),
+    ("user", "remove"),
 }
 
 

@@ -1,0 +1,264 @@
+"""The console in a real browser: Debian's chromium driven by Playwright, against the composed
+gateway on a real Mosquitto with a simulated board (tests/support/lesson_rig.py).
+
+Each role logs in; a parent starts a lesson and watches its steps arrive live (server-sent
+events) while the board plays it; another family's parent is refused that child by URL, by
+export and by a forged steering request; the language switches; the operator sees the fleet.
+Screenshots go to ``SNLPGW_CONSOLE_SHOTS`` when set (``docs/console/`` is made that way), else
+to the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from gateway.console.accounts import ConsoleRole, DeviceGrant
+from gateway.store import InstanceState
+from tests.support.broker import Broker
+from tests.support.lesson_rig import APP, LESSON, TASK, LessonRig, lesson_rig
+
+# Hang guards, not timings: a browser, a gateway and a board on two cores shared with others.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+CHROMIUM = "/usr/bin/chromium"
+PASSWORD = "correct horse battery"
+OTHER_DEVICE = "aa_bb_cc_00_00_99"
+XIAOZHI_DEV = "aa_bb_cc_00_00_42"
+WAIT_MS = 20_000
+expect.set_options(timeout=WAIT_MS)  # every wait in this module: woken by the page, bounded
+
+if not Path(CHROMIUM).exists():  # the Makefile installs it; without it this module cannot run
+    pytest.skip(f"{CHROMIUM} missing (make system-deps installs chromium)", allow_module_level=True)
+
+
+def shots(tmp_path: Path) -> Path:
+    target = Path(os.environ.get("SNLPGW_CONSOLE_SHOTS") or tmp_path / "shots")
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as pw:
+        launched = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def accounts(rig: LessonRig) -> str:
+    """Four accounts; the console's base URL."""
+    console = rig.gw.console
+    assert console is not None
+    book = console.accounts
+    await book.add("mama", ConsoleRole.PARENT, PASSWORD, (DeviceGrant(rig.dev, "小明"),))
+    await book.add("other", ConsoleRole.PARENT, PASSWORD, (DeviceGrant(OTHER_DEVICE, "小红"),))
+    await book.add("teacher", ConsoleRole.TEACHER, PASSWORD, (DeviceGrant(rig.dev, "一班"),))
+    await book.add("ops", ConsoleRole.OPERATOR, PASSWORD)
+    return f"http://127.0.0.1:{console.server.port}"
+
+
+async def login(browser: Browser, base: str, name: str, *, locale: str = "zh-CN") -> Page:
+    context = await browser.new_context(
+        locale=locale, viewport={"width": 1100, "height": 760}, base_url=base
+    )
+    page = await context.new_page()
+    await page.goto("/")
+    await expect(page).to_have_url(f"{base}/login?next=/")
+    await page.get_by_label("用户名" if locale.startswith("zh") else "User name").fill(name)
+    await page.get_by_label("密码" if locale.startswith("zh") else "Password").fill(PASSWORD)
+    await page.keyboard.press("Enter")  # keyboard only: the form submits from the field
+    await expect(page).to_have_url(f"{base}/")
+    return page
+
+
+async def test_parent_starts_a_lesson_and_watches_it_live(
+    broker: Broker, tmp_path: Path, browser: Browser
+) -> None:
+    out = shots(tmp_path)
+    async with lesson_rig(broker, tmp_path) as rig:
+        base = await accounts(rig)
+        page = await login(browser, base, "mama")
+        await expect(page.get_by_role("cell", name="小明")).to_be_visible()
+        await page.screenshot(path=str(out / "home-parent.png"), full_page=True)
+
+        await page.get_by_role("link", name="控制课程").click()
+        await expect(page.get_by_text("等待课程开始")).to_be_visible()
+        await page.get_by_label("选择课程").select_option(f"{APP}/{TASK}/{LESSON}")
+        await page.get_by_role("button", name="开始").click()
+        await expect(page.get_by_role("status")).to_have_text("指令已发送。")
+        # The steps arrive over server-sent events as the board plays the lesson: no reload.
+        live = page.locator("#live")
+        await expect(live.locator("tbody tr")).to_have_count(4, timeout=WAIT_MS)
+        await expect(live.locator(".state")).to_have_attribute(
+            "data-state", "completed", timeout=WAIT_MS
+        )
+        await page.screenshot(path=str(out / "steer.png"), full_page=True)
+
+        (instance,) = await rig.store().list_instances(device_id=rig.dev)
+        assert instance.priority == 3  # a parent's request (SPEC §5)
+        assert instance.source == "console"
+        assert instance.state is InstanceState.COMPLETED
+
+        await page.get_by_role("link", name="学习进度").click()
+        await expect(page.locator("svg.plot circle")).to_have_count(1)
+        await expect(page.get_by_role("cell", name="已完成")).to_be_visible()
+        await page.screenshot(path=str(out / "child.png"), full_page=True)
+        await page.get_by_role("link", name="详情").click()
+        await expect(page.locator("table.steps tbody tr")).to_have_count(4)
+        # Recordings are not in main yet: the page says so beside each step (no player).
+        await expect(page.get_by_text("录音功能尚未开放").first).to_be_visible()
+        await page.screenshot(path=str(out / "lesson.png"), full_page=True)
+
+        async with page.expect_download() as download:
+            await page.goto(f"/child/{rig.dev}")
+            await page.get_by_role("link", name="导出 JSON").click()
+        saved = await (await download.value).path()
+        assert f'"instance_id": "{instance.instance_id}"' in saved.read_text(encoding="utf-8")
+
+
+async def test_a_parent_cannot_reach_another_familys_child(
+    broker: Broker, tmp_path: Path, browser: Browser
+) -> None:
+    async with lesson_rig(broker, tmp_path) as rig:
+        base = await accounts(rig)
+        page = await login(browser, base, "other")
+        await expect(page.get_by_role("cell", name="小红")).to_be_visible()
+        await expect(page.get_by_text("小明")).to_have_count(0)
+        for path in (
+            f"/child/{rig.dev}",
+            f"/steer/{rig.dev}",
+            f"/child/{rig.dev}/export.json",
+            f"/child/{rig.dev}/export.csv",
+            f"/steer/{rig.dev}/events",
+            "/fleet",
+        ):
+            answer = await page.request.get(path)
+            assert answer.status == 404, path
+            assert "小明" not in await answer.text()
+        # A forged steering request with this parent's own valid CSRF token: still refused.
+        await page.goto("/")
+        csrf = await page.locator("input[name=csrf]").first.get_attribute("value")
+        forged = await page.request.post(
+            f"/steer/{rig.dev}",
+            form={"csrf": csrf or "", "action": "start", "lesson": f"{APP}/{TASK}/{LESSON}"},
+        )
+        assert forged.status == 404
+        # And no token at all is refused before anything else.
+        no_token = await page.request.post(f"/steer/{OTHER_DEVICE}", form={"action": "stop"})
+        assert no_token.status == 403
+        assert await rig.store().list_instances(device_id=rig.dev) == []
+
+
+async def test_teacher_and_operator_and_language(
+    broker: Broker, tmp_path: Path, browser: Browser
+) -> None:
+    out = shots(tmp_path)
+    async with lesson_rig(broker, tmp_path) as rig:
+        base = await accounts(rig)
+        # Teacher: the class's device; a teacher's start is priority 2 (never preempts a parent).
+        page = await login(browser, base, "teacher")
+        await expect(page.get_by_role("cell", name="一班")).to_be_visible()
+        await expect(page.get_by_role("link", name="设备总览")).to_have_count(0)
+        await page.goto(f"/steer/{rig.dev}")
+        await page.get_by_role("button", name="开始").click()
+        await expect(page.locator("#live tbody tr").first).to_be_visible(timeout=WAIT_MS)
+        (instance,) = await rig.store().list_instances(device_id=rig.dev)
+        assert instance.priority == 2
+        await page.get_by_role("button", name="停止").click()
+        await expect(page.locator("#live .state")).to_have_attribute(
+            "data-state", "cancelled", timeout=WAIT_MS
+        )
+
+        # A Xiaozhi board known to the OTA trust book asks again with a new Client-Id (a
+        # reflashed board): it waits for an activation code to be approved.
+        ota = rig.gw.xiaozhi.ota
+        assert ota is not None
+        book, now = ota.book, ota.clock()
+        book.request(XIAOZHI_DEV, "uuid-old", serial=None, now=now)  # first contact: bound
+        book.request(XIAOZHI_DEV, "uuid-new", serial=None, now=now)  # new Client-Id: a code
+        (waiting,) = book.pending(now)
+
+        # Operator, browser asking for English: the fleet with the board online.
+        page = await login(browser, base, "ops", locale="en-GB")
+        await expect(page.locator("html")).to_have_attribute("lang", "en")
+        await page.get_by_role("link", name="Fleet").click()
+        row = page.get_by_role("row").filter(has_text=rig.dev)
+        await expect(row.get_by_text("Online")).to_be_visible()
+        # An ops alarm about the board shows in its row (raised as the gateway raises them).
+        rig.gw.service.ops.alarm("board_command_failed", device=rig.dev, cmd="play")
+        await page.reload()
+        await expect(row.get_by_role("cell", name="board_command_failed")).to_be_visible()
+        await expect(
+            page.get_by_role("heading", name="Device activation approvals")
+        ).to_be_visible()
+        await expect(page.get_by_role("row").filter(has_text=waiting.code)).to_be_visible()
+        await page.screenshot(path=str(out / "fleet-approval-en.png"), full_page=True)
+        await page.get_by_label("The 6-digit code the device shows").fill(waiting.code)
+        await page.get_by_role("button", name="Approve").click()
+        await expect(page.get_by_role("status")).to_have_text("Approved.")
+        await expect(page.get_by_text("No device is waiting for approval.")).to_be_visible()
+        assert book.bindings[XIAOZHI_DEV].client_id == "uuid-new"
+        await page.screenshot(path=str(out / "fleet-en.png"), full_page=True)
+        # Switch to Chinese with the keyboard-reachable link; it sticks across pages.
+        await page.get_by_role("link", name="中文").click()
+        await expect(page.get_by_role("heading", name="设备总览")).to_be_visible()
+        await page.screenshot(path=str(out / "fleet.png"), full_page=True)
+        await page.goto("/")
+        await expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
+
+        # The login page in both languages (a fresh browser: no cookie, Accept-Language only).
+        for locale, name in (("zh-CN", "login.png"), ("en-US", "login-en.png")):
+            context = await browser.new_context(locale=locale, base_url=base)
+            fresh = await context.new_page()
+            await fresh.goto("/login")
+            await fresh.screenshot(path=str(out / name))
+            await context.close()
+
+
+async def test_pause_resume_stop_and_a_parent_preempts_a_teacher(
+    broker: Broker, tmp_path: Path, browser: Browser
+) -> None:
+    # Clips long enough (1.5 s each) for the buttons to land mid-lesson.
+    async with lesson_rig(broker, tmp_path, durations_ms=(1500, 1500, 1500, 1500)) as rig:
+        base = await accounts(rig)
+        teacher = await login(browser, base, "teacher")
+        await teacher.goto(f"/steer/{rig.dev}")
+        await teacher.get_by_label("选择课程").select_option(f"{APP}/{TASK}/{LESSON}")
+        await teacher.get_by_role("button", name="开始").click()
+        state = teacher.locator("#live .state")
+        await expect(state).to_have_attribute("data-state", "running", timeout=WAIT_MS)
+        (first,) = await rig.store().list_instances(device_id=rig.dev)
+
+        # The parent's start (priority 3) preempts the teacher's lesson (priority 2); the
+        # teacher's page follows live to the parent's lesson.
+        parent = await login(browser, base, "mama")
+        await parent.goto(f"/steer/{rig.dev}")
+        await parent.get_by_label("选择课程").select_option(f"{APP}/{TASK}/{LESSON}")
+        await parent.get_by_role("button", name="开始").click()
+        live = parent.locator("#live .state")
+        await expect(live).not_to_have_attribute(
+            "data-instance", first.instance_id, timeout=WAIT_MS
+        )
+        await expect(live).to_have_attribute("data-state", "running", timeout=WAIT_MS)
+        found = await rig.store().list_instances(device_id=rig.dev)
+        assert len(found) == 2
+        newest, older = found
+        assert older.instance_id == first.instance_id
+        assert older.state is InstanceState.CANCELLED
+        assert older.reason == "preempted"
+        assert newest.priority == 3
+
+        await parent.get_by_role("button", name="暂停").click()
+        await expect(live).to_have_attribute("data-state", "paused", timeout=WAIT_MS)
+        await expect(state).to_have_attribute("data-state", "paused", timeout=WAIT_MS)
+        await parent.get_by_role("button", name="继续").click()
+        await expect(live).to_have_attribute("data-state", "running", timeout=WAIT_MS)
+        await parent.get_by_role("button", name="停止").click()
+        await expect(live).to_have_attribute("data-state", "cancelled", timeout=WAIT_MS)

@@ -1,0 +1,133 @@
+"""The console's pure cores: language negotiation, every page text in both languages, the login
+limiter and the progress plot."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from importlib.resources import files
+
+import pytest
+
+from gateway.console.alarms import RecentAlarms
+from gateway.console.i18n import DEFAULT_LANG, MESSAGES, negotiate, text
+from gateway.console.limiter import LoginLimiter
+from gateway.console.plot import MAX_SERIES, progress_svg
+
+
+@pytest.mark.parametrize(
+    ("cookie", "header", "expected"),
+    [
+        (None, None, "zh-CN"),
+        (None, "", "zh-CN"),
+        (None, "zh-CN,zh;q=0.9,en;q=0.8", "zh-CN"),
+        (None, "zh-TW", "zh-CN"),
+        (None, "en-US,en;q=0.9", "en"),
+        (None, "en;q=0.5,zh;q=0.9", "zh-CN"),
+        (None, "fr-FR,en;q=0.3", "en"),
+        (None, "fr-FR,de", DEFAULT_LANG),
+        (None, "zh;q=0,en", "en"),  # q=0: not Chinese
+        (None, "en;q=0", "zh-CN"),  # only "not English": the default
+        (None, "en;q=abc,zh;q=0.1", "zh-CN"),  # a bad quality counts as 0
+        ("en", "zh-CN", "en"),  # the switch wins over the browser
+        ("zh-CN", "en", "zh-CN"),
+        ("xx", "en", "en"),  # an unknown cookie is ignored
+    ],
+)
+def test_language_negotiation(cookie: str | None, header: str | None, expected: str) -> None:
+    assert negotiate(cookie, header) == expected
+
+
+def test_every_text_in_both_languages_and_every_template_key_exists() -> None:
+    for key, (zh, en) in MESSAGES.items():
+        assert zh, key
+        assert en, key
+        assert zh != en, key
+        assert text(key, "en") == en
+        assert text(key, "zh-CN") == zh
+    used: set[str] = set()
+    for template in (files("gateway.console") / "templates").iterdir():
+        body = template.read_text(encoding="utf-8")
+        used |= set(re.findall(r"""t\(["']([a-z_]+)["']\)""", body))
+    used |= {f"role_{r}" for r in ("parent", "teacher", "operator")}
+    used |= {f"state_{s}" for s in ("running", "paused", "completed", "cancelled")}
+    missing = used - MESSAGES.keys()
+    assert not missing
+    with pytest.raises(KeyError):
+        text("no_such_key", "en")
+
+
+def test_limiter_refuses_after_failures_until_the_window_ends() -> None:
+    limiter = LoginLimiter(max_failures=3, window_s=60.0)
+    keys = ("addr:1.2.3.4", "user:mama")
+    for i in range(3):
+        assert not limiter.blocked(keys, now=float(i))
+        limiter.failed(keys, now=float(i))
+    assert limiter.blocked(keys, now=10.0)
+    assert limiter.blocked(("user:mama",), now=59.0)  # the name alone, from any address
+    assert not limiter.blocked(("addr:5.6.7.8", "user:papa"), now=10.0)
+    assert not limiter.blocked(keys, now=60.0)  # window over: forgotten
+    assert len(limiter) == 0
+
+
+def test_limiter_success_clears_and_a_new_window_starts_after_the_old() -> None:
+    limiter = LoginLimiter(max_failures=2, window_s=10.0)
+    limiter.failed(("a",), now=0.0)
+    limiter.succeeded(("a",))
+    limiter.failed(("a",), now=1.0)
+    assert not limiter.blocked(("a",), now=2.0)
+    limiter.failed(("a",), now=20.0)  # the old window ended: this one counts 1
+    assert not limiter.blocked(("a",), now=21.0)
+
+
+def test_limiter_is_bounded() -> None:
+    limiter = LoginLimiter(max_failures=1, window_s=60.0, max_keys=100)
+    for i in range(1000):
+        limiter.failed((f"addr:{i}",), now=0.0)
+    assert len(limiter) == 100
+    assert limiter.blocked(("addr:999",), now=1.0)
+    assert not limiter.blocked(("addr:0",), now=1.0)  # evicted, oldest first
+    with pytest.raises(ValueError, match="positive"):
+        LoginLimiter(max_failures=0)
+
+
+def test_plot_is_well_formed_escaped_and_bounded() -> None:
+    series = {f"<lesson {i}>": [(1000.0 * j, float(j % 4)) for j in range(5)] for i in range(9)}
+    svg = progress_svg(series, title="进度 & <title>", x_labels=("a", "b"))
+    root = ET.fromstring(svg)  # noqa: S314 - our own markup; parses: escaped, closed tags
+    assert root.get("role") == "img"
+    assert root.get("aria-label") == "进度 & <title>"
+    ns = "{http://www.w3.org/2000/svg}"
+    assert len(root.findall(f"{ns}polyline")) == MAX_SERIES
+    assert len(root.findall(f"{ns}circle")) == MAX_SERIES * 5
+
+
+def test_plot_of_one_point_and_of_nothing() -> None:
+    one = ET.fromstring(progress_svg({"u1": [(5.0, 3.0)]}, title="t"))  # noqa: S314 - our own markup
+    ns = "{http://www.w3.org/2000/svg}"
+    assert one.findall(f"{ns}polyline") == []
+    (dot,) = one.findall(f"{ns}circle")
+    assert dot.get("cx") is not None
+    empty = ET.fromstring(progress_svg({}, title="t"))  # noqa: S314 - our own markup
+    assert empty.findall(f"{ns}circle") == []
+
+
+def test_recent_alarms_are_bounded_per_device_and_in_devices() -> None:
+    recent = RecentAlarms(per_device=2, max_devices=2)
+    recent.raised("gateway_only", None, 1)
+    assert len(recent) == 0
+    recent.raised("a", "d1", 1)
+    recent.raised("b", "d1", 2)
+    recent.raised("c", "d1", 3)
+    assert recent.of("d1") == ("c", "b")
+    recent.raised("x", "d2", 4)
+    recent.raised("d", "d1", 5)  # d1 heard last: d2 is now the least recent
+    recent.raised("y", "d3", 6)
+    assert len(recent) == 2
+    assert recent.of("d2") == ()
+    assert recent.of("d1") == ("d", "c")
+    assert recent.of("d3") == ("y",)
+    recent.raised("z" * 100, "d3", 7)
+    assert recent.of("d3")[0] == "z" * 64
+    with pytest.raises(ValueError, match="at least 1"):
+        RecentAlarms(per_device=0)
