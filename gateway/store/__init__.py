@@ -1,5 +1,5 @@
-"""Storage of task instances and steps (SQLite or PostgreSQL), the task HTTP API, the manager
-reporter.
+"""Storage of task instances and steps (SQLite or PostgreSQL), the task and results HTTP APIs
+(the read model they share: ``results.py``), the manager reporter.
 
 Wiring (composition root)::
 
@@ -18,6 +18,7 @@ from gateway.store.dialect import connector_for
 from gateway.store.errors import StoreError
 from gateway.store.records import InstanceRecord, StepRecord, StoredMetric
 from gateway.store.reporter import ManagerReporter
+from gateway.store.results_api import ResultsApi
 from gateway.store.store import Store
 from gateway.tasks.core.effects import InstanceState
 
@@ -28,6 +29,7 @@ __all__ = [
     "InstanceRecord",
     "InstanceState",
     "ManagerReporter",
+    "ResultsApi",
     "StepRecord",
     "Store",
     "StoreComponents",
@@ -42,6 +44,7 @@ __all__ = [
 class StoreComponents:
     store: Store
     api: TaskApi
+    results: ResultsApi
     reporter: ManagerReporter | None
 
     @property
@@ -74,4 +77,5 @@ def build_store_components(ctx: Context) -> StoreComponents:
             alarm=ctx.ops.alarm,
         )
     api = TaskApi(store=store, admin=ctx.admin)
-    return StoreComponents(store=store, api=api, reporter=reporter)
+    results = ResultsApi(store=store, admin=ctx.admin)
+    return StoreComponents(store=store, api=api, results=results, reporter=reporter)

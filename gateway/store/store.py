@@ -29,10 +29,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from gateway.metrics import Metrics
 from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
-from gateway.store.db import Connector, file_connection
+from gateway.store.db import Connector, Database, file_connection
 from gateway.store.errors import StoreError
 from gateway.store.pending import CoalescingQueue, Entry
 from gateway.store.records import InstanceRecord, Record, StepRecord
@@ -41,6 +42,7 @@ from gateway.tasks.core.effects import InstanceState
 
 log = logging.getLogger(__name__)
 CommitListener = Callable[[str], None]
+T = TypeVar("T")
 
 
 def wall_ms() -> int:
@@ -184,6 +186,10 @@ class Store:
         return await self._worker.read(
             lambda db: db.list_instances(device_id=device_id, state=state, limit=limit)
         )
+
+    async def read(self, fn: Callable[[Database], T]) -> T:
+        """Run a read-model query ``fn`` on the store's thread (``results.py``)."""
+        return await self._worker.read(fn)
 
     async def running_instances(self) -> list[InstanceRecord]:
         """Instances left ``running`` or ``paused`` (restart-resume), oldest first."""
