@@ -202,6 +202,7 @@ def _step_params(r: StepRecord) -> tuple[object, ...]:
         r.window_planned_close_ms,
         r.window_closed_ms,
         r.failure,
+        r.assessment_shed,
     )
 
 

@@ -91,6 +91,7 @@ class StepRecord:
     window_planned_close_ms: int | None = None
     window_closed_ms: int | None = None
     failure: str | None = None  # playback problem (audio.failed, watchdog, ...), not a verdict
+    assessment_shed: str | None = None  # why the ASR queue shed the step's utterance
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {}

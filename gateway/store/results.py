@@ -90,6 +90,7 @@ EXPORT_COLUMNS = (
     "asr_text",
     "assessed_at",
     "failure",
+    "assessment_shed",
 )
 
 
@@ -224,6 +225,7 @@ def _step_fields(step: StepRecord | None) -> dict[str, object]:
         "asr_text": step.asr_text,
         "assessed_at": step.assessed_at,
         "failure": step.failure,
+        "assessment_shed": step.assessment_shed,
     }
 
 

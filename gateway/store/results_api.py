@@ -66,6 +66,7 @@ class ResultsStep(BaseModel):
     window_opened_ms: int | None
     window_closed_ms: int | None
     failure: str | None
+    assessment_shed: str | None
 
 
 class ResultsInstance(BaseModel):
@@ -177,6 +178,7 @@ def step_model(step: StepRecord) -> ResultsStep:
         window_opened_ms=step.window_opened_ms,
         window_closed_ms=step.window_closed_ms,
         failure=step.failure,
+        assessment_shed=step.assessment_shed,
     )
 
 

@@ -42,6 +42,7 @@ STEP_COLUMNS = (
     "window_planned_close_ms",
     "window_closed_ms",
     "failure",
+    "assessment_shed",
 )
 
 
