@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # postgresql (the store's PostgreSQL tests start a throw-away server; the default is SQLite),
 # ejabberd (only its MQTT 5 broker, mod_mqtt: the second, independent broker the client's core
 # flows are tested against, tests/integration/test_second_broker.py; its service is disabled).
-APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox systemd postgresql ejabberd
+APT_PKGS := libopus0 mosquitto mosquitto-clients espeak-ng sox systemd postgresql ejabberd opus-tools
 
 .PHONY: run test check lint typecheck unit integration setup system-deps venv bench load demo asyncapi clean
 
@@ -27,6 +27,7 @@ system-deps:
 	command -v mosquitto_sub >/dev/null || missing="$$missing mosquitto-clients"; \
 	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
 	command -v sox >/dev/null || missing="$$missing sox"; \
+	command -v opusdec >/dev/null || missing="$$missing opus-tools"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	ls -d /usr/lib/*/ejabberd-*/ebin >/dev/null 2>&1 || missing="$$missing ejabberd"; \

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gateway.archive import AnswerArchive, build_archive
 from gateway.assessment.engine import Backend
 from gateway.assessment.path import AssessmentPath
 from gateway.board import BoardChannel
@@ -43,10 +45,17 @@ class VoiceToTasks:
         self.inbox.speech_started(dev, utterance_id(session_id, at_ms))
 
     def speech_stopped(
-        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+        self,
+        dev: str,
+        session_id: str,
+        pcm: bytes,
+        start_ms: float,
+        end_ms: float,
+        *,
+        packets: Sequence[bytes] = (),
     ) -> None:
         uid = utterance_id(session_id, start_ms)
-        self.inbox.speech_stopped(dev, uid, pcm, int(end_ms - start_ms))
+        self.inbox.speech_stopped(dev, uid, pcm, int(end_ms - start_ms), tuple(packets))
 
 
 @dataclass
@@ -60,6 +69,7 @@ class Gateway:
     assessment: AssessmentPath
     store: Store
     chat: ChatComponent | None = None
+    archive: AnswerArchive | None = None
 
 
 def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
@@ -70,6 +80,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     ctx = Context.create(settings)
     parts = build_store_components(ctx)
     recorder = StoreRecorder(parts.store)
+    archive = build_archive(ctx, parts.store)  # each step's answer, as Ogg Opus (None: off)
     inbox = TaskInbox(metrics=ctx.metrics)
     # Scale-out: one owner per device over the live gateways (cluster.enabled; else all ours).
     ownership = Ownership(settings.gateway_id, enabled=settings.cluster.enabled)
@@ -137,6 +148,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         assessment=assessment,
         load_running=recorder.load_running,
         modes=chat,
+        archive=archive,
         owns=ownership.owns,
         handover_delay_s=settings.cluster.handover_delay_s,
         admission=AdmissionConfig(
@@ -148,8 +160,10 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     components: list[Component] = [*parts.components, cluster, board, xiaozhi, assessment, tasks]
     if chat is not None:
         components.append(chat)
+    if archive is not None:
+        components.append(archive)
     service = Service(ctx, components)
-    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat)
+    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat, archive)
 
 
 def build_service(settings: Settings) -> Service:

@@ -378,6 +378,43 @@ class StoreSettings(_Section):
         return v
 
 
+class ArchiveSettings(_Section):
+    """The learning record's audio archive (gateway/archive; docs/privacy.md)."""
+
+    enabled: bool = Field(True, description="Keep each lesson step's answer as Ogg Opus.")
+    dir: Path | None = Field(
+        None, description="Filesystem archive directory (default: <data_dir>/audio)."
+    )
+    s3_url: str | None = Field(
+        None,
+        description="S3-compatible endpoint (http(s)://host:port); set: audio goes to the "
+        "bucket instead of the filesystem (several gateways share it).",
+    )
+    s3_bucket: str = Field("snlpgw-audio", description="S3 bucket (created if missing).")
+    s3_region: str = Field("us-east-1", description="S3 region name.")
+    s3_access_key: SecretStr | None = Field(None, description="S3 access key id.")
+    s3_secret_key: SecretStr | None = Field(None, description="S3 secret access key.")
+    retention_days: float = Field(
+        30.0, gt=0, description="Archived audio older than this is erased by the sweeper."
+    )
+    sweep_interval_s: float = Field(3600.0, gt=0, description="Retention sweeper period.")
+    device_quota_mb: float = Field(
+        50.0, gt=0, description="Per-device archive size; past it the oldest answers go."
+    )
+    queue_limit: int = Field(
+        256, ge=1, description="Answers waiting to be written (overflow: dropped, counted)."
+    )
+    max_utterance_s: float = Field(
+        16.0, gt=0, le=120, description="Opus packets kept per listening session (seconds)."
+    )
+    link_ttl_s: int = Field(300, ge=1, le=86_400, description="Signed audio link lifetime.")
+    link_secret: SecretStr | None = Field(
+        None,
+        description="HMAC key of signed audio links (unset: random per process; set the "
+        "same value on every gateway behind one console).",
+    )
+
+
 class ClusterSettings(_Section):
     enabled: bool = Field(
         False,
@@ -507,6 +544,7 @@ class Settings(BaseSettings):
     cluster: ClusterSettings = ClusterSettings()
     ops: OpsSettings = OpsSettings()
     chat: ChatSettings = ChatSettings()
+    archive: ArchiveSettings = ArchiveSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -31,6 +31,8 @@ class Alarm(StrEnum):
     MQTT_PUBLISH_REFUSED = "mqtt_publish_refused"
     MQTT_PUBLISH_POISON = "mqtt_publish_poison"
     MQTT_SUBSCRIBE_REFUSED = "mqtt_subscribe_refused"
+    ARCHIVE_OVERFLOW = "archive_overflow"
+    ARCHIVE_FAILED = "archive_failed"
 
 
 class OpsMetrics(OwnModel):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -212,13 +212,20 @@ class ChatComponent:
             self.inner.speech_started(dev, session_id, at_ms)
 
     def speech_stopped(
-        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+        self,
+        dev: str,
+        session_id: str,
+        pcm: bytes,
+        start_ms: float,
+        end_ms: float,
+        *,
+        packets: Sequence[bytes] = (),
     ) -> None:
         chat = self._in_chat(dev)
         if chat is not None:
-            chat.speech(started=False, pcm=pcm)
+            chat.speech(started=False, pcm=pcm)  # CHAT turns are not archived: packets dropped
         else:
-            self.inner.speech_stopped(dev, session_id, pcm, start_ms, end_ms)
+            self.inner.speech_stopped(dev, session_id, pcm, start_ms, end_ms, packets=packets)
 
     # -- ModeListener (task runtime) ------------------------------------------------------------
 

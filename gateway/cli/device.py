@@ -34,7 +34,10 @@ def add_device_commands(sub: Subparsers) -> None:
     rotate = actions.add_parser("rotate", help="give a bound device its next password")
     rotate.add_argument("dev", help="device id aa_bb_cc_dd_ee_ff")
     rotate.set_defaults(func=_rotate)
-    forget = actions.add_parser("forget", help="unbind a device and delete its broker user")
+    forget = actions.add_parser(
+        "forget",
+        help="erase a device's learning record (audio, transcripts, metrics) and unbind it",
+    )
     forget.add_argument("dev", help="device id aa_bb_cc_dd_ee_ff")
     forget.set_defaults(func=_forget)
 
@@ -56,26 +59,71 @@ def _rotate(args: argparse.Namespace) -> int:
 
 
 def _forget(args: argparse.Namespace) -> int:
-    return _call(args, "DELETE", f"/admin/devices/{args.dev}")
+    """Erase the device's learning record (audio, transcripts, metrics, store rows: the
+    archive's ``DELETE /admin/records/{dev}``), then unbind it. One JSON answer: the unbind's,
+    with the erasure's counts under ``record``. A gateway without an archive (404) has
+    nothing to erase; a failed erasure fails the command before anything is unbound."""
+    base, headers = _target(args)
+    status, text = _request(base, headers, "DELETE", f"/admin/records/{args.dev}")
+    if status is None:
+        sys.stderr.write(f"snlpgw device: cannot reach {base}: {text}\n")
+        return 2
+    if status not in (200, 404):
+        sys.stdout.write(text + "\n")
+        sys.stderr.write(
+            f"snlpgw device: erasing the learning record failed ({status}); nothing was "
+            f"unbound, run it again / 删除学习记录失败 ({status}), 设备未解绑, 请重试\n"
+        )
+        return 1
+    record = json.loads(text) if status == 200 else None
+    status, text = _request(base, headers, "DELETE", f"/admin/devices/{args.dev}")
+    if status is None:
+        sys.stderr.write(f"snlpgw device: cannot reach {base}: {text}\n")
+        return 2
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        answer = {"detail": text}
+    sys.stdout.write(json.dumps({**answer, "record": record}) + "\n")
+    if status >= 400:
+        sys.stderr.write(f"snlpgw device: the gateway answered {status}\n")
+        return 1
+    return 0
 
 
-def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> int:
+def _target(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
     settings = load_settings(getattr(args, "config", None))
     http = settings.http
     base = args.admin_url or f"http://{http.admin_host}:{http.admin_port}"
     headers = {"Content-Type": "application/json"}
     if http.admin_token is not None:
         headers["Authorization"] = f"Bearer {http.admin_token.get_secret_value()}"
+    return base, headers
+
+
+def _request(
+    base: str, headers: dict[str, str], method: str, path: str, body: Any = None
+) -> tuple[int | None, str]:
+    """(HTTP status, body text), or (None, why) when the gateway cannot be reached."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(base + path, data=data, headers=headers, method=method)  # noqa: S310 - operator-given admin URL
     try:
         with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as resp:  # noqa: S310
-            sys.stdout.write(resp.read().decode() + "\n")
-            return 0
+            return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
-        sys.stdout.write(exc.read().decode() + "\n")
-        sys.stderr.write(f"snlpgw device: the gateway answered {exc.code}\n")
-        return 1
+        return exc.code, exc.read().decode()
     except OSError as exc:
-        sys.stderr.write(f"snlpgw device: cannot reach {base}: {exc}\n")
+        return None, str(exc)
+
+
+def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> int:
+    base, headers = _target(args)
+    status, text = _request(base, headers, method, path, body)
+    if status is None:
+        sys.stderr.write(f"snlpgw device: cannot reach {base}: {text}\n")
         return 2
+    sys.stdout.write(text + "\n")
+    if status >= 400:
+        sys.stderr.write(f"snlpgw device: the gateway answered {status}\n")
+        return 1
+    return 0

@@ -14,6 +14,7 @@ from gateway.store.dialect import Connection, Connector, Dialect, file_connectio
 from gateway.store.errors import StoreError
 from gateway.store.migrations import migrate
 from gateway.store.records import (
+    ArchivedAudio,
     InstanceRecord,
     Record,
     StepRecord,
@@ -152,6 +153,105 @@ class Database:
         )
         return [_instance(r) for r in rows]
 
+    # ---- the audio archive (gateway/archive) --------------------------------------------------
+
+    def add_audio(self, row: ArchivedAudio) -> None:
+        """Record an archived answer (the same blob twice: kept once)."""
+        self._change(
+            [
+                (
+                    f"INSERT INTO audio ({_AUDIO_SELECT}) VALUES (?, ?, ?, ?, ?, ?, ?) "  # noqa: S608
+                    "ON CONFLICT (id) DO NOTHING",
+                    (
+                        row.audio_id,
+                        row.device,
+                        row.instance_id,
+                        row.step_index,
+                        row.created_ms,
+                        row.size_bytes,
+                        row.duration_ms,
+                    ),
+                )
+            ]
+        )
+
+    def audio_by_id(self, audio_id: str) -> ArchivedAudio | None:
+        rows = self._read(f"SELECT {_AUDIO_SELECT} FROM audio WHERE id = ?", (audio_id,))  # noqa: S608
+        return _audio(rows[0]) if rows else None
+
+    def audio_of_step(self, instance_id: str, step_index: int) -> ArchivedAudio | None:
+        """The newest archived answer of a step."""
+        rows = self._read(
+            f"SELECT {_AUDIO_SELECT} FROM audio "  # noqa: S608  # constants
+            "WHERE instance_id = ? AND step_index = ? ORDER BY created_ms DESC LIMIT 1",
+            (instance_id, step_index),
+        )
+        return _audio(rows[0]) if rows else None
+
+    def audio_of_device(self, device: str) -> list[ArchivedAudio]:
+        """Oldest first."""
+        rows = self._read(
+            f"SELECT {_AUDIO_SELECT} FROM audio WHERE device = ? "  # noqa: S608  # constants
+            "ORDER BY created_ms, id",
+            (device,),
+        )
+        return [_audio(r) for r in rows]
+
+    def audio_before(self, cutoff_ms: int, limit: int) -> list[ArchivedAudio]:
+        """Archived before ``cutoff_ms``, oldest first (the retention sweeper's batch)."""
+        rows = self._read(
+            f"SELECT {_AUDIO_SELECT} FROM audio WHERE created_ms < ? "  # noqa: S608  # constants
+            "ORDER BY created_ms, id LIMIT ?",
+            (cutoff_ms, limit),
+        )
+        return [_audio(r) for r in rows]
+
+    def delete_audio(self, audio_ids: Sequence[str]) -> None:
+        """Drop the rows of these blobs and the steps' pointers to them."""
+        statements: list[tuple[str, tuple[object, ...]]] = []
+        for audio_id in audio_ids:
+            statements.append(("UPDATE steps SET audio_id = NULL WHERE audio_id = ?", (audio_id,)))
+            statements.append(("DELETE FROM audio WHERE id = ?", (audio_id,)))
+        self._change(statements)
+
+    def forget_device(self, device: str) -> tuple[int, int, int]:
+        """Erase every row of ``device``: its audio rows, its instances' steps (transcripts,
+        metrics) and its instances, in one transaction. Returns (instances, steps, audio)."""
+        counts = self._read(
+            "SELECT (SELECT COUNT(*) FROM instances WHERE device = ?), "
+            "(SELECT COUNT(*) FROM steps WHERE instance_id IN "
+            "(SELECT id FROM instances WHERE device = ?)), "
+            "(SELECT COUNT(*) FROM audio WHERE device = ?)",
+            (device, device, device),
+        )[0]
+        self._change(
+            [
+                ("DELETE FROM audio WHERE device = ?", (device,)),
+                (
+                    "DELETE FROM steps WHERE instance_id IN "
+                    "(SELECT id FROM instances WHERE device = ?)",
+                    (device,),
+                ),
+                ("DELETE FROM instances WHERE device = ?", (device,)),
+            ]
+        )
+        return int(counts[0]), int(counts[1]), int(counts[2])  # type: ignore[call-overload]
+
+    def _change(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
+        """Run ``statements`` in one transaction (all or nothing); raises StoreError."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE" if self.dialect is Dialect.SQLITE else "BEGIN")
+            try:
+                for sql, params in statements:
+                    conn.execute(self.dialect.sql(sql), params)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except self._errors as exc:
+            raise StoreError(f"write failed: {exc}") from exc
+
     def _read(self, sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
         try:
             return list(self._conn.execute(self.dialect.sql(sql), params).fetchall())
@@ -161,6 +261,20 @@ class Database:
 
 _INSTANCE_SELECT = ", ".join(schema.INSTANCE_COLUMNS)
 _STEP_SELECT = ", ".join(schema.STEP_COLUMNS)
+_AUDIO_SELECT = ", ".join(schema.AUDIO_COLUMNS)
+
+
+def _audio(row: tuple[object, ...]) -> ArchivedAudio:
+    audio_id, device, instance_id, step_index, created_ms, size_bytes, duration_ms = row
+    return ArchivedAudio(
+        str(audio_id),
+        str(device),
+        str(instance_id),
+        int(step_index),  # type: ignore[call-overload]
+        int(created_ms),  # type: ignore[call-overload]
+        int(size_bytes),  # type: ignore[call-overload]
+        int(duration_ms),  # type: ignore[call-overload]
+    )
 
 
 def _instance_params(r: InstanceRecord) -> tuple[object, ...]:
@@ -202,6 +316,7 @@ def _step_params(r: StepRecord) -> tuple[object, ...]:
         r.window_planned_close_ms,
         r.window_closed_ms,
         r.failure,
+        r.audio_id,
         r.assessment_shed,
     )
 

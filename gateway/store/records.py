@@ -91,6 +91,7 @@ class StepRecord:
     window_planned_close_ms: int | None = None
     window_closed_ms: int | None = None
     failure: str | None = None  # playback problem (audio.failed, watchdog, ...), not a verdict
+    audio_id: str | None = None  # the answer's archived Ogg Opus (gateway/archive), if kept
     assessment_shed: str | None = None  # why the ASR queue shed the step's utterance
 
     def to_json(self) -> dict[str, object]:
@@ -102,6 +103,19 @@ class StepRecord:
 
 
 Record = InstanceRecord | StepRecord  # one row update, either kind
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedAudio:
+    """One row of the ``audio`` table: an archived answer (blob ``audio_id``) and whose it is."""
+
+    audio_id: str
+    device: str
+    instance_id: str
+    step_index: int
+    created_ms: int  # epoch ms (retention)
+    size_bytes: int  # the Ogg file (per-device quota)
+    duration_ms: int
 
 
 def metrics_to_list(metrics: tuple[StoredMetric, ...]) -> list[dict[str, object]]:

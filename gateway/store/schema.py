@@ -42,7 +42,17 @@ STEP_COLUMNS = (
     "window_planned_close_ms",
     "window_closed_ms",
     "failure",
+    "audio_id",
     "assessment_shed",
+)
+AUDIO_COLUMNS = (
+    "id",
+    "device",
+    "instance_id",
+    "step_index",
+    "created_ms",
+    "size_bytes",
+    "duration_ms",
 )
 
 

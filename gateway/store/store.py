@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
@@ -36,7 +36,7 @@ from gateway.store.alarms import AlarmFn, RateLimitedAlarm, no_alarm
 from gateway.store.db import Connector, Database, file_connection
 from gateway.store.errors import StoreError
 from gateway.store.pending import CoalescingQueue, Entry
-from gateway.store.records import InstanceRecord, Record, StepRecord
+from gateway.store.records import ArchivedAudio, InstanceRecord, Record, StepRecord
 from gateway.store.worker import Worker, WriteResults, closed_errors
 from gateway.tasks.core.effects import InstanceState
 
@@ -194,6 +194,32 @@ class Store:
     async def running_instances(self) -> list[InstanceRecord]:
         """Instances left ``running`` or ``paused`` (restart-resume), oldest first."""
         return await self._worker.read(lambda db: db.unfinished_instances())
+
+    # ---- the audio archive's rows (gateway/archive; raise StoreError) ------------------------
+
+    async def add_audio(self, row: ArchivedAudio) -> None:
+        await self._worker.read(lambda db: db.add_audio(row))
+
+    async def audio_by_id(self, audio_id: str) -> ArchivedAudio | None:
+        return await self._worker.read(lambda db: db.audio_by_id(audio_id))
+
+    async def audio_of_step(self, instance_id: str, step_index: int) -> ArchivedAudio | None:
+        return await self._worker.read(lambda db: db.audio_of_step(instance_id, step_index))
+
+    async def audio_of_device(self, device: str) -> list[ArchivedAudio]:
+        return await self._worker.read(lambda db: db.audio_of_device(device))
+
+    async def audio_before(self, cutoff_ms: int, limit: int) -> list[ArchivedAudio]:
+        return await self._worker.read(lambda db: db.audio_before(cutoff_ms, limit))
+
+    async def delete_audio(self, audio_ids: Sequence[str]) -> None:
+        await self._worker.read(lambda db: db.delete_audio(audio_ids))
+
+    async def forget_device(self, device: str) -> tuple[int, int, int]:
+        """Erase the device's instances, steps and audio rows (after pending writes land, so
+        a row still queued cannot bring it back). Returns (instances, steps, audio rows)."""
+        await self.flush()
+        return await self._worker.read(lambda db: db.forget_device(device))
 
     # ---- the writer ---------------------------------------------------------------------------
 

@@ -75,7 +75,8 @@ class DeviceActor:
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None  # the runtime deadline the timer is armed for
-        self._utterances: OrderedDict[str, bytes] = OrderedDict()
+        # utterance id → (PCM, the device's Opus packets of it): the last UTTERANCES_KEPT.
+        self._utterances: OrderedDict[str, tuple[bytes, tuple[bytes, ...]]] = OrderedDict()
         # (instance, step) → (prompt_text, expected_text) of the last STEPS_KEPT steps.
         self._texts: OrderedDict[tuple[str, int], tuple[str | None, str | None]] = OrderedDict()
         self._log = DeviceLog(log, {"device": device})
@@ -163,8 +164,10 @@ class DeviceActor:
         self._timer_at = None
         self.deliver(TimerFired())
 
-    def keep_utterance(self, utterance_id: str, pcm: bytes) -> None:
-        self._utterances[utterance_id] = pcm
+    def keep_utterance(
+        self, utterance_id: str, pcm: bytes, packets: tuple[bytes, ...] = ()
+    ) -> None:
+        self._utterances[utterance_id] = (pcm, packets)
         while len(self._utterances) > UTTERANCES_KEPT:
             self._utterances.popitem(last=False)
 
@@ -256,7 +259,14 @@ class DeviceActor:
             self.post(CommandOutcome(ref, outcome))
 
     def _submit(self, effect: SubmitUtterance) -> None:
-        pcm = self._utterances.pop(effect.utterance_id, b"")
+        pcm, packets = self._utterances.pop(effect.utterance_id, (b"", ()))
+        if packets and self._ports.archive is not None:
+            self._ports.archive.submit(
+                device=self.device,
+                instance_id=effect.instance_id,
+                step_index=effect.step_index,
+                packets=packets,
+            )
         if not pcm:
             self._m.utterances_missing.inc()
             self._log.warning("utterance %s has no audio; not assessed", effect.utterance_id)

@@ -29,7 +29,14 @@ from gateway.tasks.core import (
     RuntimeState,
     resolve_expected_text,
 )
-from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
+from gateway.tasks.ports import (
+    AnswerKeeper,
+    CommandSender,
+    MicControl,
+    ModeListener,
+    Recorder,
+    UtteranceSink,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +65,7 @@ class ActorTable:
         publish_reply: Callable[[str, ControlReply], None],
         metrics: Metrics,
         max_devices: int,
+        archive: AnswerKeeper | None = None,
     ) -> None:
         self._catalog = catalog
         self._config = config
@@ -67,6 +75,7 @@ class ActorTable:
         self._recorder = recorder
         self._assessment = assessment
         self._modes = modes
+        self._archive = archive
         self._publish_task_event = publish_task_event
         self._publish_reply = publish_reply
         self._max_devices = max_devices
@@ -166,6 +175,7 @@ class ActorTable:
             now_ms=lambda: loop.time() * 1000.0,
             plan=self._plan,
             modes=self._modes,
+            archive=self._archive,
         )
 
     def _plan(self, app_id: str, task_id: str, lesson_id: str) -> Plan:

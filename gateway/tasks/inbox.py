@@ -61,6 +61,7 @@ class InboxSpeechStopped:
     utterance_id: str
     pcm: bytes
     duration_ms: int
+    packets: tuple[bytes, ...] = ()  # the device's Opus packets (the archive's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +137,15 @@ class TaskInbox:
     def speech_started(self, device: str, utterance_id: str) -> None:
         self.put(InboxSpeechStarted(device, utterance_id))
 
-    def speech_stopped(self, device: str, utterance_id: str, pcm: bytes, duration_ms: int) -> None:
-        self.put(InboxSpeechStopped(device, utterance_id, pcm, duration_ms))
+    def speech_stopped(
+        self,
+        device: str,
+        utterance_id: str,
+        pcm: bytes,
+        duration_ms: int,
+        packets: tuple[bytes, ...] = (),
+    ) -> None:
+        self.put(InboxSpeechStopped(device, utterance_id, pcm, duration_ms, packets))
 
     def asr_text(self, device: str, instance_id: str, step_index: int, text: str) -> None:
         self.put(InboxAsrText(device, instance_id, step_index, text))

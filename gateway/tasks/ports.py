@@ -6,7 +6,7 @@ these (adapters live in :mod:`gateway.app`); shell unit tests use hand-written f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from gateway.tasks.core import DeliveryResult, InstanceColumns, StepColumns
@@ -50,6 +50,15 @@ class Recorder(Protocol):
     def save_instance(self, record: InstanceColumns) -> None: ...
 
     def save_step(self, record: StepColumns) -> None: ...
+
+
+class AnswerKeeper(Protocol):
+    """The learning record's audio archive (gateway/archive): keeps a step's answer, as the
+    device's own Opus packets; O(1), never blocks, never raises."""
+
+    def submit(
+        self, *, device: str, instance_id: str, step_index: int, packets: Sequence[bytes]
+    ) -> None: ...
 
 
 class UtteranceSink(Protocol):

@@ -34,7 +34,14 @@ from gateway.tasks.core import (
     restore_runtime,
 )
 from gateway.tasks.core.admission import AdmissionConfig
-from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
+from gateway.tasks.ports import (
+    AnswerKeeper,
+    CommandSender,
+    MicControl,
+    ModeListener,
+    Recorder,
+    UtteranceSink,
+)
 from gateway.tasks.starts import StartLine
 from gateway.tasks.wire import TaskWire
 
@@ -66,6 +73,7 @@ class TaskService:
         load_running: LoadRunning | None = None,  # None: nothing is restored (no store)
         restore_wait_s: float = RESTORE_WAIT_S,
         modes: ModeListener | None = None,  # None: no CHAT to tell
+        archive: AnswerKeeper | None = None,  # None: answers' audio not kept
         max_devices: int = MAX_DEVICES,
         owns: Callable[[str], bool] = lambda _dev: True,
         handover_delay_s: float = 0.0,
@@ -105,6 +113,7 @@ class TaskService:
             recorder=recorder,
             assessment=assessment,
             modes=modes,
+            archive=archive,
             publish_task_event=self._wire.publish_task_event,
             publish_reply=self._wire.publish_reply,
             metrics=metrics,
@@ -159,8 +168,8 @@ class TaskService:
                 self.on_presence(device, online)
             case ib.InboxSpeechStarted(device, utterance_id):
                 self.on_speech_started(device, utterance_id)
-            case ib.InboxSpeechStopped(device, utterance_id, pcm, duration_ms):
-                self.on_speech_stopped(device, utterance_id, pcm, duration_ms)
+            case ib.InboxSpeechStopped(device, utterance_id, pcm, duration_ms, packets):
+                self.on_speech_stopped(device, utterance_id, pcm, duration_ms, packets)
             case ib.InboxAsrText(device, instance_id, step_index, text):
                 self.on_asr_text(device, instance_id, step_index, text)
             case ib.InboxControl(device, request):
@@ -207,7 +216,12 @@ class TaskService:
         self._post(device, UtteranceStarted(utterance_id), create=False)
 
     def on_speech_stopped(
-        self, device: str, utterance_id: str, pcm: bytes, duration_ms: int
+        self,
+        device: str,
+        utterance_id: str,
+        pcm: bytes,
+        duration_ms: int,
+        packets: tuple[bytes, ...] = (),
     ) -> None:
         self._speech_event(
             device,
@@ -218,7 +232,7 @@ class TaskService:
         actor = self._actors.get(device)
         if actor is None:
             return
-        actor.keep_utterance(utterance_id, pcm)
+        actor.keep_utterance(utterance_id, pcm, packets)
         actor.deliver(UtteranceStopped(utterance_id, duration_ms))
 
     def _speech_event(

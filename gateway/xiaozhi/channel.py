@@ -5,8 +5,7 @@ the control handler (:mod:`control`) parses MQTT messages and asks the core, the
 (:mod:`roster`) carries out its effects, the UDP endpoint (:mod:`udp`) routes datagrams; one
 task (:mod:`pump`) runs every session's pipeline, one sweeps idle sessions, one asks devices for
 their MCP tools (:mod:`tools`), all in the channel's TaskGroup, owned by the service. The runtime
-uses :meth:`set_listening`, :meth:`speak`, :meth:`mcp_request`, :meth:`send_stt`, :meth:`close_session`.
-"""
+uses :meth:`set_listening`, :meth:`speak`, :meth:`mcp_request`, :meth:`send_stt`, :meth:`close_session`."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from gateway.xiaozhi.mcp import McpClient
 from gateway.xiaozhi.ota.admin import serve_ota
 from gateway.xiaozhi.ota.endpoint import OtaEndpoint
 from gateway.xiaozhi.ota.provisioning import Provisioner
-from gateway.xiaozhi.pipeline import Segmenter, VoiceSink
+from gateway.xiaozhi.pipeline import Segmenter, VoiceSink, packets_to_keep
 from gateway.xiaozhi.pump import AudioPump
 from gateway.xiaozhi.roster import SessionEvents, SessionRoster, UplinkTap
 from gateway.xiaozhi.sessions import SessionCore
@@ -106,6 +105,7 @@ class XiaozhiChannel:
             rate_pps=udp_rate_pps,
             burst=udp_burst,
             notify=self._pump.notify,
+            packets_kept=packets_to_keep(settings.archive),  # the archive's, per utterance
         )
         self._roster = SessionRoster(
             core=self.core,

@@ -5,7 +5,7 @@ factory that assembles them on ``hello``."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from codec.opus import OpusStreamDecoder
@@ -80,6 +80,7 @@ class LiveFactory:
     rate_pps: float
     burst: int
     notify: Callable[[AudioPipeline], None] | None = None  # the channel's AudioPump
+    packets_kept: int = 0  # Opus packets kept per session for the archive (0: none)
 
     def __call__(self, session: Session, *, listening: bool) -> LiveSession:
         pipeline = AudioPipeline(
@@ -92,6 +93,7 @@ class LiveFactory:
             capacity=self.queue_frames,
             listening=listening,
             notify=self.notify,
+            packets_kept=self.packets_kept,
         )
         return LiveSession(
             session=session,
@@ -111,6 +113,13 @@ class NullVoice:
         return None
 
     def speech_stopped(
-        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+        self,
+        dev: str,
+        session_id: str,
+        pcm: bytes,
+        start_ms: float,
+        end_ms: float,
+        *,
+        packets: Sequence[bytes] = (),
     ) -> None:
         return None

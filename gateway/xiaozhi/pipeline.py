@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,6 +41,22 @@ class Segmenter(Protocol):
     def flush(self) -> list[VadEvent]: ...
 
 
+class ArchiveOptions(Protocol):
+    """What :func:`packets_to_keep` reads of the ``archive`` settings."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def max_utterance_s(self) -> float: ...
+
+
+def packets_to_keep(archive: ArchiveOptions) -> int:
+    """Opus packets a session keeps for the archive: its longest utterance and a frame either
+    side (0 when the archive is off: nothing kept)."""
+    return int(archive.max_utterance_s * 1000 / FRAME_MS) + 2 if archive.enabled else 0
+
+
 def utterance_id(session_id: str, start_ms: float) -> str:
     """A stable id for one utterance: the same for its start and stop callbacks."""
     return f"{session_id}:{int(start_ms)}"
@@ -56,12 +72,21 @@ class Decoder(Protocol):
 
 
 class VoiceSink(Protocol):
-    """What the runtime receives from a device's microphone (times are session stream ms)."""
+    """What the runtime receives from a device's microphone (times are session stream ms).
+    ``packets``: the device's own Opus packets covering the utterance (the learning record's
+    archive keeps them; empty when the pipeline keeps none)."""
 
     def speech_started(self, dev: str, session_id: str, at_ms: float) -> None: ...
 
     def speech_stopped(
-        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+        self,
+        dev: str,
+        session_id: str,
+        pcm: bytes,
+        start_ms: float,
+        end_ms: float,
+        *,
+        packets: Sequence[bytes] = (),
     ) -> None: ...
 
 
@@ -92,6 +117,7 @@ class AudioPipeline:
         batch: int = 4,
         listening: bool = True,
         notify: Callable[[AudioPipeline], None] | None = None,
+        packets_kept: int = 0,
     ) -> None:
         self.dev = dev
         self.session_id = session_id
@@ -116,6 +142,12 @@ class AudioPipeline:
         # pipeline's device and session (CHAT bridges it upstream): one shared callable, no
         # closure per session.
         self.tap: Callable[[str, str, bytes], None] | None = None
+        # The last ``packets_kept`` decoded packets with their seq (0: none), so an utterance's
+        # own Opus packets can go with its PCM (the archive muxes them, no re-encode). Bounded:
+        # about the VAD's longest utterance; refs to the packets the queue held anyway.
+        self._recent: deque[tuple[int, bytes]] | None = (
+            deque(maxlen=packets_kept) if packets_kept > 0 else None
+        )
 
     def receive(self, opus: bytes, seq: int, lost_before: int) -> None:
         """One accepted uplink frame (the UDP endpoint's hot path): O(1), never blocks. A frame
@@ -208,6 +240,8 @@ class AudioPipeline:
         counters = self._decoder.counters
         resets = counters.resets
         pcm = self._decoder.decode(opus, lost)
+        if self._recent is not None:
+            self._recent.append((seq, opus))
         if counters.resets != resets:
             # A gap too long to conceal (codec.opus): the PCM is this frame's alone. Close what
             # was open and restart the stream clock here, so times stay exact.
@@ -226,18 +260,31 @@ class AudioPipeline:
             for event in events:
                 self._deliver(event)
 
+    def _packets_between(self, start_ms: float, end_ms: float) -> tuple[bytes, ...]:
+        """The kept packets whose frames overlap ``[start_ms, end_ms)`` (stream time)."""
+        if self._recent is None:
+            return ()
+        return tuple(
+            opus
+            for seq, opus in self._recent
+            if (seq - 1) * FRAME_MS < end_ms and seq * FRAME_MS > start_ms
+        )
+
     def _deliver(self, event: VadEvent) -> None:
         try:
             if isinstance(event, SpeechStarted):
                 self._sink.speech_started(self.dev, self.session_id, self._base_ms + event.at_ms)
             else:
                 self._counters.segments(1)
+                start_ms = self._base_ms + event.started_ms
+                end_ms = self._base_ms + event.at_ms
                 self._sink.speech_stopped(
                     self.dev,
                     self.session_id,
                     event.pcm,
-                    self._base_ms + event.started_ms,
-                    self._base_ms + event.at_ms,
+                    start_ms,
+                    end_ms,
+                    packets=self._packets_between(start_ms, end_ms),
                 )
         except Exception:
             log.exception("voice sink failed for %s session %s", self.dev, self.session_id)

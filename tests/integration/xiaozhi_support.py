@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +47,14 @@ class VoiceRecorder:
         self._bump()
 
     def speech_stopped(
-        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+        self,
+        dev: str,
+        session_id: str,
+        pcm: bytes,
+        start_ms: float,
+        end_ms: float,
+        *,
+        packets: Sequence[bytes] = (),
     ) -> None:
         self.utterances.append(HeardUtterance(dev, session_id, start_ms, end_ms, len(pcm)))
         self._bump()

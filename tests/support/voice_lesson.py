@@ -88,7 +88,13 @@ async def child(device: XiaozhiDeviceSim, seen: Observed, script: dict[int, str 
 
 @contextlib.asynccontextmanager
 async def lesson_rig(
-    broker: Broker, tmp_path: Path, device_id: str, engine: type, *, clip_ms: int = CLIP_MS
+    broker: Broker,
+    tmp_path: Path,
+    device_id: str,
+    engine: type,
+    *,
+    clip_ms: int = CLIP_MS,
+    archive: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[Gateway, Observed, XiaozhiDeviceSim, ClientSession]]:
     # The production layout: the gateway's data dir holds the broker files, so OTA provisioning
     # rotates real credentials and reloads the real broker; SQLite is the test's own.
@@ -98,6 +104,7 @@ async def lesson_rig(
         runtime={"catalog_path": CATALOG, "resource_dir": CATALOG / "resources"},
         asr={"workers": 1},
         store={"sqlite_path": tmp_path / "gateway.sqlite3"},
+        archive={"dir": tmp_path / "audio", **(archive or {})},  # the test's own answers
     )
     gw = build_gateway(settings, asr_backend=ProcessBackend(engine, name=engine.__name__.lower()))
     backend_user = broker.provision(f"be-{device_id[-5:].replace('_', '')}", role="backend")

@@ -4,13 +4,15 @@ time from sequence numbers, real decoder + VAD on real speech."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
 
 from codec.opus import DecoderCounters, OpusStreamDecoder
 from codec.vad import SpeechStarted, SpeechStopped, VadEvent, VadSegmenter
-from gateway.xiaozhi.pipeline import AudioPipeline, PipelineCounters, utterance_id
+from gateway.settings import ArchiveSettings
+from gateway.xiaozhi.pipeline import AudioPipeline, PipelineCounters, packets_to_keep, utterance_id
 from tests.support import speech
 from tests.support.opus_stream import encode
 
@@ -79,14 +81,23 @@ class ScriptedSegmenter:
 class PipelineSink:
     def __init__(self) -> None:
         self.events: list[tuple[object, ...]] = []
+        self.packets: list[tuple[bytes, ...]] = []
 
     def speech_started(self, dev: str, session_id: str, at_ms: float) -> None:
         self.events.append(("start", dev, session_id, at_ms))
 
     def speech_stopped(
-        self, dev: str, session_id: str, pcm: bytes, start_ms: float, end_ms: float
+        self,
+        dev: str,
+        session_id: str,
+        pcm: bytes,
+        start_ms: float,
+        end_ms: float,
+        *,
+        packets: Sequence[bytes] = (),
     ) -> None:
         self.events.append(("stop", dev, session_id, start_ms, end_ms, len(pcm)))
+        self.packets.append(tuple(packets))
 
 
 def pipeline(**kwargs: object) -> tuple[AudioPipeline, FakeDecoder, PipelineSink, Tally]:
@@ -110,6 +121,27 @@ def test_stream_time_comes_from_sequence_numbers() -> None:
     assert p.drain() == 3
     assert sink.events == [("start", "d", "s", 600.0), ("stop", "d", "s", 600.0, 780.0, 10)]
     assert tally.values == {"decoded": 3, "segments": 1}
+
+
+@pytest.mark.parametrize(
+    ("kept", "expected"), [(0, ()), (2, (b"\x0c", b"\x0d")), (10, (b"\x0b", b"\x0c", b"\x0d"))]
+)
+def test_an_utterance_carries_its_own_opus_packets(kept: int, expected: tuple[bytes]) -> None:
+    p, _, sink, _ = pipeline(packets_kept=kept)
+    for seq in (9, 11, 12, 13):  # frame 9 is before the utterance (600-780 ms): not in it
+        p.receive(bytes([seq]), seq, 0)
+        if seq == 9:
+            p.drain()
+            p.set_listening(False)  # the segmenter restarts at frame 11
+            p.set_listening(True)
+    p.drain()
+    assert sink.events[-1] == ("stop", "d", "s", 600.0, 780.0, 10)
+    assert sink.packets[-1] == expected
+
+
+def test_packets_to_keep_follows_the_archive_settings() -> None:
+    assert packets_to_keep(ArchiveSettings(max_utterance_s=15)) == 252
+    assert packets_to_keep(ArchiveSettings(enabled=False)) == 0
 
 
 def test_overflow_drops_oldest_and_conceals_the_gap() -> None:
