@@ -227,6 +227,11 @@ class Database:
         self._change(
             [
                 ("DELETE FROM audio WHERE device = ?", (device,)),
+                (  # re-assessments (transcripts, metrics) of its steps
+                    "DELETE FROM assessments WHERE instance_id IN "
+                    "(SELECT id FROM instances WHERE device = ?)",
+                    (device,),
+                ),
                 (
                     "DELETE FROM steps WHERE instance_id IN "
                     "(SELECT id FROM instances WHERE device = ?)",
@@ -236,6 +241,14 @@ class Database:
             ]
         )
         return int(counts[0]), int(counts[1]), int(counts[2])  # type: ignore[call-overload]
+
+    def query(self, sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
+        """Rows of one read (``?`` placeholders); for read models beside this class."""
+        return self._read(sql, params)
+
+    def transaction(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
+        """Run ``statements`` (``?`` placeholders) in one transaction; raises StoreError."""
+        self._change(statements)
 
     def _change(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
         """Run ``statements`` in one transaction (all or nothing); raises StoreError."""
