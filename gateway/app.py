@@ -81,6 +81,8 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     parts = build_store_components(ctx)
     recorder = StoreRecorder(parts.store)
     archive = build_archive(ctx, parts.store)  # each step's answer, as Ogg Opus (None: off)
+    if archive is not None:  # the results API signs each kept answer's link
+        parts.results.audio_links = lambda audio_id: archive.link(audio_id).url
     inbox = TaskInbox(metrics=ctx.metrics)
     # Scale-out: one owner per device over the live gateways (cluster.enabled; else all ours).
     ownership = Ownership(settings.gateway_id, enabled=settings.cluster.enabled)

@@ -19,6 +19,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gateway.store.assessments import StepAssessment, assessments_of
 from gateway.store.db import Database
 from gateway.store.records import InstanceRecord, StepRecord, StoredMetric
 from gateway.store.store import Store
@@ -32,6 +33,11 @@ class InstanceHistory:
 
     instance: InstanceRecord
     steps: tuple[StepRecord, ...]
+    # re-assessments of its archived answers (``snlpgw reassess``), by step, engine, version
+    reassessments: tuple[StepAssessment, ...] = ()
+
+    def reassessed(self, step_index: int) -> tuple[StepAssessment, ...]:
+        return tuple(r for r in self.reassessments if r.step_index == step_index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,7 @@ EXPORT_COLUMNS = (
     "assessed_at",
     "failure",
     "assessment_shed",
+    "audio_id",
 )
 
 
@@ -118,14 +125,22 @@ def read_history(
     instances = db.device_instances(device, since_ms=since_ms, until_ms=until_ms, limit=limit + 1)
     truncated = len(instances) > limit
     instances = instances[:limit]
-    steps = db.steps_of([i.instance_id for i in instances])
+    ids = [i.instance_id for i in instances]
     by_instance: dict[str, list[StepRecord]] = {}
-    for step in steps:
+    for step in db.steps_of(ids):
         by_instance.setdefault(step.instance_id, []).append(step)
+    again: dict[str, list[StepAssessment]] = {}
+    for row in assessments_of(db, ids):
+        again.setdefault(row.instance_id, []).append(row)
     return DeviceHistory(
         device=device,
         instances=tuple(
-            InstanceHistory(i, tuple(by_instance.get(i.instance_id, ()))) for i in instances
+            InstanceHistory(
+                i,
+                tuple(by_instance.get(i.instance_id, ())),
+                tuple(again.get(i.instance_id, ())),
+            )
+            for i in instances
         ),
         truncated=truncated,
     )
@@ -226,6 +241,7 @@ def _step_fields(step: StepRecord | None) -> dict[str, object]:
         "assessed_at": step.assessed_at,
         "failure": step.failure,
         "assessment_shed": step.assessment_shed,
+        "audio_id": step.audio_id,
     }
 
 

@@ -16,6 +16,7 @@ gateway does not know which ids exist elsewhere, and an empty record is a true a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from gateway.http import HttpServer
 from gateway.openapi import QueryParam, RouteDoc
 from gateway.store.api import ID_PATTERN
+from gateway.store.assessments import StepAssessment
 from gateway.store.errors import StoreError
 from gateway.store.records import StepRecord
 from gateway.store.results import (
@@ -50,6 +52,17 @@ class ResultsMetric(BaseModel):
     value: float
 
 
+class ResultsReassessment(BaseModel):
+    """The step's archived answer re-run by one engine version (``snlpgw reassess``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    engine: str
+    engine_version: str
+    asr_text: str | None
+    metrics: list[ResultsMetric]
+    assessed_ms: int
+
+
 class ResultsStep(BaseModel):
     """One step: what was played and expected, what the child said, the numbers."""
 
@@ -67,6 +80,9 @@ class ResultsStep(BaseModel):
     window_closed_ms: int | None
     failure: str | None
     assessment_shed: str | None
+    audio_id: str | None
+    audio_url: str | None  # a short-lived signed link on this listener (null: nothing kept)
+    reassessments: list[ResultsReassessment]
 
 
 class ResultsInstance(BaseModel):
@@ -164,7 +180,14 @@ def parse_results_query(query: dict[str, str]) -> tuple[int | None, int | None, 
     return since, until, limit
 
 
-def step_model(step: StepRecord) -> ResultsStep:
+AudioLinks = Callable[[str], str]  # audio_id -> signed path on the admin listener
+
+
+def step_model(
+    step: StepRecord,
+    again: tuple[StepAssessment, ...] = (),
+    links: AudioLinks | None = None,
+) -> ResultsStep:
     return ResultsStep(
         step_index=step.step_index,
         clip=step.clip,
@@ -179,10 +202,22 @@ def step_model(step: StepRecord) -> ResultsStep:
         window_closed_ms=step.window_closed_ms,
         failure=step.failure,
         assessment_shed=step.assessment_shed,
+        audio_id=step.audio_id,
+        audio_url=links(step.audio_id) if links is not None and step.audio_id else None,
+        reassessments=[
+            ResultsReassessment(
+                engine=r.engine,
+                engine_version=r.engine_version,
+                asr_text=r.asr_text,
+                metrics=[ResultsMetric(method=m.method, value=m.value) for m in r.metrics],
+                assessed_ms=r.assessed_ms,
+            )
+            for r in again
+        ],
     )
 
 
-def instance_model(run: InstanceHistory) -> ResultsInstance:
+def instance_model(run: InstanceHistory, links: AudioLinks | None = None) -> ResultsInstance:
     i = run.instance
     return ResultsInstance(
         instance_id=i.instance_id,
@@ -196,7 +231,7 @@ def instance_model(run: InstanceHistory) -> ResultsInstance:
         reason=i.reason,
         created_ms=i.created_ms,
         ended_ms=i.ended_ms,
-        steps=[step_model(s) for s in run.steps],
+        steps=[step_model(s, run.reassessed(s.step_index), links) for s in run.steps],
     )
 
 
@@ -278,6 +313,8 @@ class ResultsApi:
 
     def __init__(self, *, store: Store, admin: HttpServer) -> None:
         self._store = store
+        # Set by the composition root when the audio archive is on: signs each answer's link.
+        self.audio_links: AudioLinks | None = None
         base = "/results/devices/{device}"
         admin.add_route("GET", f"{base}/history", self.history, _HISTORY_DOC)
         admin.add_route("GET", f"{base}/progress", self.progress, _PROGRESS_DOC)
@@ -307,7 +344,7 @@ class ResultsApi:
         body = ResultsHistory(
             device=found.device,
             truncated=found.truncated,
-            instances=[instance_model(run) for run in found.instances],
+            instances=[instance_model(run, self.audio_links) for run in found.instances],
         )
         return web.json_response(body.model_dump(mode="json"))
 

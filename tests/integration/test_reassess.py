@@ -11,9 +11,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
+from gateway.app import Gateway
 from gateway.archive import FileBlobs
 from gateway.assessment.procslot import ProcessBackend
 from gateway.assessment.reassess import (
@@ -31,6 +34,12 @@ from tests.support.voice_lesson import SCRIPT, child, fetch_instance, lesson_rig
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 ROOT = Path(__file__).resolve().parents[2]
 SIM = "text_similarity_v0"
+
+
+async def _history(gw: Gateway, device: str) -> tuple[int, dict[str, Any]]:
+    url = f"http://127.0.0.1:{gw.service.admin.port}/results/devices/{device}/history"
+    async with aiohttp.ClientSession() as http, http.get(url) as resp:
+        return resp.status, await resp.json()
 
 
 def _cli(tmp_path: Path, *args: str) -> tuple[int, dict[str, int], str]:
@@ -116,6 +125,13 @@ async def test_reassess_archived_answers_beside_the_originals_idempotently(
         assert len(rows) == 6
         assert {r.engine_version for r in rows} - {"test-1"}  # the installed engine's version
         assert "good morning" not in err.lower()  # no transcripts in the logs
+        status, history = await _history(gw, device_id)
+        assert status == 200
+        (run_,) = history["instances"]
+        shown = {s["step_index"]: s["reassessments"] for s in run_["steps"]}
+        assert len(shown[3]) == 2  # both engine versions, beside the original (none)
+        assert all(r["metrics"][0]["value"] >= 0.8 for r in shown[3])
+        assert shown[2] == []
         code, _, err = await asyncio.to_thread(_cli, tmp_path)
         assert code == 2
         assert "--instance" in err

@@ -79,6 +79,15 @@ async def test_history_progress_and_exports_of_real_lessons(
         (m1,) = steps[1]["metrics"]
         assert m0["value"] >= 0.8
         assert m1["value"] <= 0.5
+        assert steps[0]["audio_id"]  # the answer is archived; its link is signed, short-lived
+        assert steps[0]["reassessments"] == []
+        assert steps[2]["audio_id"] is None  # silence: nothing kept
+        assert steps[2]["audio_url"] is None
+        async with aiohttp.ClientSession() as http:
+            admin = f"http://127.0.0.1:{gw.service.admin.port}"
+            async with http.get(admin + steps[0]["audio_url"]) as resp:
+                assert (resp.status, resp.content_type) == (200, "audio/ogg")
+                assert (await resp.read())[:4] == b"OggS"
         later = {s["step_index"]: s for s in runs[second]["steps"]}
         assert later[2]["expected_text"] == "I am fine, thank you."
         assert later[2]["metrics"][0]["value"] >= 0.8
