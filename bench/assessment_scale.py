@@ -213,7 +213,9 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {c['asr_cpu_s']} | {c['machine_cpu_s']} "
             f"| {c['wall_s']} |"
         )
-    lines += ["", *doc["notes"], ""]
+    for note in doc["notes"]:
+        lines += ["", note]
+    lines.append("")
     return "\n".join(lines)
 
 
