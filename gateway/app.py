@@ -23,7 +23,7 @@ from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster, Ownership
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
-from gateway.store import Store, build_store_components
+from gateway.store import ResultsApi, Store, build_store_components
 from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
 from gateway.tasks.core.admission import AdmissionConfig
 from gateway.tasks.durable import DurableCommands
@@ -81,8 +81,11 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     parts = build_store_components(ctx)
     recorder = StoreRecorder(parts.store)
     archive = build_archive(ctx, parts.store)  # each step's answer, as Ogg Opus (None: off)
-    if archive is not None:  # the results API signs each kept answer's link
-        parts.results.audio_links = lambda audio_id: archive.link(audio_id).url
+    ResultsApi(  # routes only; signs each kept answer's link when the archive is on
+        store=parts.store,
+        admin=ctx.admin,
+        audio_links=None if archive is None else (lambda audio_id: archive.link(audio_id).url),
+    )
     inbox = TaskInbox(metrics=ctx.metrics)
     # Scale-out: one owner per device over the live gateways (cluster.enabled; else all ours).
     ownership = Ownership(settings.gateway_id, enabled=settings.cluster.enabled)

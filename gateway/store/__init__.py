@@ -1,5 +1,6 @@
-"""Storage of task instances and steps (SQLite or PostgreSQL), the task and results HTTP APIs
-(the read model they share: ``results.py``), the manager reporter.
+"""Storage of task instances and steps (SQLite or PostgreSQL), the task HTTP API, the results
+HTTP API (``ResultsApi``, built by the composition root with the archive's link signer; its read
+model: ``results.py``), the manager reporter.
 
 Wiring (composition root)::
 
@@ -44,7 +45,6 @@ __all__ = [
 class StoreComponents:
     store: Store
     api: TaskApi
-    results: ResultsApi
     reporter: ManagerReporter | None
 
     @property
@@ -77,5 +77,4 @@ def build_store_components(ctx: Context) -> StoreComponents:
             alarm=ctx.ops.alarm,
         )
     api = TaskApi(store=store, admin=ctx.admin)
-    results = ResultsApi(store=store, admin=ctx.admin)
-    return StoreComponents(store=store, api=api, results=results, reporter=reporter)
+    return StoreComponents(store=store, api=api, reporter=reporter)

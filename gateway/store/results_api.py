@@ -311,10 +311,12 @@ _EXPORT_CSV_DOC = RouteDoc(
 class ResultsApi:
     """Routes only, on the admin listener given at construction."""
 
-    def __init__(self, *, store: Store, admin: HttpServer) -> None:
+    def __init__(
+        self, *, store: Store, admin: HttpServer, audio_links: AudioLinks | None = None
+    ) -> None:
+        """``audio_links``: the archive's link signer (None: no archive, no links)."""
         self._store = store
-        # Set by the composition root when the audio archive is on: signs each answer's link.
-        self.audio_links: AudioLinks | None = None
+        self.audio_links = audio_links
         base = "/results/devices/{device}"
         admin.add_route("GET", f"{base}/history", self.history, _HISTORY_DOC)
         admin.add_route("GET", f"{base}/progress", self.progress, _PROGRESS_DOC)

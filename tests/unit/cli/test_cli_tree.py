@@ -23,6 +23,8 @@ EXPECTED = {
     ("catalog", "check"),
     ("simulate", "board"),
     ("simulate", "xiaozhi"),
+    ("asr-serve",),
+    ("reassess",),
 }
 
 
