@@ -135,3 +135,7 @@ async def test_reassess_archived_answers_beside_the_originals_idempotently(
         code, _, err = await asyncio.to_thread(_cli, tmp_path)
         assert code == 2
         assert "--instance" in err
+
+        # Forgetting the device erases its re-assessments with the rest of its record.
+        await gw.archive.forget(device_id)
+        assert await gw.store.read(lambda db: assessments_of(db, [instance_id])) == []
