@@ -30,7 +30,7 @@ from gateway.service import Component, Context, Service
 from gateway.settings import Settings
 from gateway.speech.service import SpeechEventLog, SpeechService
 from gateway.speech.target import XiaozhiDownlink
-from gateway.store import Store, build_store_components
+from gateway.store import ResultsApi, Store, build_store_components
 from gateway.tasks.admin import LessonAdmin
 from gateway.tasks.catalog_admin import CatalogAdmin
 from gateway.tasks.catalog_live import LiveCatalog
@@ -98,6 +98,11 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     recorder = StoreRecorder(parts.store)
     # Each step's answer as Ogg Opus when archive.enabled; forget and the sweeper always.
     archive = build_archive(ctx, parts.store)
+    ResultsApi(  # routes only; each kept answer's audio on a signed link
+        store=parts.store,
+        admin=ctx.admin,
+        audio_links=lambda audio_id: archive.link(audio_id).url,
+    )
     inbox = TaskInbox(metrics=ctx.metrics)
     # Scale-out: one owner per device over the live gateways (cluster.enabled; else all ours).
     ownership = Ownership(settings.gateway_id, enabled=settings.cluster.enabled)

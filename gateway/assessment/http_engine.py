@@ -1,6 +1,8 @@
 """The HTTP engine: an OpenAI-compatible ``POST /v1/audio/transcriptions`` server.
 
-Multipart ``file`` (WAV), ``model``, ``response_format=json`` → ``{"text": ...}``. Each attempt
+Multipart ``file`` (WAV), ``model``, ``response_format=json`` and, when the lesson gives them,
+``prompt`` = its sentences one a line (OpenAI's prompt field; ``snlpgw asr-serve`` uses them as
+the embedded engine does) → ``{"text": ...}``. Each attempt
 has its own timeout; 5xx, timeouts and connection errors are retried up to ``retries`` times
 with a short doubling back-off; 4xx and malformed replies are not retried. Async I/O on the
 loop: no worker process needed.
@@ -67,11 +69,15 @@ class HttpAsrEngine:
         self._backoff = BackoffPolicy(backoff_s)  # doubling, no cap: ``retries`` bounds it
         self._session: aiohttp.ClientSession | None = None
 
-    async def _attempt(self, session: aiohttp.ClientSession, wav: bytes) -> AsrFailure | str:
+    async def _attempt(
+        self, session: aiohttp.ClientSession, wav: bytes, prompt: str
+    ) -> AsrFailure | str:
         form = aiohttp.FormData()
         form.add_field("file", wav, filename="utterance.wav", content_type="audio/wav")
         form.add_field("model", self._model)
         form.add_field("response_format", "json")
+        if prompt:  # the lesson's sentences, one a line: a prior, never the answer
+            form.add_field("prompt", prompt)
         try:
             async with session.post(self._url, data=form, timeout=self._timeout) as resp:
                 if resp.status >= 500:
@@ -105,10 +111,11 @@ class HttpAsrEngine:
             self._session = aiohttp.ClientSession()
         start = time.perf_counter()
         wav = wav_bytes(pcm)
+        prompt = "\n".join(h.replace("\n", " ") for h in hints)
         attempt = 0
         while True:
             try:
-                got = await self._attempt(self._session, wav)
+                got = await self._attempt(self._session, wav, prompt)
             except _RetryableAsrAttempt as exc:
                 if attempt >= self._retries:
                     return exc.failure

@@ -1,7 +1,13 @@
 """The assessment side path: utterance → ASR (off the loop) → metrics → store → topic.
 
-Nothing here can delay stepping: ``submit_utterance`` only enqueues into the bounded ASR pool
-(drop-oldest, counted, ``asr_dropped`` alarm). Results arrive whenever they arrive — after the
+Nothing here can delay stepping: ``submit_utterance`` only enqueues into the bounded ASR pool.
+
+Shedding rule: the queue holds ``asr.queue_limit`` jobs, one per step (a newer utterance of a
+step replaces its queued one). When it is full, the *oldest* queued job is shed: its step is
+stored with ``assessment_shed = "queue_full"`` (no transcript, no metrics), counted in
+``assessments_shed_total{reason}`` and alarmed (``asr_dropped``) — never silently lost. The
+oldest goes because it has waited longest (its answer is the stalest for anyone listening live)
+and because it bounds every kept job's wait to ``queue_limit`` service times. Results arrive whenever they arrive — after the
 next clip started, or after the lesson ended — and are applied to the step they belong to.
 Several utterances in one window: only the latest one submitted for a step is applied; an
 earlier one finishing later is discarded (counted). A failed job gives ``asr_text = null`` and
@@ -30,6 +36,7 @@ from topics import Assessment, Metric, TopicKind, build_topic, encode
 
 log = logging.getLogger(__name__)
 
+SHED_QUEUE_FULL = "queue_full"  # the step's reason when the full queue shed its utterance
 PENDING_KEPT = 4_096  # jobs whose context we remember; oldest forgotten (its result dropped)
 
 OnText = Callable[[str, str, int, str], None]  # device, instance_id, step_index, text
@@ -77,6 +84,9 @@ class AssessmentPath:
         self._m_published = ctx.metrics.counter("assessments_published", "Assessments published")
         self._m_stale = ctx.metrics.counter(
             "assessments_superseded", "ASR results discarded: a newer utterance of the step exists"
+        )
+        self._m_shed = ctx.metrics.counter(
+            "assessments_shed", "Utterances shed by the full ASR queue (step stored)", ["reason"]
         )
         self._m_skipped = ctx.metrics.counter(
             "assessments_skipped", "Utterances not assessed", ["reason"]
@@ -139,6 +149,16 @@ class AssessmentPath:
             transcript(None)
             return
         pending = self._pending.pop(job.key, None)
+        if pending is not None:
+            self._m_shed.labels(SHED_QUEUE_FULL).inc()
+            if self._store is not None:
+                self._store.submit_step(
+                    st.StepRecord(
+                        instance_id=job.key.instance_id,
+                        step_index=job.key.step_index,
+                        assessment_shed=SHED_QUEUE_FULL,
+                    )
+                )
         self._ops.alarm(
             "asr_dropped",
             device=pending.device if pending else None,

@@ -63,13 +63,17 @@ def add_simulator_commands(sub: Subparsers) -> None:
 
 
 def add_domain_commands(sub: Subparsers) -> None:
+    from gateway.cli.asr import add_asr_commands  # noqa: PLC0415
     from gateway.cli.broker import add_credentials_commands  # noqa: PLC0415
     from gateway.cli.device import add_device_commands  # noqa: PLC0415
     from gateway.cli.lesson import add_lesson_commands  # noqa: PLC0415
+    from gateway.cli.reassess import add_reassess_command  # noqa: PLC0415
     from gateway.console.cli import add_user_commands  # noqa: PLC0415
     from gateway.doctor import add_doctor_command  # noqa: PLC0415
 
     add_credentials_commands(sub)
+    add_asr_commands(sub)
+    add_reassess_command(sub)
     add_device_commands(sub)
     add_lesson_commands(sub)
     add_user_commands(sub)

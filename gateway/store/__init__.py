@@ -1,5 +1,6 @@
-"""Storage of task instances and steps (SQLite or PostgreSQL), the task HTTP API, the manager
-reporter.
+"""Storage of task instances and steps (SQLite or PostgreSQL), the task HTTP API, the results
+HTTP API (``ResultsApi``, built by the composition root with the archive's link signer; its read
+model: ``results.py``), the manager reporter.
 
 Wiring (composition root)::
 
@@ -18,6 +19,7 @@ from gateway.store.dialect import connector_for
 from gateway.store.errors import StoreError
 from gateway.store.records import InstanceRecord, StepRecord, StoredMetric
 from gateway.store.reporter import ManagerReporter
+from gateway.store.results_api import ResultsApi
 from gateway.store.store import Store
 from gateway.tasks.core.effects import InstanceState
 
@@ -28,6 +30,7 @@ __all__ = [
     "InstanceRecord",
     "InstanceState",
     "ManagerReporter",
+    "ResultsApi",
     "StepRecord",
     "Store",
     "StoreComponents",

@@ -111,6 +111,40 @@ class Database:
         )
         return [_instance(r) for r in rows]
 
+    def device_instances(
+        self, device_id: str, *, since_ms: int | None, until_ms: int | None, limit: int
+    ) -> list[InstanceRecord]:
+        """A device's instances created in ``[since_ms, until_ms)``, newest first."""
+        where = ["device = ?"]
+        params: list[object] = [device_id]
+        if since_ms is not None:
+            where.append("created_ms >= ?")
+            params.append(since_ms)
+        if until_ms is not None:
+            where.append("created_ms < ?")
+            params.append(until_ms)
+        rows = self._read(
+            f"SELECT {_INSTANCE_SELECT} FROM instances "  # noqa: S608  # constants
+            f"WHERE {' AND '.join(where)} ORDER BY created_ms DESC, id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [_instance(r) for r in rows]
+
+    def steps_of(self, instance_ids: Sequence[str]) -> list[StepRecord]:
+        """The steps of these instances, by instance then step index (chunks of 200 ids)."""
+        found: list[StepRecord] = []
+        ids = list(dict.fromkeys(instance_ids))
+        for start in range(0, len(ids), 200):
+            chunk = ids[start : start + 200]
+            marks = ", ".join("?" for _ in chunk)
+            rows = self._read(
+                f"SELECT {_STEP_SELECT} FROM steps "  # noqa: S608  # constants, bound values
+                f"WHERE instance_id IN ({marks}) ORDER BY instance_id, step_index",
+                chunk,
+            )
+            found.extend(_step(r) for r in rows)
+        return found
+
     def unfinished_instances(self) -> list[InstanceRecord]:
         rows = self._read(
             f"SELECT {_INSTANCE_SELECT} FROM instances "  # noqa: S608  # constants
@@ -200,6 +234,11 @@ class Database:
         self.change(
             [
                 ("DELETE FROM audio WHERE device = ?", (device,)),
+                (  # re-assessments (transcripts, metrics) of its steps
+                    "DELETE FROM assessments WHERE instance_id IN "
+                    "(SELECT id FROM instances WHERE device = ?)",
+                    (device,),
+                ),
                 (
                     "DELETE FROM steps WHERE instance_id IN "
                     "(SELECT id FROM instances WHERE device = ?)",
@@ -298,6 +337,7 @@ def _step_params(r: StepRecord) -> tuple[object, ...]:
         r.window_closed_ms,
         r.failure,
         r.audio_id,
+        r.assessment_shed,
     )
 
 

@@ -92,6 +92,7 @@ class StepRecord:
     window_closed_ms: int | None = None
     failure: str | None = None  # playback problem (audio.failed, watchdog, ...), not a verdict
     audio_id: str | None = None  # the answer's archived Ogg Opus (gateway/archive), if kept
+    assessment_shed: str | None = None  # why the ASR queue shed the step's utterance
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {}

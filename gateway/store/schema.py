@@ -43,6 +43,7 @@ STEP_COLUMNS = (
     "window_closed_ms",
     "failure",
     "audio_id",
+    "assessment_shed",
 )
 AUDIO_COLUMNS = (
     "id",

@@ -117,3 +117,48 @@ async def test_asr_queue_overflow_drops_the_oldest_and_raises_an_alarm(tmp_path:
     assert alarm["alarm"] == "asr_dropped"
     assert alarm["device"] == DEV
     assert alarm["detail"] == {"instance_id": "i1", "step_index": 1}
+
+
+async def test_a_saturated_queue_sheds_the_oldest_and_stores_every_shed_step(
+    tmp_path: Path,
+) -> None:
+    """Eight answers into a queue of two behind one busy worker: every step ends either
+    assessed or stored as shed with its reason, counted; none is lost without a trace."""
+    path, store, mqtt, metrics = _side_path(tmp_path, SecondEngine, queue_limit=2)
+    sentences = [LESSON[n % 3] for n in range(8)]
+    async with asyncio.TaskGroup() as tg:
+        tasks = [
+            tg.create_task(store.run(), name="t.store"),
+            tg.create_task(path.run(), name="t.asr"),
+        ]
+        store.submit_instance(InstanceRecord("i1", device_id=DEV, state=InstanceState.RUNNING))
+        _submit(path, 0, "u0", sentences[0])
+        await mqtt.wait_for(lambda: metrics.snapshot().get("snlpgw_asr_queue_depth") == 0.0, 30)
+        for step in range(1, 8):  # step 0 is running (1 s per job): these all queue at once
+            path.submit_utterance(
+                device=DEV,
+                instance_id="i1",
+                step_index=step,
+                utterance_id=f"u{step}",
+                pcm=synthesize(sentences[step]),
+                prompt_text=None,
+                expected_text=sentences[step],
+                methods=("text_similarity_v0",),
+                hints=LESSON,
+            )
+        await mqtt.wait_for(lambda: len(mqtt.bodies(f"/assessment/{DEV}")) == 3, 60)
+        await store.flush()
+        found = await store.get_instance("i1")
+        for task in tasks:
+            task.cancel()
+    assessed = sorted(a["step_index"] for a in mqtt.bodies(f"/assessment/{DEV}"))
+    assert assessed == [0, 6, 7]  # the running one and the two newest
+    assert found is not None
+    steps = {s.step_index: s for s in found[1]}
+    shed = sorted(i for i, s in steps.items() if s.assessment_shed == "queue_full")
+    assert shed == [1, 2, 3, 4, 5]
+    assert all(steps[i].asr_text is None and steps[i].metrics == () for i in shed)
+    assert all(steps[i].assessment_shed is None and steps[i].metrics for i in assessed)
+    snapshot = metrics.snapshot()
+    assert snapshot['snlpgw_assessments_shed_total{reason="queue_full"}'] == 5
+    assert len([a for a in mqtt.bodies("/events") if a["alarm"] == "asr_dropped"]) == 5

@@ -32,6 +32,8 @@ EXPECTED = {
     ("user", "add"),
     ("user", "passwd"),
     ("user", "remove"),
+    ("asr-serve",),
+    ("reassess",),
 }
 
 

@@ -256,6 +256,7 @@ _steps = st.builds(
     assessed_at=_int,
     window_closed_ms=_int,
     failure=_text,
+    assessment_shed=_text,
 )
 
 

@@ -1,0 +1,153 @@
+"""The results read model on both backends (SQLite, a real PostgreSQL) and its pure views."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from gateway.store import InstanceRecord, InstanceState, StepRecord, Store, StoredMetric
+from gateway.store.dialect import Connector
+from gateway.store.results import (
+    EXPORT_COLUMNS,
+    MAX_HISTORY,
+    DeviceHistory,
+    InstanceHistory,
+    device_history,
+    export_rows,
+    lesson_progress,
+    metric_methods,
+    rows_to_csv,
+)
+from tests.unit.store.test_store import running
+
+SIM = "text_similarity_v0"
+WER = "wer_v0"
+
+
+async def _fill(store: Store) -> None:
+    for n, (lesson, created) in enumerate([("unit01", 100), ("unit02", 200), ("unit01", 300)]):
+        store.submit_instance(
+            InstanceRecord(
+                f"i{n}",
+                device_id="dev-a",
+                app_id="english_learning",
+                task_id="shadowing",
+                lesson_id=lesson,
+                state=InstanceState.COMPLETED,
+                created_ms=created,
+                ended_ms=created + 50,
+            )
+        )
+        for step in range(2):
+            value = 0.5 + 0.25 * step if n < 2 else 1.0
+            store.submit_step(
+                StepRecord(
+                    f"i{n}",
+                    step,
+                    expected_text=f"sentence {step}",
+                    asr_text=f"said {step}",
+                    metrics=(StoredMetric(SIM, value),),
+                    assessed_at=created + 10,
+                )
+            )
+    store.submit_step(StepRecord("i2", 2, expected_text="not said", failure="audio.failed"))
+    store.submit_instance(InstanceRecord("other", device_id="dev-b", created_ms=150))
+    await store.flush()
+
+
+async def test_history_filters_by_device_and_time_on_both_backends(connector: Connector) -> None:
+    store = Store(connect=connector)
+    async with running(store):
+        await _fill(store)
+        everything = await device_history(store, "dev-a")
+        assert [r.instance.instance_id for r in everything.instances] == ["i2", "i1", "i0"]
+        assert not everything.truncated
+        assert [s.step_index for s in everything.instances[0].steps] == [0, 1, 2]
+        assert everything.instances[0].steps[0].metrics == (StoredMetric(SIM, 1.0),)
+        window = await device_history(store, "dev-a", since_ms=150, until_ms=300)
+        assert [r.instance.instance_id for r in window.instances] == ["i1"]
+        limited = await device_history(store, "dev-a", limit=2)
+        assert [r.instance.instance_id for r in limited.instances] == ["i2", "i1"]
+        assert limited.truncated
+        assert (await device_history(store, "nobody")).instances == ()
+        assert [r.instance.instance_id for r in (await device_history(store, "dev-b")).instances]
+
+
+async def test_many_instances_read_in_chunks_and_capped(connector: Connector) -> None:
+    store = Store(connect=connector)
+    async with running(store):
+        for n in range(MAX_HISTORY + 5):
+            store.submit_instance(InstanceRecord(f"x{n:04d}", device_id="d", created_ms=n))
+            store.submit_step(StepRecord(f"x{n:04d}", 0, expected_text="e"))
+        await store.flush()
+        got = await device_history(store, "d", limit=10_000)
+        assert len(got.instances) == MAX_HISTORY
+        assert got.truncated
+        assert all(len(r.steps) == 1 for r in got.instances)
+
+
+def _history() -> DeviceHistory:
+    def inst(i: str, lesson: str | None, created: int | None) -> InstanceRecord:
+        return InstanceRecord(i, device_id="d", lesson_id=lesson, created_ms=created)
+
+    return DeviceHistory(
+        "d",
+        (
+            InstanceHistory(
+                inst("b", "L1", 20),
+                (
+                    StepRecord("b", 0, metrics=(StoredMetric(SIM, 1.0),), assessed_at=1),
+                    StepRecord(
+                        "b",
+                        1,
+                        metrics=(StoredMetric(SIM, 0.5), StoredMetric(WER, 0.2)),
+                        assessed_at=2,
+                    ),
+                    StepRecord("b", 2, asr_text=None),
+                ),
+            ),
+            InstanceHistory(inst("c", None, None), ()),
+            InstanceHistory(
+                inst("a", "L1", 10),
+                (
+                    StepRecord(
+                        "a", 0, asr_text="=cmd()", metrics=(StoredMetric(SIM, 0.25),), assessed_at=3
+                    ),
+                ),
+            ),
+        ),
+        truncated=False,
+    )
+
+
+def test_progress_groups_by_lesson_oldest_first_with_means() -> None:
+    lessons = lesson_progress(_history())
+    assert [lesson.lesson_id for lesson in lessons] == [None, "L1"]
+    l1 = lessons[1]
+    assert [p.instance_id for p in l1.points] == ["a", "b"]
+    b = l1.points[1]
+    assert (b.steps, b.steps_assessed) == (3, 2)
+    assert [(m.method, m.mean, m.count) for m in b.metrics] == [(SIM, 0.75, 2), (WER, 0.2, 1)]
+    assert lessons[0].points[0].steps == 0
+    assert lessons[0].points[0].metrics == ()
+
+
+def test_export_rows_and_csv() -> None:
+    history = _history()
+    rows = export_rows(history)
+    assert len(rows) == 3 + 1 + 1  # an instance without steps still has its row
+    assert metric_methods(history) == (SIM, WER)
+    assert rows[1][f"metric:{WER}"] == 0.2
+    assert rows[0][f"metric:{WER}"] is None
+    text = rows_to_csv(rows, metric_methods(history))
+    parsed = list(csv.reader(io.StringIO(text)))
+    assert parsed[0] == [*EXPORT_COLUMNS, f"metric:{SIM}", f"metric:{WER}"]
+    assert len(parsed) == 6
+    header = parsed[0]
+    last = dict(zip(header, parsed[-1], strict=True))
+    assert last["asr_text"] == "'=cmd()"  # never a live spreadsheet formula
+    assert last[f"metric:{SIM}"] == "0.25"
+    assert last[f"metric:{WER}"] == ""
+    empty = dict(zip(header, parsed[4], strict=True))
+    assert empty["instance_id"] == "c"
+    assert empty["step_index"] == ""
