@@ -137,7 +137,12 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
                 inbox.start_by_voice, app_id=app_id, task_id=task_id, lesson_id=lesson_id
             )
         chat = ChatComponent(
-            ctx=ctx, settings=settings.chat, inner=voice, asr=assessment, start_task=start_task
+            ctx=ctx,
+            settings=settings.chat,
+            inner=voice,
+            asr=assessment,
+            start_task=start_task,
+            keeper=archive if settings.archive.enabled and settings.archive.chat_turns else None,
         )
     xiaozhi = XiaozhiChannel(
         settings=settings,

@@ -413,6 +413,12 @@ class ArchiveSettings(_Section):
     """The learning record's audio archive (gateway/archive; docs/privacy.md)."""
 
     enabled: bool = Field(True, description="Keep each lesson step's answer as Ogg Opus.")
+    chat_turns: bool = Field(
+        False,
+        description="Also keep what a child says in CHAT (off: CHAT turns are never archived). "
+        "Kept under the instance id chat-<session id>, one row per turn; retention, quota and "
+        "forget apply as for lesson answers.",
+    )
     dir: Path | None = Field(
         None, description="Filesystem archive directory (default: <data_dir>/audio)."
     )

@@ -29,6 +29,7 @@ from gateway.chat.upstream import DeviceHelloInfo, UpstreamConfig
 from gateway.chat.voice import ChatState, VoiceConfig
 from gateway.service import Context
 from gateway.settings import ChatSettings
+from gateway.tasks.ports import AnswerKeeper
 from gateway.xiaozhi.messages import DeviceHello
 from gateway.xiaozhi.pipeline import VoiceSink
 
@@ -53,14 +54,17 @@ class ChatComponent:
         inner: VoiceSink,
         asr: Transcriber | None,
         start_task: Callable[[str], None] | None,
+        keeper: AnswerKeeper | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``inner``: the task runtime's voice sink (speech while a task owns the device);
         ``asr``: the shared ASR pool (None: no ASR); ``start_task``: the voice task by device
-        (None: ``chat.voice_task`` not configured). The Xiaozhi channel itself comes with each
-        session (:meth:`session_opened`)."""
+        (None: ``chat.voice_task`` not configured); ``keeper``: the audio archive when
+        ``archive.chat_turns`` is on (None: CHAT turns are not archived). The Xiaozhi channel
+        itself comes with each session (:meth:`session_opened`)."""
         self._settings = settings
         self.inner = inner
+        self._keeper = keeper
         self._asr = asr
         self._clock = clock
         self._start_task = start_task
@@ -223,7 +227,14 @@ class ChatComponent:
     ) -> None:
         chat = self._in_chat(dev)
         if chat is not None:
-            chat.speech(started=False, pcm=pcm)  # CHAT turns are not archived: packets dropped
+            chat.speech(started=False, pcm=pcm)
+            if self._keeper is not None:  # archive.chat_turns: one row per turn, by its start
+                self._keeper.submit(
+                    device=dev,
+                    instance_id=f"chat-{session_id}",
+                    step_index=int(start_ms),
+                    packets=packets,
+                )
         else:
             self.inner.speech_stopped(dev, session_id, pcm, start_ms, end_ms, packets=packets)
 

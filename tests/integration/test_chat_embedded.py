@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 import opuslib
+import pytest
 
 from gateway.chat.cues import build_cues
 from gateway.chat.replies import GREETING_EN, PHRASES, reply_to
@@ -41,8 +42,15 @@ async def greeted(rig: ChatRig, mode: str = "auto") -> int:
     return len(rig.device.inbox)
 
 
-async def test_spoken_turn_answered_offline(broker: Broker, tmp_path: Path) -> None:
-    sections = {"asr": {"engine": "pocketsphinx", "workers": 1}}
+@pytest.mark.parametrize("keep_turns", [False, True], ids=["chat-not-archived", "chat-archived"])
+async def test_spoken_turn_answered_offline(
+    broker: Broker, tmp_path: Path, keep_turns: bool
+) -> None:
+    """…and the child's turn is archived only when ``archive.chat_turns`` says so."""
+    sections = {
+        "asr": {"engine": "pocketsphinx", "workers": 1},
+        "archive": {"chat_turns": keep_turns},
+    }
     async with chat_rig(broker, tmp_path, upstream=False, sections=sections) as rig:
         after = await greeted(rig)
         assert rig.device.hello is not None
@@ -72,6 +80,19 @@ async def test_spoken_turn_answered_offline(broker: Broker, tmp_path: Path) -> N
         assert max(abs(int.from_bytes(pcm[i : i + 2], "little", signed=True))
                    for i in range(0, len(pcm), 2)) > 1000  # fmt: skip
         assert rig.chat_state() == "prompt_listen"  # auto mode: the next turn is open
+
+        archive = rig.lesson.gw.archive
+        assert archive is not None
+        await archive.drained()
+        kept = await rig.lesson.gw.store.audio_of_device(rig.dev)
+        if not keep_turns:
+            assert kept == []
+            return
+        (turn,) = kept
+        assert turn.instance_id == f"chat-{hello.session_id}"
+        packets = await archive.packets(turn.audio_id)
+        assert 5 <= len(packets) <= 60  # "hello" (~0.5 s) as the VAD cut it, 60 ms packets
+        assert turn.duration_ms == 60 * len(packets)
 
 
 async def test_spoken_start_begins_a_voice_task_and_priorities_hold(
