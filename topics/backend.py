@@ -42,7 +42,7 @@ __all__ = [
 
 DeviceId = Annotated[str, Field(pattern=f"^{DEVICE_ID_RE.pattern}$")]
 Name = Annotated[str, Field(min_length=1, max_length=128)]
-Action = Literal["start", "pause", "resume", "stop", "restart"]
+Action = Literal["start", "pause", "resume", "stop", "restart", "volume"]
 RefusalReason = Literal[
     "busy", "unknown_task", "device_offline", "invalid", "no_instance", "internal", "overloaded"
 ]
@@ -168,6 +168,9 @@ class TaskLifecycle(TaskEvent):
         "instance.restored",
         "step.played",
         "step.failed",
+        "step.skipped",
+        "window.confirmed",
+        "volume.set",
         "speech.started",
         "speech.stopped",
     ]

@@ -52,7 +52,7 @@ class TaskSinks(Protocol):
 
     def board_event(self, device: str, event: PlaybackEvent) -> None: ...
 
-    def button(self, device: str, kind: str) -> None: ...
+    def button(self, device: str, kind: str, key: str | None = None) -> None: ...
 
     def presence(self, device: str, online: bool) -> None: ...
 
@@ -114,7 +114,7 @@ class BoardToTasks:
                 ),
             )
         elif isinstance(body, BoardButton):
-            tasks.button(event.dev, body.press.value)
+            tasks.button(event.dev, body.press.value, body.key)
         # AppTaskEvent: the board's own app tasks; the gateway's runtime does not use them.
 
     def presence_changed(self, change: PresenceChange) -> None:

@@ -188,7 +188,7 @@ class DeviceActor:
         if modes is None:
             return
         if isinstance(effect, ReturnToChat):
-            modes.back_to_chat(self.device)
+            modes.back_to_chat(self.device, listen=effect.listen)
         elif effect.event in _TASK_TAKES_DEVICE:
             modes.task_started(self.device)
 

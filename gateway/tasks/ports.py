@@ -41,7 +41,8 @@ class ModeListener(Protocol):
 
     def task_started(self, device: str) -> None: ...
 
-    def back_to_chat(self, device: str) -> None: ...
+    def back_to_chat(self, device: str, *, listen: bool = True) -> None:
+        """``listen`` False: CHAT has the device again but leaves the microphone closed."""
 
 
 class Recorder(Protocol):

@@ -153,8 +153,8 @@ class TaskService:
         match item:
             case ib.InboxBoardEvent(device, event):
                 self.on_board_event(device, event)
-            case ib.InboxButton(device, kind):
-                self.on_button(device, kind)
+            case ib.InboxButton(device, kind, key):
+                self.on_button(device, kind, key)
             case ib.InboxPresence(device, online):
                 self.on_presence(device, online)
             case ib.InboxSpeechStarted(device, utterance_id):
@@ -193,8 +193,8 @@ class TaskService:
     def on_board_event(self, device: str, event: PlaybackEvent) -> None:
         self._post(device, event)
 
-    def on_button(self, device: str, kind: str) -> None:
-        self._post(device, ButtonPress(kind))
+    def on_button(self, device: str, kind: str, key: str | None = None) -> None:
+        self._post(device, ButtonPress(kind, key))
 
     def on_presence(self, device: str, online: bool) -> None:
         self._table.remember_presence(device, online)

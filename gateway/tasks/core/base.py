@@ -52,6 +52,8 @@ class RuntimeBase:
         # puts its own token between the instance id and the count.
         self._epoch = uuid.uuid4().hex[:6]
         # STOP_MEDIA we sent: (play ref, name); their audio.stopped is expected, not a failure.
+        # AUDIO_PAUSE/RESUME: assumed until the board rejects one (then STOP_MEDIA + replay).
+        self.audio_pause = True
         self._stopping: deque[tuple[str | None, str | None]] = deque(maxlen=8)  # oldest drops
 
     @property
@@ -85,14 +87,16 @@ class RuntimeBase:
         self._stopping.append((inst.play_ref, inst.play_name))
         return [self._command(inst, "STOP_MEDIA", {})]
 
-    def _end(self, state: InstanceState, reason: str | None, now: float) -> list[RuntimeEffect]:
+    def _end(
+        self, state: InstanceState, reason: str | None, now: float, *, listen: bool = True
+    ) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         record = with_state(inst, state, reason, ended_ms=self._wall(now))
         name = "instance.completed" if state is InstanceState.COMPLETED else "instance.cancelled"
         event = PublishTaskEvent(name, inst.id, None, {"reason": reason} if reason else {})
         self._inst, self._state = None, RuntimeState.IDLE
-        return [StoreInstance(record), event, ReturnToChat(inst.id)]
+        return [StoreInstance(record), event, ReturnToChat(inst.id, listen)]
 
 
 def with_state(

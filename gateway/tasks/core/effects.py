@@ -125,7 +125,11 @@ class WindowLateness:
 
 @dataclass(frozen=True, slots=True)
 class ReturnToChat:
+    """The instance ended: CHAT has the device again; ``listen``: CHAT opens the microphone
+    (False: the device stays quiet until the child wakes it, a long press set to ``idle``)."""
+
     instance_id: str
+    listen: bool = True
 
 
 @dataclass(frozen=True, slots=True)
