@@ -7,7 +7,8 @@ is not executed again), "plays" a clip for its real duration (``durations`` map,
 clip file under ``media_dir`` measured from its WAV header or ``sox --i -D``, else
 ``default_duration_ms``), loops ``repeat`` times with one ``audio.completed`` whose
 ``duration_ms`` is the total, honours STOP/PAUSE/RESUME, preempts on a new PLAY_MEDIA, runs
-DOWNLOAD over HTTP with size/sha256 checks, and heartbeats. Faults: drop the first N acks or
+DOWNLOAD over HTTP with size/sha256 checks, and heartbeats. ``unsupported`` commands (an older
+firmware without AUDIO_PAUSE, say) are acked ``rejected`` with code ``UNSUPPORTED``. Faults: drop the first N acks or
 events, legacy text events, and ``go_offline()`` (socket dropped without DISCONNECT, so the
 broker fires the LWT) / ``come_back()``. It runs in real time: keep clips short in tests.
 """
@@ -57,6 +58,8 @@ class SimOptions:
     media_dir: Path | None = None
     default_duration_ms: int = 1000
     sd_dir: Path | None = None
+    # Commands this board lacks (an older firmware): acked ``rejected`` / UNSUPPORTED.
+    unsupported: frozenset[str] = frozenset()
 
 
 def clip_duration_ms(path: Path) -> int | None:
@@ -256,6 +259,9 @@ class BoardSimulator:
         self._seen[command.id] = command.cmd
         while len(self._seen) > _DEDUP:
             self._seen.popitem(last=False)
+        if command.cmd in self.options.unsupported:
+            self._ack(command.id, command.cmd, "rejected", "UNSUPPORTED")
+            return
         self.executed[command.id] += 1
         self._ack(command.id, command.cmd, "accepted")
         match command.params:

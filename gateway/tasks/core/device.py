@@ -280,9 +280,8 @@ class DeviceRuntime(Stepper):
             if by_control:
                 effects.append(self._command(inst, "LISTEN_STOP", {}))
         else:  # PLAYING: keep the loops still to play (D14)
-            if inst.play_since is not None:
-                inst.played_ms += now - inst.play_since
-                inst.play_since = None
+            since = inst.play_since if inst.play_since is not None else now
+            inst.played_ms, inst.play_since = inst.played_ms + now - since, None
             inst.loops_left = loops_left(inst.loops, inst.played_ms, inst.loop_ms)
             if by_control and self.audio_pause:  # the board holds the play
                 pause = self._command(inst, "AUDIO_PAUSE", {})

@@ -207,9 +207,8 @@ class Stepper(RuntimeBase):
             case AudioPhase.PAUSED if inst.watchdog_left is None and inst.deadline is not None:
                 inst.watchdog_left = inst.deadline - now
                 inst.deadline = now + self.config.completion_max_ms
-                if inst.play_since is not None:
-                    inst.played_ms += now - inst.play_since
-                    inst.play_since = None
+                since = inst.play_since if inst.play_since is not None else now
+                inst.played_ms, inst.play_since = inst.played_ms + now - since, None
             case AudioPhase.RESUMED if inst.watchdog_left is not None:
                 inst.deadline, inst.watchdog_left = now + inst.watchdog_left, None
                 inst.play_since = now

@@ -166,6 +166,16 @@ def test_offline_while_paused_forgets_the_held_play_and_replays_the_loops_left()
     assert [(c.cmd, c.params.get("repeat")) for c in commands(out)] == [("PLAY_MEDIA", 2)]
 
 
+def test_an_audio_pause_lost_with_the_board_sends_nothing_more() -> None:
+    d = repeater()
+    d.at(0, req(A.START))
+    pause = commands(d.at(500, req(A.PAUSE)), "AUDIO_PAUSE")[0]
+    d.at(600, Presence(online=False))
+    assert commands(d.at(700, CommandOutcome(pause.command_id, DeliveryResult.EXPIRED))) == []
+    d.at(800, Presence(online=True))
+    assert [c.cmd for c in commands(d.at(900, req(A.RESUME)))] == ["PLAY_MEDIA"]
+
+
 def test_offline_mid_loop_resumes_with_the_loops_left() -> None:
     d = repeater()
     d.at(0, req(A.START))
