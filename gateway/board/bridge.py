@@ -115,7 +115,8 @@ class BoardToTasks:
             )
         elif isinstance(body, BoardButton):
             tasks.button(event.dev, body.press.value, body.key)
-        # AppTaskEvent: the board's own app tasks; the gateway's runtime does not use them.
+        # AppTaskEvent: the board's own app tasks; BoardCueDone: a SOUND/WAIT finished (the
+        # runtime steps on its own clock): counted by the channel, not used by the runtime.
 
     def presence_changed(self, change: PresenceChange) -> None:
         self.tasks.presence(change.dev, change.online)

@@ -40,7 +40,7 @@ from gateway.mqtt.client import Client
 from gateway.mqtt.options import ClientOptions, MqttError
 from topics.errors import WireError
 from topics.snlp import parse_command
-from topics.snlp_commands import Download, PlayMedia
+from topics.snlp_commands import Download, PlayMedia, Sound, Wait
 
 log = logging.getLogger(__name__)
 _DEDUP = 32
@@ -269,6 +269,10 @@ class BoardSimulator:
                 self._play(command.id, command.params)
             case Download():
                 self._spawn(self._download(command.id, command.params), "download")
+            case Sound():  # a system sound takes no time worth simulating
+                self._event("sound.completed", command.id, {"type": command.params.type})
+            case Wait():
+                self._spawn(self._wait(command.id, command.params.ms), "wait")
             case _:
                 self._control(command.id, command.cmd)
 
@@ -312,6 +316,10 @@ class BoardSimulator:
                 p.ref,
                 {"name": p.name, "duration_ms": p.total_ms, "reason": "eof"},
             )
+
+    async def _wait(self, ref: str, ms: int) -> None:
+        await asyncio.sleep(ms / 1000)
+        self._event("wait.elapsed", ref, {"ms": ms})
 
     def _position(self, p: _Playing, reason: str) -> dict[str, Any]:
         played_s = p.total_ms / 1000 - p.remaining_s

@@ -9,12 +9,14 @@ from dataclasses import replace
 
 from gateway.tasks.core.catalog import Catalog
 from gateway.tasks.core.effects import (
+    IndicateCue,
     InstanceColumns,
     InstanceState,
     PublishTaskEvent,
     ReturnToChat,
     RuntimeEffect,
     SendCommand,
+    SoundCue,
     StoreInstance,
 )
 from gateway.tasks.core.expected import ReadText
@@ -72,9 +74,24 @@ class RuntimeBase:
         return round(now + self._wall_offset)
 
     def _command(self, inst: ActiveInstance, cmd: str, params: dict[str, object]) -> SendCommand:
+        return SendCommand(self._next_ref(inst), cmd, params, inst.record.priority, inst.id)
+
+    def _next_ref(self, inst: ActiveInstance) -> str:
         self._commands += 1
-        ref = f"{inst.id}.{self._epoch}.{self._commands}"
-        return SendCommand(ref, cmd, params, inst.record.priority, inst.id)
+        return f"{inst.id}.{self._epoch}.{self._commands}"
+
+    def _cues(self, inst: ActiveInstance, sound: str | None, state: str) -> list[RuntimeEffect]:
+        """The task's cues at a moment: its sound (when the task has one there) and, when the
+        task indicates, the board's logical state. Nothing for an absent board."""
+        if not self._online:
+            return []
+        prio = inst.record.priority
+        out: list[RuntimeEffect] = []
+        if sound is not None:
+            out.append(SoundCue(self._next_ref(inst), sound, prio, inst.id))
+        if inst.task.cues.indicate:
+            out.append(IndicateCue(self._next_ref(inst), state, prio, inst.id))
+        return out
 
     def _event(self, name: str, data: dict[str, object] | None = None) -> PublishTaskEvent:
         inst = self._inst
@@ -95,8 +112,12 @@ class RuntimeBase:
         record = with_state(inst, state, reason, ended_ms=self._wall(now))
         name = "instance.completed" if state is InstanceState.COMPLETED else "instance.cancelled"
         event = PublishTaskEvent(name, inst.id, None, {"reason": reason} if reason else {})
+        if state is InstanceState.COMPLETED:
+            cues = self._cues(inst, inst.task.cues.task_complete, "TASK_COMPLETE")
+        else:
+            cues = self._cues(inst, None, "IDLE")
         self._inst, self._state = None, RuntimeState.IDLE
-        return [StoreInstance(record), event, ReturnToChat(inst.id, listen)]
+        return [StoreInstance(record), event, *cues, ReturnToChat(inst.id, listen)]
 
 
 def with_state(

@@ -30,6 +30,25 @@ class AssessmentDef(_Frozen):
     defer: bool = True
 
 
+SoundType = Literal["ding", "beep", "success", "error"]
+
+
+class CuesDef(_Frozen):
+    """The board's system sounds and logical states at the task's moments (spec D5, D10).
+
+    A sound is one of ding, beep, success, error, or null for none at that moment.
+    """
+
+    task_start: SoundType | None = None
+    window_open: SoundType | None = "ding"
+    window_close: SoundType | None = None
+    task_complete: SoundType | None = "success"
+    error: SoundType | None = "error"
+    indicate: bool = Field(
+        True, description="INDICATE TASK_RUNNING/PLAYING/LISTENING/PROCESSING/ERROR/... too."
+    )
+
+
 class ButtonsDef(_Frozen):
     """What the board's key does during the task (device-capability spec D9)."""
 
@@ -88,6 +107,7 @@ class TaskDef(_Frozen):
     )
     speed: float = Field(1.0, gt=0, description="PLAY_MEDIA speed; clamped into [0.5, 2.0].")
     buttons: ButtonsDef = ButtonsDef()
+    cues: CuesDef = CuesDef()
     assessment: AssessmentDef = AssessmentDef()
     lessons: tuple[LessonDef, ...]
 

@@ -235,6 +235,7 @@ class DeviceRuntime(Stepper):
             *effects,
             StoreInstance(record),
             started,
+            *self._cues(self._inst, task.cues.task_start, "TASK_RUNNING"),
             *self._begin_step(parsed.start, now),
         ]
 

@@ -103,7 +103,7 @@ class Stepper(RuntimeBase):
         self._state = RuntimeState.PLAYING
         step = inst.set_step(played_ms=self._wall(now))
         played = self._event("step.played", {"name": name, "command_id": cmd.command_id})
-        return [StoreStep(step), cmd, played]
+        return [StoreStep(step), cmd, *self._cues(inst, None, "PLAYING"), played]
 
     def _open_window(self, window_ms: float, now: float) -> list[RuntimeEffect]:
         inst = self._inst
@@ -121,7 +121,8 @@ class Stepper(RuntimeBase):
             "window_ms": round(window_ms),
             "planned_close_ms": step.window_planned_close_ms,
         }
-        return [cmd, StoreStep(step), self._event("window.opened", data)]
+        cues = self._cues(inst, inst.task.cues.window_open, "LISTENING")
+        return [cmd, *cues, StoreStep(step), self._event("window.opened", data)]
 
     def _close_utterance(self, inst: ActiveInstance) -> list[RuntimeEffect]:
         if inst.open_utterance is None or inst.step is None:
@@ -137,6 +138,7 @@ class Stepper(RuntimeBase):
         closed = WindowLateness(inst.id, inst.step.step_index, inst.deadline, now)
         effects: list[RuntimeEffect] = [
             self._command(inst, "LISTEN_STOP", {}),
+            *self._cues(inst, inst.task.cues.window_close, "PROCESSING"),
             *self._close_utterance(inst),
         ]
         step = inst.set_step(window_closed_ms=self._wall(now))
@@ -154,6 +156,7 @@ class Stepper(RuntimeBase):
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         effects: list[RuntimeEffect] = self._stop_media(inst) if stop else []
+        effects += self._cues(inst, inst.task.cues.error, "ERROR")
         inst.play_ref = inst.play_name = None
         step = inst.set_step(failure=reason)
         effects += [StoreStep(step), self._event("step.failed", {"reason": reason})]
