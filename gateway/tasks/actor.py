@@ -209,6 +209,10 @@ class DeviceActor:
                 self._count(effect)
                 p.publish_task_event(self.device, effect)
                 self._tell_modes(effect)
+                if p.devices is not None:
+                    inst = self.runtime.instance
+                    mine = inst.record if inst and inst.id == effect.instance_id else None
+                    p.devices.task_event(self.device, effect, mine)
             case StoreInstance():
                 p.recorder.save_instance(effect.record)
             case StoreStep():

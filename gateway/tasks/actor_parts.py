@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 from gateway.metrics import Metrics
 from gateway.tasks.core import ControlReply, PublishTaskEvent
-from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
+from gateway.tasks.ports import (
+    CommandSender,
+    DeviceTasks,
+    MicControl,
+    ModeListener,
+    Recorder,
+    UtteranceSink,
+)
 
 
 class ActorMetrics:
@@ -62,3 +69,4 @@ class Ports:
     # (app_id, task_id, lesson_id) → (assessment methods, or () when off; the lesson's texts)
     plan: Callable[[str, str, str], tuple[tuple[str, ...], tuple[str, ...]]]
     modes: ModeListener | None = None  # CHAT: suspended while a task runs
+    devices: DeviceTasks | None = None  # a device's own executor (Xiaozhi task/mode JSON)

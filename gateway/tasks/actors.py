@@ -29,7 +29,14 @@ from gateway.tasks.core import (
     RuntimeState,
     resolve_expected_text,
 )
-from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
+from gateway.tasks.ports import (
+    CommandSender,
+    DeviceTasks,
+    MicControl,
+    ModeListener,
+    Recorder,
+    UtteranceSink,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +65,9 @@ class ActorTable:
         publish_reply: Callable[[str, ControlReply], None],
         metrics: Metrics,
         max_devices: int,
+        devices: DeviceTasks | None = None,
     ) -> None:
+        self._devices = devices
         self._catalog = catalog
         self._config = config
         self._read_text = read_text
@@ -166,6 +175,7 @@ class ActorTable:
             now_ms=lambda: loop.time() * 1000.0,
             plan=self._plan,
             modes=self._modes,
+            devices=self._devices,
         )
 
     def _plan(self, app_id: str, task_id: str, lesson_id: str) -> Plan:

@@ -34,7 +34,14 @@ from gateway.tasks.core import (
     restore_runtime,
 )
 from gateway.tasks.core.admission import AdmissionConfig
-from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
+from gateway.tasks.ports import (
+    CommandSender,
+    DeviceTasks,
+    MicControl,
+    ModeListener,
+    Recorder,
+    UtteranceSink,
+)
 from gateway.tasks.starts import StartLine
 from gateway.tasks.wire import TaskWire
 
@@ -66,6 +73,7 @@ class TaskService:
         load_running: LoadRunning | None = None,  # None: nothing is restored (no store)
         restore_wait_s: float = RESTORE_WAIT_S,
         modes: ModeListener | None = None,  # None: no CHAT to tell
+        devices: DeviceTasks | None = None,  # None: no device executor to tell
         max_devices: int = MAX_DEVICES,
         owns: Callable[[str], bool] = lambda _dev: True,
         handover_delay_s: float = 0.0,
@@ -105,6 +113,7 @@ class TaskService:
             recorder=recorder,
             assessment=assessment,
             modes=modes,
+            devices=devices,
             publish_task_event=self._wire.publish_task_event,
             publish_reply=self._wire.publish_reply,
             metrics=metrics,
