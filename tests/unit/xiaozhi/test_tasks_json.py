@@ -76,7 +76,7 @@ def test_step_ids() -> None:
 
 
 @dataclass
-class FakeChannel:
+class FakeTaskDownlink:
     sessions: dict[str, str]
     sent: list[tuple[str, bytes]] = field(default_factory=list)
 
@@ -88,7 +88,7 @@ class FakeChannel:
 
 
 def test_the_teller_tells_devices_with_a_session_only() -> None:
-    channel = FakeChannel({"aa_bb_cc_dd_ee_ff": "s9"})
+    channel = FakeTaskDownlink({"aa_bb_cc_dd_ee_ff": "s9"})
     teller = XiaozhiTaskTeller(channel)
     teller.task_event("aa_bb_cc_dd_ee_ff", PublishTaskEvent("step.played", "i1", 2), RECORD)
     teller.task_event("11_22_33_44_55_66", PublishTaskEvent("step.played", "i1", 2), RECORD)
