@@ -30,6 +30,7 @@ from gateway.tasks.core.effects import (
 )
 from gateway.tasks.core.events import (
     AsrText,
+    AudioPhase,
     ButtonPress,
     CommandOutcome,
     ControlAction,
@@ -312,7 +313,9 @@ class DeviceRuntime(Stepper):
         held, inst.held = inst.held, None
         if held is not None:  # the play ended while paused: step on from its end now
             self._state = RuntimeState.PLAYING
-            return effects + self._on_audio(held, now)
+            if held.kind is AudioPhase.COMPLETED:
+                return effects + self._completed(held, now)
+            return effects + self._fail_step(str(held.kind), now, stop=False)
         if inst.board_paused:
             resume = self._command(inst, "AUDIO_RESUME", {})
             inst.pause_ref, inst.board_paused, inst.play_since = resume.command_id, False, now

@@ -146,6 +146,18 @@ def test_the_play_ending_before_the_pause_took_steps_on_at_resume() -> None:
     assert d.rt.state is RuntimeState.LISTENING
 
 
+def test_an_end_held_while_paused_survives_a_rejected_audio_pause() -> None:
+    d = Driver()
+    d.at(0, req(A.START, task="shadowing"))
+    play = d.last_play()
+    pause = commands(d.at(500, req(A.PAUSE, task="shadowing")), "AUDIO_PAUSE")[0]
+    d.at(510, PlaybackEvent(AudioPhase.FAILED, play.command_id))  # ended before the pause
+    d.at(520, CommandOutcome(pause.command_id, DeliveryResult.REJECTED))
+    out = d.at(900, req(A.RESUME, task="shadowing"))
+    assert events(out)[-2:] == ["step.failed", "step.played"]  # never stuck in PLAYING
+    assert played(out) == [PATH + "02.mp3"]
+
+
 def test_stop_while_the_board_holds_a_paused_play_stops_it() -> None:
     d = repeater()
     d.at(0, req(A.START))
