@@ -111,9 +111,11 @@ async def test_a_board_without_audio_pause_replays_only_the_loops_left(
         await rig.wait_command("STOP_MEDIA")  # today's way instead
         await board_sent(rig, "audio.stopped")
         await rig.wait_event("instance.paused", instance_id=iid)
+        assert (await rig.request("volume", params={"volume": 55}))["status"] == "accepted"
         assert (await rig.request("resume", priority=3))["status"] == "accepted"
         plays = await rig.wait_command("PLAY_MEDIA", 2)
         assert [p.body["params"]["repeat"] for p in plays] == [3, 2]  # the loops left, not N
+        assert plays[1].body["params"]["volume"] == 55  # the volume set while paused
         # the device is known now: the next pause is a STOP_MEDIA at once
         await board_sent(rig, "audio.started", 2)
         assert (await rig.request("pause", priority=3))["status"] == "accepted"
