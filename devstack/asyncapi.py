@@ -57,6 +57,7 @@ _XZ_UP = {
     "udp_timeout": xiaozhi.UdpTimeout,
     "ping": xiaozhi.Ping,
     "iot": xiaozhi.Iot,
+    "task_report": xiaozhi.DeviceTaskReport,
 }
 _XZ_DOWN = {
     "hello": xiaozhi.ServerHello,
@@ -67,6 +68,9 @@ _XZ_DOWN = {
     "mcp": xiaozhi.ServerMcp,
     "system": xiaozhi.System,
     "alert": xiaozhi.Alert,
+    "mode_set": xiaozhi.ModeSet,
+    "task": xiaozhi.ServerTask,
+    "step_start": xiaozhi.ServerStep,
 }
 
 MESSAGES: tuple[Message, ...] = (

@@ -41,6 +41,7 @@ from gateway.tasks.inbox import TaskInbox
 from gateway.tasks.records import StoreRecorder
 from gateway.tasks.service import TaskService
 from gateway.xiaozhi import XiaozhiChannel, utterance_id
+from gateway.xiaozhi.tasks_json import XiaozhiTaskTeller
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         load_running=recorder.load_running,
         modes=chat,
         archive=archive if settings.archive.enabled else None,
+        devices=XiaozhiTaskTeller(xiaozhi),
         owns=ownership.owns,
         handover_delay_s=settings.cluster.handover_delay_s,
         admission=AdmissionConfig(

@@ -14,7 +14,7 @@ from typing import get_args
 
 from gateway.tasks.core.events import AudioPhase, DeliveryResult, RuntimeEvent
 from topics.snlp_commands import COMMAND_ADAPTER
-from topics.snlp_events import AUDIO_EVENTS
+from topics.snlp_events import AUDIO_EVENTS, CUE_EVENTS
 
 OTHER = "other"
 NONE = "none"
@@ -33,7 +33,7 @@ def _command_names() -> frozenset[str]:
 
 COMMANDS: frozenset[str] = _command_names()
 REPORT_STAGES: frozenset[str] = frozenset({"progress", "done"})
-BOARD_EVENTS: frozenset[str] = AUDIO_EVENTS | {"button", "app_task"}
+BOARD_EVENTS: frozenset[str] = AUDIO_EVENTS | CUE_EVENTS | {"button", "app_task"}
 # What the runtime reports as an ignored event: an event type, or an audio event kind.
 RUNTIME_EVENTS: frozenset[str] = frozenset(
     {cls.__name__ for cls in get_args(RuntimeEvent)} | {str(kind) for kind in AudioPhase}

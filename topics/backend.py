@@ -42,8 +42,9 @@ __all__ = [
 
 DeviceId = Annotated[str, Field(pattern=f"^{DEVICE_ID_RE.pattern}$")]
 Name = Annotated[str, Field(min_length=1, max_length=128)]
-# ``sync``: put the named lesson's audio on the board's SD card (DOWNLOAD; gateway.content.sync)
-Action = Literal["start", "pause", "resume", "stop", "restart", "sync"]
+# ``sync``: put the named lesson's audio on the board's SD card (DOWNLOAD; gateway.content.sync);
+# ``volume``: the device's volume from the next PLAY_MEDIA on (params.volume 0-100)
+Action = Literal["start", "pause", "resume", "stop", "restart", "sync", "volume"]
 RefusalReason = Literal[
     "busy", "unknown_task", "device_offline", "invalid", "no_instance", "internal", "overloaded"
 ]
@@ -169,6 +170,9 @@ class TaskLifecycle(TaskEvent):
         "instance.restored",
         "step.played",
         "step.failed",
+        "step.skipped",
+        "window.confirmed",
+        "volume.set",
         "speech.started",
         "speech.stopped",
     ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, JsonValue, TypeAdapter
+from pydantic import BeforeValidator, Field, JsonValue, TypeAdapter
 
 from topics.wire import Id, OwnModel
 
@@ -41,9 +41,16 @@ class CommandParams(OwnModel):
     """Base of every command's params."""
 
 
+def _clamp_speed(value: object) -> object:
+    """Device-capability spec D1: a speed outside 0.5-2.0 is clamped, not refused."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return min(2.0, max(0.5, float(value)))
+    return value
+
+
 class PlayMedia(CommandParams):
     name: BoardName
-    speed: Annotated[float, Field(ge=0.5, le=2.0)] = 1.0
+    speed: Annotated[float, Field(ge=0.5, le=2.0), BeforeValidator(_clamp_speed)] = 1.0
     repeat: Annotated[int, Field(ge=1, le=1000)] = 1
     volume: Annotated[int, Field(ge=0, le=100)] | None = None
     power_off_after: bool = False

@@ -1,6 +1,7 @@
 """snlp/v1 events (board → gateway, `snlp/v1/{dev}/evt`), structured and legacy text.
 
-The union is discriminated on `evt` by family: `audio.*`, `button`, `app_task.*`; any other
+The union is discriminated on `evt` by family: `audio.*`, `button`, `app_task.*`,
+`sound.completed` (a SOUND played, spec D5), `wait.elapsed` / `wait.cancelled` (a WAIT, D11); any other
 name parses into `UnknownEvent` so it can be counted instead of crashing. The board's legacy
 strings `[skill_event]completed|2140` become the same `AudioEvent` with `ref` null.
 """
@@ -17,6 +18,7 @@ from topics.wire import DeviceModel
 
 __all__ = [
     "AUDIO_EVENTS",
+    "CUE_EVENTS",
     "AnyEvent",
     "AppTaskData",
     "AppTaskEvent",
@@ -24,6 +26,8 @@ __all__ = [
     "AudioEvent",
     "ButtonData",
     "ButtonEvent",
+    "CueData",
+    "CueEvent",
     "Event",
     "UnknownEvent",
     "is_legacy_text",
@@ -39,6 +43,8 @@ AudioEvt = Literal[
     "audio.failed",
 ]
 AUDIO_EVENTS: frozenset[str] = frozenset(get_args(AudioEvt))
+CueEvt = Literal["sound.completed", "wait.elapsed", "wait.cancelled"]
+CUE_EVENTS: frozenset[str] = frozenset(get_args(CueEvt))
 AudioReason = Literal["eof", "stopped", "preempted", "error"]
 Ms = Annotated[int, Field(ge=0)]
 
@@ -57,13 +63,25 @@ class ButtonData(DeviceModel):
     key: str | None = None
 
 
+class CueData(DeviceModel):
+    """``sound.completed``: the sound's ``type``; ``wait.*``: the ``ms`` waited (all optional)."""
+
+    type: Annotated[str, Field(max_length=64)] | None = None
+    ms: Ms | None = None
+
+
 class AppTaskData(DeviceModel):
     state: str
     detail: dict[str, JsonValue] = Field(default_factory=dict)
 
 
 _NOT_KNOWN: dict[str, JsonValue] = {
-    "not": {"anyOf": [{"enum": ["button", *sorted(AUDIO_EVENTS)]}, {"pattern": "^app_task\\."}]}
+    "not": {
+        "anyOf": [
+            {"enum": ["button", *sorted(AUDIO_EVENTS), *sorted(CUE_EVENTS)]},
+            {"pattern": "^app_task\\."},
+        ]
+    }
 }
 
 
@@ -89,6 +107,13 @@ class ButtonEvent(Event):
     data: ButtonData
 
 
+class CueEvent(Event):
+    """A SOUND or WAIT the board finished (`ref`: its command id)."""
+
+    evt: CueEvt
+    data: CueData = CueData()
+
+
 class AppTaskEvent(Event):
     evt: Annotated[str, Field(pattern=r"^app_task\.[A-Za-z0-9_.-]+$")]
     data: AppTaskData
@@ -109,12 +134,15 @@ def _family(value: Any) -> str | None:
         return "audio"
     if evt == "button":
         return "button"
+    if evt in CUE_EVENTS:
+        return "cue"
     return "app_task" if evt.startswith("app_task.") else "unknown"
 
 
 AnyEvent = Annotated[
     Annotated[AudioEvent, Tag("audio")]
     | Annotated[ButtonEvent, Tag("button")]
+    | Annotated[CueEvent, Tag("cue")]
     | Annotated[AppTaskEvent, Tag("app_task")]
     | Annotated[UnknownEvent, Tag("unknown")],
     Discriminator(_family),

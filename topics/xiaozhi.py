@@ -22,17 +22,21 @@ __all__ = [
     "DeviceHello",
     "DeviceMcp",
     "DeviceMessage",
+    "DeviceTaskReport",
     "Features",
     "Iot",
     "JsonRpc",
     "Listen",
     "Llm",
     "McpRequest",
+    "ModeSet",
     "Ping",
     "ServerGoodbye",
     "ServerHello",
     "ServerMcp",
     "ServerMessage",
+    "ServerStep",
+    "ServerTask",
     "Stt",
     "System",
     "TextFont",
@@ -131,8 +135,41 @@ class Iot(_FromDevice):
     states: list[dict[str, JsonValue]] | None = None
 
 
+TaskRef = Annotated[str, Field(min_length=1, max_length=128)]
+TaskReportType = Literal[
+    "task.started",
+    "task.completed",
+    "task.failed",
+    "step.started",
+    "step.completed",
+    "step.failed",
+    "audio.play.completed",
+    "speech.started",
+    "speech.stopped",
+]
+
+
+class DeviceTaskReport(_FromDevice):
+    """The device's task executor reporting (client-architecture plan §11, Phase 2).
+
+    Counted; the gateway's own clock and VAD step the task, so nothing waits for these.
+    """
+
+    type: TaskReportType
+    task_instance_id: TaskRef | None = None
+    step_id: TaskRef | None = None
+
+
 DeviceMessage = Annotated[
-    DeviceHello | Listen | Abort | DeviceMcp | DeviceGoodbye | UdpTimeout | Ping | Iot,
+    DeviceHello
+    | Listen
+    | Abort
+    | DeviceMcp
+    | DeviceGoodbye
+    | UdpTimeout
+    | Ping
+    | Iot
+    | DeviceTaskReport,
     Field(discriminator="type"),
 ]
 
@@ -206,8 +243,56 @@ class Alert(OwnModel):
     emotion: str
 
 
+TaskMode = Literal["CHAT", "PLAY_AUDIO", "SHADOWING", "FOLLOW_READ", "LISTEN"]
+
+
+class ModeSet(OwnModel):
+    """The device's interaction mode (plan §11): CHAT, or the running task's mode."""
+
+    type: Literal["mode.set"] = "mode.set"
+    session_id: str
+    mode: TaskMode
+    task_instance_id: TaskRef | None = None
+    step_id: TaskRef | None = None
+
+
+class ServerTask(OwnModel):
+    """A task's lifecycle for the device's executor (plan §11; D14 task_control)."""
+
+    type: Literal["task.start", "task.stop", "task.pause", "task.resume"]
+    session_id: str
+    task_instance_id: TaskRef
+    step_id: TaskRef | None = None
+    app_id: TaskRef | None = None
+    task_id: TaskRef | None = None
+    lesson_id: TaskRef | None = None
+    reason: TaskRef | None = None
+
+
+class ServerStep(OwnModel):
+    """A step begins: ``play`` (a clip; the microphone is not the task's) or ``listen`` (the
+    device streams its microphone for ``timeout_ms``, or until the next step / task message)."""
+
+    type: Literal["step.start"] = "step.start"
+    session_id: str
+    task_instance_id: TaskRef
+    step_id: TaskRef
+    action: Literal["play", "listen"]
+    timeout_ms: Annotated[int, Field(ge=0)] | None = None
+
+
 ServerMessage = Annotated[
-    ServerHello | ServerGoodbye | Tts | Stt | Llm | ServerMcp | System | Alert,
+    ServerHello
+    | ServerGoodbye
+    | Tts
+    | Stt
+    | Llm
+    | ServerMcp
+    | System
+    | Alert
+    | ModeSet
+    | ServerTask
+    | ServerStep,
     Field(discriminator="type"),
 ]
 DEVICE_ADAPTER: TypeAdapter[DeviceMessage] = TypeAdapter(DeviceMessage)

@@ -52,7 +52,7 @@ class TaskSinks(Protocol):
 
     def board_event(self, device: str, event: PlaybackEvent) -> None: ...
 
-    def button(self, device: str, kind: str) -> None: ...
+    def button(self, device: str, kind: str, key: str | None = None) -> None: ...
 
     def presence(self, device: str, online: bool) -> None: ...
 
@@ -114,8 +114,9 @@ class BoardToTasks:
                 ),
             )
         elif isinstance(body, BoardButton):
-            tasks.button(event.dev, body.press.value)
-        # AppTaskEvent: the board's own app tasks; the gateway's runtime does not use them.
+            tasks.button(event.dev, body.press.value, body.key)
+        # AppTaskEvent: the board's own app tasks; BoardCueDone: a SOUND/WAIT finished (the
+        # runtime steps on its own clock): counted by the channel, not used by the runtime.
 
     def presence_changed(self, change: PresenceChange) -> None:
         self.tasks.presence(change.dev, change.online)

@@ -123,7 +123,17 @@ class BoardAppTask:
     detail: Mapping[str, object]  # read-only view
 
 
-EventBody = BoardAudio | BoardButton | BoardAppTask
+@dataclass(frozen=True, slots=True)
+class BoardCueDone:
+    """``sound.completed`` / ``wait.elapsed`` / ``wait.cancelled``: counted; the runtime steps
+    on its own clock, so nothing waits for them."""
+
+    evt: str
+    type: str | None = None
+    ms: int | None = None
+
+
+EventBody = BoardAudio | BoardButton | BoardCueDone | BoardAppTask
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from gateway.board.model import (
     BoardAppTask,
     BoardAudio,
     BoardButton,
+    BoardCueDone,
     BoardHeartbeat,
     BoardReport,
     Envelope,
@@ -114,6 +115,8 @@ def _event_body(message: snlp_events.Event) -> EventBody:
             )
         case snlp_events.ButtonEvent(data=data):
             return BoardButton(PressKind(data.press), data.key)
+        case snlp_events.CueEvent(data=data):
+            return BoardCueDone(message.evt, data.type, data.ms)
         case snlp_events.AppTaskEvent(data=data):
             return BoardAppTask(message.evt, data.state, MappingProxyType(dict(data.detail)))
         case _:

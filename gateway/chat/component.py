@@ -246,11 +246,11 @@ class ChatComponent:
         if chat is not None:
             chat.task_started()
 
-    def back_to_chat(self, device: str) -> None:
+    def back_to_chat(self, device: str, *, listen: bool = True) -> None:
         self._tasks.discard(device)
         chat = self._devices.get(device)
         if chat is not None:
-            chat.back_to_chat()
+            chat.back_to_chat(listen=listen)
 
     # -- internals ----------------------------------------------------------------------------
 

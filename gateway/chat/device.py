@@ -181,9 +181,9 @@ class DeviceChat:
     def task_started(self) -> None:
         self.handle(v.TaskStarted())
 
-    def back_to_chat(self) -> None:
+    def back_to_chat(self, *, listen: bool = True) -> None:
         self.handle(v.BackToChat())
-        if self.session_id is not None:
+        if listen and self.session_id is not None:
             self._channel.set_listening(self.dev, True)
 
     # -- the core ----------------------------------------------------------------------------

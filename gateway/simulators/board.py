@@ -7,7 +7,8 @@ is not executed again), "plays" a clip for its real duration (``durations`` map,
 clip file under ``media_dir`` measured from its WAV header or ``sox --i -D``, else
 ``default_duration_ms``), loops ``repeat`` times with one ``audio.completed`` whose
 ``duration_ms`` is the total, honours STOP/PAUSE/RESUME, preempts on a new PLAY_MEDIA, runs
-DOWNLOAD over HTTP with size/sha256 checks, and heartbeats. Faults: drop the first N acks or
+DOWNLOAD over HTTP with size/sha256 checks, and heartbeats. ``unsupported`` commands (an older
+firmware without AUDIO_PAUSE, say) are acked ``rejected`` with code ``UNSUPPORTED``. Faults: drop the first N acks or
 events, legacy text events, and ``go_offline()`` (socket dropped without DISCONNECT, so the
 broker fires the LWT) / ``come_back()``. It runs in real time: keep clips short in tests.
 """
@@ -39,7 +40,7 @@ from gateway.mqtt.client import Client
 from gateway.mqtt.options import ClientOptions, MqttError
 from topics.errors import WireError
 from topics.snlp import parse_command
-from topics.snlp_commands import Download, PlayMedia
+from topics.snlp_commands import Download, PlayMedia, Sound, Wait
 
 log = logging.getLogger(__name__)
 _DEDUP = 32
@@ -64,6 +65,8 @@ class SimOptions:
     fw: str = "sim-1.0"
     download_chunk: int = 64 * 1024  # bytes read (and reported) at a time
     drop_mid_download: int = 0  # the first N DOWNLOADs lose the connection mid-file
+    # Commands this board lacks (an older firmware): acked ``rejected`` / UNSUPPORTED.
+    unsupported: frozenset[str] = frozenset()
 
 
 def clip_duration_ms(path: Path) -> int | None:
@@ -266,6 +269,9 @@ class BoardSimulator:
         self._seen[command.id] = command.cmd
         while len(self._seen) > _DEDUP:
             self._seen.popitem(last=False)
+        if command.cmd in self.options.unsupported:
+            self._ack(command.id, command.cmd, "rejected", "UNSUPPORTED")
+            return
         self.executed[command.id] += 1
         self._ack(command.id, command.cmd, "accepted")
         match command.params:
@@ -273,6 +279,10 @@ class BoardSimulator:
                 self._play(command.id, command.params)
             case Download():
                 self._spawn(self._download(command.id, command.params), "download")
+            case Sound():  # a system sound takes no time worth simulating
+                self._event("sound.completed", command.id, {"type": command.params.type})
+            case Wait():
+                self._spawn(self._wait(command.id, command.params.ms), "wait")
             case _:
                 self._control(command.id, command.cmd)
 
@@ -316,6 +326,10 @@ class BoardSimulator:
                 p.ref,
                 {"name": p.name, "duration_ms": p.total_ms, "reason": "eof"},
             )
+
+    async def _wait(self, ref: str, ms: int) -> None:
+        await asyncio.sleep(ms / 1000)
+        self._event("wait.elapsed", ref, {"ms": ms})
 
     def _position(self, p: _Playing, reason: str) -> dict[str, Any]:
         played_s = p.total_ms / 1000 - p.remaining_s

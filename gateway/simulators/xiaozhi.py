@@ -258,6 +258,11 @@ class XiaozhiDeviceSim:
         self.crypto: DeviceUdpCrypto | None = None
         self.speaking = False
         self.inbox: list[dict[str, Any]] = []  # every control JSON received, oldest first
+        # Its task executor (plan §11): the mode it was told, whether its microphone is the
+        # task's now (a listen step), and the step ids it listened in, in order.
+        self.mode = "CHAT"
+        self.task_listening = False
+        self.listened_steps: list[str] = []
         self.ignored_hellos = 0
         self.downlink_audio: list[bytes] = []  # played (queued while speaking) packets
         self.downlink_at: list[float] = []  # time.monotonic() of each, when it was read
@@ -465,11 +470,32 @@ class XiaozhiDeviceSim:
                 self._close_udp()
         elif kind == "tts" and msg.get("state") in ("start", "stop"):
             self.speaking = msg["state"] == "start"
+        elif kind in ("mode.set", "step.start") or kind.startswith("task."):
+            self._task_message(msg)
         elif kind == "mcp" and self._tg is not None:
             reply = mcp_reply(msg.get("payload"), board=self.board, firmware=self.firmware)
             if reply is not None:
                 self._tg.create_task(self._mcp_reply(reply), name=f"sim[{self.mac}].mcp")
         self._changed.set()
+
+    def _task_message(self, msg: dict[str, Any]) -> None:
+        """Phase-2 firmware: follow the mode, open the microphone for a listen step (until the
+        next step or task message), and report the step as started."""
+        kind = msg["type"]
+        if kind == "mode.set":
+            self.mode = str(msg.get("mode"))
+        listen = kind == "step.start" and msg.get("action") == "listen" and self.mode != "CHAT"
+        self.task_listening = listen
+        if listen:
+            self.listened_steps.append(str(msg.get("step_id")))
+        if kind == "step.start" and self._tg is not None:
+            report = {
+                "type": "step.started",
+                "session_id": msg.get("session_id"),
+                "task_instance_id": msg.get("task_instance_id"),
+                "step_id": msg.get("step_id"),
+            }
+            self._tg.create_task(self.send_json(**report), name=f"sim[{self.mac}].task")
 
     async def _mcp_reply(self, reply: dict[str, Any]) -> None:
         """Answer an MCP request, unless the device disconnected meanwhile (as the firmware's

@@ -34,11 +34,13 @@ from gateway.tasks.core import (
     DeliveryResult,
     DeviceRuntime,
     Ignored,
+    IndicateCue,
     PublishTaskEvent,
     ReturnToChat,
     RuntimeEffect,
     RuntimeEvent,
     SendCommand,
+    SoundCue,
     StoreInstance,
     StoreStep,
     SubmitUtterance,
@@ -57,6 +59,10 @@ UTTERANCES_KEPT = 8
 STEPS_KEPT = 2
 
 log = logging.getLogger(__name__)
+
+
+def _cue_outcome(_outcome: DeliveryResult) -> None:
+    """A cue's delivery changes nothing (the board channel counts and alarms on its own)."""
 
 
 class DeviceActor:
@@ -191,7 +197,7 @@ class DeviceActor:
         if modes is None:
             return
         if isinstance(effect, ReturnToChat):
-            modes.back_to_chat(self.device)
+            modes.back_to_chat(self.device, listen=effect.listen)
         elif effect.event in _TASK_TAKES_DEVICE:
             modes.task_started(self.device)
 
@@ -199,24 +205,17 @@ class DeviceActor:
         p = self._ports
         match effect:
             case SendCommand():
-                self._m.commands.labels(labels.bounded(effect.cmd, labels.COMMANDS)).inc()
-                if effect.cmd == "LISTEN_START":
-                    p.mic.set_listening(self.device, True)
-                elif effect.cmd == "LISTEN_STOP":
-                    p.mic.set_listening(self.device, False)
-                ref = effect.command_id
-                p.commands.send_command(
-                    self.device,
-                    command_id=ref,
-                    cmd=effect.cmd,
-                    params=dict(effect.params),
-                    prio=effect.prio,
-                    on_outcome=functools.partial(self._on_outcome, ref),
-                )
+                self._send(effect)
+            case SoundCue() | IndicateCue():
+                self._cue(effect)
             case PublishTaskEvent():
                 self._count(effect)
                 p.publish_task_event(self.device, effect)
                 self._tell_modes(effect)
+                if p.devices is not None:
+                    inst = self.runtime.instance
+                    mine = inst.record if inst and inst.id == effect.instance_id else None
+                    p.devices.task_event(self.device, effect, mine)
             case StoreInstance():
                 p.recorder.save_instance(effect.record)
             case StoreStep():
@@ -242,6 +241,39 @@ class DeviceActor:
                 # The reason may name a command id: it goes to the log, never into a label.
                 self._m.ignored.labels(labels.bounded(effect.event, labels.RUNTIME_EVENTS)).inc()
                 self._log.debug("ignored %s in %s: %s", effect.event, effect.state, effect.reason)
+
+    def _send(self, effect: SendCommand) -> None:
+        p = self._ports
+        self._m.commands.labels(labels.bounded(effect.cmd, labels.COMMANDS)).inc()
+        if effect.cmd == "LISTEN_START":
+            p.mic.set_listening(self.device, True)
+        elif effect.cmd == "LISTEN_STOP":
+            p.mic.set_listening(self.device, False)
+        ref = effect.command_id
+        p.commands.send_command(
+            self.device,
+            command_id=ref,
+            cmd=effect.cmd,
+            params=dict(effect.params),
+            prio=effect.prio,
+            on_outcome=functools.partial(self._on_outcome, ref),
+        )
+
+    def _cue(self, effect: SoundCue | IndicateCue) -> None:
+        """SOUND / INDICATE: sent like any command; whatever becomes of it changes nothing."""
+        if isinstance(effect, SoundCue):
+            cmd, params = "SOUND", {"type": effect.sound}
+        else:
+            cmd, params = "INDICATE", {"state": effect.state}
+        self._m.commands.labels(cmd).inc()
+        self._ports.commands.send_command(
+            self.device,
+            command_id=effect.command_id,
+            cmd=cmd,
+            params=params,
+            prio=effect.prio,
+            on_outcome=_cue_outcome,
+        )
 
     def _count(self, effect: PublishTaskEvent) -> None:
         self._m.task_events.labels(effect.event).inc()

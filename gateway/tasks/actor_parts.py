@@ -11,6 +11,7 @@ from gateway.tasks.core import ControlReply, PublishTaskEvent
 from gateway.tasks.ports import (
     AnswerKeeper,
     CommandSender,
+    DeviceTasks,
     MicControl,
     ModeListener,
     Recorder,
@@ -70,3 +71,4 @@ class Ports:
     plan: Callable[[str, str, str], tuple[tuple[str, ...], tuple[str, ...]]]
     modes: ModeListener | None = None  # CHAT: suspended while a task runs
     archive: AnswerKeeper | None = None  # the learning record's audio (None: not kept)
+    devices: DeviceTasks | None = None  # a device's own executor (Xiaozhi task/mode JSON)

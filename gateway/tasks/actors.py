@@ -32,6 +32,7 @@ from gateway.tasks.core import (
 from gateway.tasks.ports import (
     AnswerKeeper,
     CommandSender,
+    DeviceTasks,
     MicControl,
     ModeListener,
     Recorder,
@@ -66,7 +67,9 @@ class ActorTable:
         metrics: Metrics,
         max_devices: int,
         archive: AnswerKeeper | None = None,
+        devices: DeviceTasks | None = None,
     ) -> None:
+        self._devices = devices
         self._catalog = catalog
         self._config = config
         self._read_text = read_text
@@ -176,6 +179,7 @@ class ActorTable:
             plan=self._plan,
             modes=self._modes,
             archive=self._archive,
+            devices=self._devices,
         )
 
     def forget_plans(self) -> None:

@@ -41,6 +41,7 @@ class InboxBoardEvent:
 class InboxButton:
     device: str
     kind: str
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +129,8 @@ class TaskInbox:
     def board_event(self, device: str, event: PlaybackEvent) -> None:
         self.put(InboxBoardEvent(device, event))
 
-    def button(self, device: str, kind: str) -> None:
-        self.put(InboxButton(device, kind))
+    def button(self, device: str, kind: str, key: str | None = None) -> None:
+        self.put(InboxButton(device, kind, key))
 
     def presence(self, device: str, online: bool) -> None:
         self.put(InboxPresence(device, online))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from gateway.tasks.core import DeliveryResult, InstanceColumns, StepColumns
+from gateway.tasks.core import DeliveryResult, InstanceColumns, PublishTaskEvent, StepColumns
 
 
 class CommandSender(Protocol):
@@ -41,7 +41,18 @@ class ModeListener(Protocol):
 
     def task_started(self, device: str) -> None: ...
 
-    def back_to_chat(self, device: str) -> None: ...
+    def back_to_chat(self, device: str, *, listen: bool = True) -> None:
+        """``listen`` False: CHAT has the device again but leaves the microphone closed."""
+
+
+class DeviceTasks(Protocol):
+    """Tells a device's own task executor what the task does (the Xiaozhi channel: task/mode
+    JSON of the client-architecture plan §11), so its microphone follows the listen windows
+    without a board-side mapping. ``record``: the running instance (None once it ended)."""
+
+    def task_event(
+        self, device: str, event: PublishTaskEvent, record: InstanceColumns | None
+    ) -> None: ...
 
 
 class Recorder(Protocol):

@@ -38,6 +38,7 @@ from gateway.tasks.core.admission import AdmissionConfig
 from gateway.tasks.ports import (
     AnswerKeeper,
     CommandSender,
+    DeviceTasks,
     MicControl,
     ModeListener,
     Recorder,
@@ -76,6 +77,7 @@ class TaskService:
         restore_wait_s: float = RESTORE_WAIT_S,
         modes: ModeListener | None = None,  # None: no CHAT to tell
         archive: AnswerKeeper | None = None,  # None: answers' audio not kept
+        devices: DeviceTasks | None = None,  # None: no device executor to tell
         max_devices: int = MAX_DEVICES,
         owns: Callable[[str], bool] = lambda _dev: True,
         handover_delay_s: float = 0.0,
@@ -118,6 +120,7 @@ class TaskService:
             assessment=assessment,
             modes=modes,
             archive=archive,
+            devices=devices,
             publish_task_event=self._wire.publish_task_event,
             publish_reply=self._publish_reply,
             metrics=metrics,
@@ -169,8 +172,8 @@ class TaskService:
         match item:
             case ib.InboxBoardEvent(device, event):
                 self.on_board_event(device, event)
-            case ib.InboxButton(device, kind):
-                self.on_button(device, kind)
+            case ib.InboxButton(device, kind, key):
+                self.on_button(device, kind, key)
             case ib.InboxPresence(device, online):
                 self.on_presence(device, online)
             case ib.InboxSpeechStarted(device, utterance_id):
@@ -244,8 +247,8 @@ class TaskService:
     def on_board_event(self, device: str, event: PlaybackEvent) -> None:
         self._post(device, event)
 
-    def on_button(self, device: str, kind: str) -> None:
-        self._post(device, ButtonPress(kind))
+    def on_button(self, device: str, kind: str, key: str | None = None) -> None:
+        self._post(device, ButtonPress(kind, key))
 
     def on_presence(self, device: str, online: bool) -> None:
         self._table.remember_presence(device, online)

@@ -36,6 +36,7 @@ from gateway.xiaozhi.status import Cut, StatusBook
 from gateway.xiaozhi.tools import ToolsAsker
 from topics.errors import TopicError
 from topics.tree import parse_xiaozhi_topic, validate_template, xiaozhi_filter
+from topics.xiaozhi import DeviceTaskReport
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class ControlHandler:
         self.tools = ToolsAsker(mcp=mcp, dropped=lambda: stats.status_cut.labels("asks").inc())
         self._wall = wall
 
-    def handle(self, inbound: Inbound) -> None:
+    def handle(self, inbound: Inbound) -> None:  # noqa: PLR0912 - one case per message type
         """MQTT route handler (runs on the loop; never raises for bad input)."""
         stats = self._stats
         try:
@@ -123,6 +124,10 @@ class ControlHandler:
                 self._device_mcp(dev, msg)
             case Ping() | Iot():
                 stats.control_dropped.labels(f"ignored_{msg.type}").inc()
+            case DeviceTaskReport():
+                pass  # counted above (control_in by type): the gateway's clock and VAD step tasks
+            case DeviceTaskReport():
+                pass  # counted above (control_in by type): the gateway's clock and VAD step tasks
 
     def _in_session(self, dev: str, sid: str, msg: Listen | Abort) -> None:
         events = self._events

@@ -180,7 +180,7 @@ class RecordingTasks:
         self.events.append((device, event))
         self.seen.set()
 
-    def button(self, device: str, kind: str) -> None:
+    def button(self, device: str, kind: str, key: str | None = None) -> None:
         self.seen.set()
 
     def presence(self, device: str, online: bool) -> None:

@@ -116,9 +116,16 @@ class TimedBoard(BoardSimulator):
         super()._on_command(payload)
         self._watch.poke()
 
-    def press_button(self, press: str) -> None:
-        """The board's ``button`` event (``short`` / ``long`` / ``double``)."""
-        self._event("button", None, {"press": press})
+    def _event(self, evt: str, ref: str | None, data: dict[str, Any]) -> None:
+        super()._event(evt, ref, data)
+        self._watch.poke()  # waiters on ``sent_events`` re-check
+
+    def press_button(self, press: str, key: str | None = None) -> None:
+        """The board's ``button`` event (``short`` / ``long`` / ``double``; ``key``: which)."""
+        data: dict[str, Any] = {"press": press}
+        if key is not None:
+            data["key"] = key
+        self._event("button", None, data)
 
 
 @dataclass
@@ -294,12 +301,16 @@ async def lesson_rig(
     min_window_ms: int = 300,
     start: bool = True,
     sim: Mapping[str, Any] | None = None,
+    board_durations: Mapping[str, int] | None = None,
+    board_lacks: frozenset[str] = frozenset(),
     **overrides: Any,
 ) -> AsyncIterator[LessonRig]:
     """A gateway (started unless ``start=False``), a connected board and the test clients.
 
     ``overrides`` are settings sections merged over the rig's (e.g. ``runtime={...}``,
-    ``store={...}``); ``sim``: board simulator options (``SimOptions`` fields). The board "plays" clip *i* for ``durations_ms[i]`` ms.
+    ``store={...}``); ``sim``: board simulator options (``SimOptions`` fields). The board
+    "plays" clip *i* for ``durations_ms[i]`` ms (other board paths: ``board_durations``) and
+    rejects the commands in ``board_lacks``.
     """
     dev = new_device_id()
     catalog = fast_catalog(
@@ -323,7 +334,11 @@ async def lesson_rig(
         password=creds.password,
         options=SimOptions(
             heartbeat_s=HEARTBEAT_S,
-            durations={clip_path(c): d for c, d in zip(CLIPS, durations_ms, strict=True)},
+            durations={
+                **{clip_path(c): d for c, d in zip(CLIPS, durations_ms, strict=True)},
+                **(board_durations or {}),
+            },
+            unsupported=board_lacks,
             **(sim or {}),
         ),
         watch=watch,

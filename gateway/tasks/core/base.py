@@ -9,12 +9,14 @@ from dataclasses import replace
 
 from gateway.tasks.core.catalog import Catalog
 from gateway.tasks.core.effects import (
+    IndicateCue,
     InstanceColumns,
     InstanceState,
     PublishTaskEvent,
     ReturnToChat,
     RuntimeEffect,
     SendCommand,
+    SoundCue,
     StoreInstance,
 )
 from gateway.tasks.core.expected import ReadText
@@ -52,6 +54,8 @@ class RuntimeBase:
         # puts its own token between the instance id and the count.
         self._epoch = uuid.uuid4().hex[:6]
         # STOP_MEDIA we sent: (play ref, name); their audio.stopped is expected, not a failure.
+        # AUDIO_PAUSE/RESUME: assumed until the board rejects one (then STOP_MEDIA + replay).
+        self.audio_pause = True
         self._stopping: deque[tuple[str | None, str | None]] = deque(maxlen=8)  # oldest drops
 
     @property
@@ -70,9 +74,24 @@ class RuntimeBase:
         return round(now + self._wall_offset)
 
     def _command(self, inst: ActiveInstance, cmd: str, params: dict[str, object]) -> SendCommand:
+        return SendCommand(self._next_ref(inst), cmd, params, inst.record.priority, inst.id)
+
+    def _next_ref(self, inst: ActiveInstance) -> str:
         self._commands += 1
-        ref = f"{inst.id}.{self._epoch}.{self._commands}"
-        return SendCommand(ref, cmd, params, inst.record.priority, inst.id)
+        return f"{inst.id}.{self._epoch}.{self._commands}"
+
+    def _cues(self, inst: ActiveInstance, sound: str | None, state: str) -> list[RuntimeEffect]:
+        """The task's cues at a moment: its sound (when the task has one there) and, when the
+        task indicates, the board's logical state. Nothing for an absent board."""
+        if not self._online:
+            return []
+        prio = inst.record.priority
+        out: list[RuntimeEffect] = []
+        if sound is not None:
+            out.append(SoundCue(self._next_ref(inst), sound, prio, inst.id))
+        if inst.task.cues.indicate:
+            out.append(IndicateCue(self._next_ref(inst), state, prio, inst.id))
+        return out
 
     def _event(self, name: str, data: dict[str, object] | None = None) -> PublishTaskEvent:
         inst = self._inst
@@ -85,14 +104,20 @@ class RuntimeBase:
         self._stopping.append((inst.play_ref, inst.play_name))
         return [self._command(inst, "STOP_MEDIA", {})]
 
-    def _end(self, state: InstanceState, reason: str | None, now: float) -> list[RuntimeEffect]:
+    def _end(
+        self, state: InstanceState, reason: str | None, now: float, *, listen: bool = True
+    ) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         record = with_state(inst, state, reason, ended_ms=self._wall(now))
         name = "instance.completed" if state is InstanceState.COMPLETED else "instance.cancelled"
         event = PublishTaskEvent(name, inst.id, None, {"reason": reason} if reason else {})
+        if state is InstanceState.COMPLETED:
+            cues = self._cues(inst, inst.task.cues.task_complete, "TASK_COMPLETE")
+        else:
+            cues = self._cues(inst, None, "IDLE")
         self._inst, self._state = None, RuntimeState.IDLE
-        return [StoreInstance(record), event, ReturnToChat(inst.id)]
+        return [StoreInstance(record), event, *cues, ReturnToChat(inst.id, listen)]
 
 
 def with_state(

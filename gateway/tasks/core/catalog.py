@@ -30,6 +30,34 @@ class AssessmentDef(_Frozen):
     defer: bool = True
 
 
+SoundType = Literal["ding", "beep", "success", "error"]
+
+
+class CuesDef(_Frozen):
+    """The board's system sounds and logical states at the task's moments (spec D5, D10).
+
+    A sound is one of ding, beep, success, error, or null for none at that moment.
+    """
+
+    task_start: SoundType | None = None
+    window_open: SoundType | None = "ding"
+    window_close: SoundType | None = None
+    task_complete: SoundType | None = "success"
+    error: SoundType | None = "error"
+    indicate: bool = Field(
+        True, description="INDICATE TASK_RUNNING/PLAYING/LISTENING/PROCESSING/ERROR/... too."
+    )
+
+
+class ButtonsDef(_Frozen):
+    """What the board's key does during the task (device-capability spec D9)."""
+
+    long: Literal["chat", "idle"] = Field(
+        "chat",
+        description="A long press stops the task; then back to CHAT (listening) or idle (quiet).",
+    )
+
+
 def clip_stem(clip: str) -> str:
     """``"01.mp3"`` → ``"01"`` (the name up to the last dot)."""
     return clip.rsplit(".", 1)[0] if "." in clip.lstrip(".") else clip
@@ -74,6 +102,12 @@ class TaskDef(_Frozen):
     )
     repeat: int = Field(1, ge=1, le=1000, description="PLAY_AUDIO: loops the board plays.")
     listen_ms: int = Field(5_000, gt=0, description="LISTEN: length of the one window.")
+    volume: int | None = Field(
+        None, ge=0, le=100, description="PLAY_MEDIA volume (0-100); None: the board's own."
+    )
+    speed: float = Field(1.0, gt=0, description="PLAY_MEDIA speed; clamped into [0.5, 2.0].")
+    buttons: ButtonsDef = ButtonsDef()
+    cues: CuesDef = CuesDef()
     assessment: AssessmentDef = AssessmentDef()
     lessons: tuple[LessonDef, ...]
 

@@ -30,6 +30,7 @@ from gateway.tasks.core.effects import (
 )
 from gateway.tasks.core.events import (
     AsrText,
+    AudioPhase,
     ButtonPress,
     CommandOutcome,
     ControlAction,
@@ -45,20 +46,22 @@ from gateway.tasks.core.instance import (
     ActiveInstance,
     IllegalEvent,
     RuntimeState,
+    StartParams,
     params_of,
     parse_params,
 )
-from gateway.tasks.core.rules import PriorityLevel, contains_exit_phrase, preempts
+from gateway.tasks.core.rules import PriorityLevel, contains_exit_phrase, loops_left, preempts
 from gateway.tasks.core.stepping import Stepper
 
 _Refusal = tuple[ControlRefusal, str | None]  # reason, detail
+SKIP_KEYS = frozenset({"skip", "next"})  # a board key that skips the step (D9)
 
 
 @dataclass(frozen=True, slots=True)
 class _StartPlan:
     task: TaskDef
     lesson: LessonDef
-    params: tuple[float, int, int]  # listen ratio, repeat, first step
+    params: StartParams
 
 
 class DeviceRuntime(Stepper):
@@ -79,10 +82,8 @@ class DeviceRuntime(Stepper):
                 return self._on_outcome(event, now_ms)
             case Presence(online=online):
                 return self._on_presence(online, now_ms)
-            case ButtonPress(kind="long") if self._inst is not None:
-                return self._cancel("button", now_ms)
             case ButtonPress():
-                return [self._ignored(event, "no long press on a running task")]
+                return self._on_button(event, now_ms)
             case AsrText():
                 inst = self._inst
                 if (
@@ -115,7 +116,7 @@ class DeviceRuntime(Stepper):
         )
         return [reply]
 
-    def _control(self, req: ControlRequest, now: float) -> list[RuntimeEffect]:  # noqa: PLR0911 - the control transition table
+    def _control(self, req: ControlRequest, now: float) -> list[RuntimeEffect]:  # noqa: PLR0911, PLR0912 - the control transition table
         if req.priority not in tuple(PriorityLevel):
             return self._refuse(
                 req, ControlRefusal.INVALID, f"priority must be 1, 2 or 3: {req.priority!r}"
@@ -129,6 +130,8 @@ class DeviceRuntime(Stepper):
             return self._refuse(req, ControlRefusal.BUSY)
         accepted = self._reply(req, accepted=True, instance_id=inst.id)
         match req.action:
+            case ControlAction.VOLUME:
+                return self._set_volume(req, inst, accepted)
             case ControlAction.STOP:
                 return [accepted, *self._cancel("stopped", now)]
             case ControlAction.PAUSE if self.state is RuntimeState.PAUSED:
@@ -159,6 +162,17 @@ class DeviceRuntime(Stepper):
                 reply, *started = self._start(again, now)
                 assert isinstance(reply, ControlReply)  # noqa: S101 - _start replies first
                 return [replace(reply, action=str(req.action)), *cancelled, *started]
+
+    def _set_volume(
+        self, req: ControlRequest, inst: ActiveInstance, accepted: ControlReply
+    ) -> list[RuntimeEffect]:
+        """D12: the running instance's volume; its next PLAY_MEDIA carries it (snlp/v1 has
+        no volume command of its own)."""
+        volume = req.params.get("volume")
+        if type(volume) is not int or not 0 <= volume <= 100:
+            return self._refuse(req, ControlRefusal.INVALID, "volume must be an integer 0-100")
+        inst.volume = volume
+        return [accepted, self._event("volume.set", {"volume": volume})]
 
     def would_refuse(self, req: ControlRequest) -> bool:
         """Whether the runtime as it is now refuses ``req`` (a start, restart or resume): the
@@ -197,7 +211,6 @@ class DeviceRuntime(Stepper):
         effects: list[RuntimeEffect] = []
         if self._inst is not None:
             effects = self._cancel("preempted", now)
-        ratio, repeat, start = parsed
         record = InstanceColumns(
             instance_id=self._new_id(),
             device_id=self.device_id,
@@ -210,12 +223,22 @@ class DeviceRuntime(Stepper):
             state=InstanceState.RUNNING,
             reason=None,
             created_ms=self._wall(now),
-            params=params_of(ratio, repeat, start),
+            params=params_of(parsed),
         )
-        self._inst = ActiveInstance(task, lesson, record, ratio, repeat, index=start)
+        self._inst = ActiveInstance(
+            task, lesson, record, parsed.ratio, parsed.repeat, index=parsed.start
+        )
+        self._inst.volume, self._inst.speed = parsed.volume, parsed.speed
         reply = self._reply(req, accepted=True, instance_id=record.instance_id)
         started = PublishTaskEvent("instance.started", record.instance_id, None, record.params)
-        return [reply, *effects, StoreInstance(record), started, *self._begin_step(start, now)]
+        return [
+            reply,
+            *effects,
+            StoreInstance(record),
+            started,
+            *self._cues(self._inst, task.cues.task_start, "TASK_RUNNING"),
+            *self._begin_step(parsed.start, now),
+        ]
 
     # -- presence, pause, resume ------------------------------------------------------------
     def _on_presence(self, online: bool, now: float) -> list[RuntimeEffect]:
@@ -227,6 +250,8 @@ class DeviceRuntime(Stepper):
             return self._suspend(now, by_control=False)
         if not online:  # already paused by control: start the offline grace
             inst.offline, inst.deadline = True, now + self.config.offline_grace_ms
+            # the board may not hold its paused play when it is back: resume replays it
+            inst.board_paused, inst.play_ref, inst.play_name = False, None, None
             return []
         if self.state is not RuntimeState.PAUSED:
             return []
@@ -250,14 +275,24 @@ class DeviceRuntime(Stepper):
         assert inst.deadline is not None  # noqa: S101 - invariant of the state, narrows for mypy
         phase = self._state
         effects: list[RuntimeEffect] = []
+        keep_play = False
         if phase is RuntimeState.LISTENING:
             inst.remaining_ms = max(0.0, inst.deadline - now)
             effects += self._close_utterance(inst)
             if by_control:
                 effects.append(self._command(inst, "LISTEN_STOP", {}))
-        elif by_control:
-            effects += self._stop_media(inst)
-        inst.play_ref = inst.play_name = None
+        else:  # PLAYING: keep the loops still to play (D14)
+            since = inst.play_since if inst.play_since is not None else now
+            inst.played_ms, inst.play_since = inst.played_ms + now - since, None
+            inst.loops_left = loops_left(inst.loops, inst.played_ms, inst.loop_ms)
+            if by_control and self.audio_pause:  # the board holds the play
+                pause = self._command(inst, "AUDIO_PAUSE", {})
+                inst.pause_ref, inst.board_paused, keep_play = pause.command_id, True, True
+                effects.append(pause)
+            elif by_control:
+                effects += self._stop_media(inst)
+        if not keep_play:
+            inst.play_ref = inst.play_name = None
         inst.paused_phase, inst.by_control, inst.offline = phase, by_control, not by_control
         inst.deadline = None if by_control else now + self.config.offline_grace_ms
         self._state = RuntimeState.PAUSED
@@ -266,25 +301,74 @@ class DeviceRuntime(Stepper):
         return [*effects, StoreInstance(record), self._event("instance.paused", {"reason": reason})]
 
     def _resume(self, now: float) -> list[RuntimeEffect]:
-        """Continue a paused instance: replay the clip whose window had not opened, or reopen
-        the window for the time it had left."""
+        """Continue a paused instance: AUDIO_RESUME the play the board holds, else replay the
+        clip (with the loops left) whose window had not opened, or reopen the window for the
+        time it had left."""
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         inst.record = record = with_state(inst, InstanceState.RUNNING, None)
         effects: list[RuntimeEffect] = [StoreInstance(record), self._event("instance.resumed")]
         if inst.paused_phase is RuntimeState.LISTENING:
             return effects + self._open_window(inst.remaining_ms or 0.0, now)
-        return effects + self._play(now)
+        held, inst.held = inst.held, None
+        if held is not None:  # the play ended while paused: step on from its end now
+            self._state = RuntimeState.PLAYING
+            if held.kind is AudioPhase.COMPLETED:
+                return effects + self._completed(held, now)
+            return effects + self._fail_step(str(held.kind), now, stop=False)
+        if inst.board_paused:
+            resume = self._command(inst, "AUDIO_RESUME", {})
+            inst.pause_ref, inst.board_paused, inst.play_since = resume.command_id, False, now
+            inst.deadline = now + self.config.watchdog_ms(inst.loop_ms, inst.loops_left or 1)
+            inst.watchdog_left = None
+            self._state = RuntimeState.PLAYING
+            return [*effects, resume]
+        return effects + self._play(now, inst.loops_left)
 
-    def _cancel(self, reason: str, now: float) -> list[RuntimeEffect]:
+    def _cancel(self, reason: str, now: float, *, listen: bool = True) -> list[RuntimeEffect]:
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         effects: list[RuntimeEffect] = []
-        if self._online and self._state is RuntimeState.PLAYING:
+        held = self._state is RuntimeState.PAUSED and inst.board_paused
+        if self._online and (self._state is RuntimeState.PLAYING or held):
             effects = self._stop_media(inst)
         elif self._online and self._state is RuntimeState.LISTENING:
             effects = [self._command(inst, "LISTEN_STOP", {})]
-        return effects + self._end(InstanceState.CANCELLED, reason, now)
+        return effects + self._end(InstanceState.CANCELLED, reason, now, listen=listen)
+
+    # -- the board's key (D9) -----------------------------------------------------------------
+    def _on_button(self, ev: ButtonPress, now: float) -> list[RuntimeEffect]:  # noqa: PLR0911 - the key's table
+        """short: confirm (close the open window now) or resume a pause; double: pause or
+        resume; long: stop the task (back to CHAT, or idle if the task says so); a ``skip``
+        key: the rest of the step is skipped."""
+        inst = self._inst
+        if inst is None:
+            return [self._ignored(ev, "no task: the key belongs to CHAT")]
+        state = self._state
+        if ev.key in SKIP_KEYS and ev.kind == "short":
+            return self._skip(now)
+        if ev.kind == "long":
+            return self._cancel("button", now, listen=inst.task.buttons.long == "chat")
+        paused_by_key = state is RuntimeState.PAUSED and inst.by_control and not inst.offline
+        if ev.kind == "short" and state is RuntimeState.LISTENING:
+            return [self._event("window.confirmed"), *self._close_window(now)]
+        if ev.kind in ("short", "double") and paused_by_key:
+            inst.by_control = False
+            return self._resume(now)
+        if ev.kind == "double" and state is not RuntimeState.PAUSED:
+            return self._suspend(now, by_control=True)
+        return [self._ignored(ev, f"{ev.kind} press in {state.name}")]
+
+    def _skip(self, now: float) -> list[RuntimeEffect]:
+        inst = self._inst
+        assert inst is not None  # noqa: S101 - the caller checked it
+        if self._state is RuntimeState.LISTENING:
+            return [self._event("step.skipped"), *self._close_window(now)]
+        if self._state is not RuntimeState.PLAYING:
+            return [Ignored(self._state.name, "ButtonPress", "skip while paused")]
+        effects: list[RuntimeEffect] = [*self._stop_media(inst), self._event("step.skipped")]
+        inst.play_ref = inst.play_name = None
+        return effects + self._begin_step(inst.index + 1, now)
 
     def _ignored(self, event: object, reason: str) -> Ignored:
         return Ignored(self.state.name, type(event).__name__, reason)

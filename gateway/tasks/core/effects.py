@@ -77,6 +77,26 @@ class SendCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class SoundCue:
+    """SOUND ``{type}`` for the board (spec D5): fire and forget, its outcome changes nothing."""
+
+    command_id: str
+    sound: str  # ding | beep | success | error
+    prio: int
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndicateCue:
+    """INDICATE ``{state}`` for the board (spec D10): fire and forget, like a sound."""
+
+    command_id: str
+    state: str  # IDLE | LISTENING | PROCESSING | PLAYING | ERROR | TASK_RUNNING | TASK_COMPLETE
+    prio: int
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class PublishTaskEvent:
     """A lifecycle event for ``snlpgw/v1/task/{dev}``."""
 
@@ -125,7 +145,11 @@ class WindowLateness:
 
 @dataclass(frozen=True, slots=True)
 class ReturnToChat:
+    """The instance ended: CHAT has the device again; ``listen``: CHAT opens the microphone
+    (False: the device stays quiet until the child wakes it, a long press set to ``idle``)."""
+
     instance_id: str
+    listen: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +174,8 @@ class Ignored:
 
 RuntimeEffect = (
     SendCommand
+    | SoundCue
+    | IndicateCue
     | PublishTaskEvent
     | StoreInstance
     | StoreStep

@@ -18,6 +18,7 @@ class ControlAction(StrEnum):
     RESUME = "resume"
     STOP = "stop"
     RESTART = "restart"
+    VOLUME = "volume"  # params {"volume": 0-100}: the running instance's PLAY_MEDIA volume
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,14 @@ def outcome_matters(outcome: DeliveryResult) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ButtonPress:
-    kind: str  # "long" exits the task; other kinds are ignored by the runtime
+    """The board's key (device-capability spec D9; see ``DeviceRuntime._on_button``).
+
+    ``kind``: short | double | long; ``key``: which key, when the board has several
+    (``skip``/``next`` skips the step).
+    """
+
+    kind: str
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ from operator import attrgetter
 
 from gateway.tasks.core.catalog import LessonDef, TaskDef
 from gateway.tasks.core.effects import InstanceColumns, StepColumns
-from gateway.tasks.core.events import ControlRequest
-from gateway.tasks.core.rules import clamp_ratio
+from gateway.tasks.core.events import ControlRequest, PlaybackEvent
+from gateway.tasks.core.rules import clamp_ratio, clamp_speed
 
 
 class RuntimeState(Enum):
@@ -57,6 +57,17 @@ class ActiveInstance:
     remaining_ms: float | None = None  # window time left when paused mid-window
     by_control: bool = False
     offline: bool = False
+    volume: int | None = None  # PLAY_MEDIA volume (start param, task default, control action)
+    speed: float = 1.0  # PLAY_MEDIA speed, clamped into [0.5, 2.0]
+    # The current play's loops (D14: a pause keeps the loops still to play).
+    loops: int = 1  # loops the current PLAY_MEDIA asked for
+    loop_ms: float | None = None  # one loop's length at the play's speed, when known
+    play_since: float | None = None  # monotonic ms the board (last) started or resumed it
+    played_ms: float = 0.0  # played before ``play_since``
+    loops_left: int | None = None  # set by a pause: loops a replay must play
+    board_paused: bool = False  # AUDIO_PAUSE accepted: the board holds the play
+    pause_ref: str | None = None  # AUDIO_PAUSE / AUDIO_RESUME in flight (its outcome matters)
+    held: PlaybackEvent | None = None  # the paused play's end, reported while paused
 
     @property
     def id(self) -> str:
@@ -77,25 +88,52 @@ class ActiveInstance:
         return self.step
 
 
-def parse_params(
-    req: ControlRequest, task: TaskDef, lesson: LessonDef
-) -> tuple[float, int, int] | str:
-    """(ratio, repeat, start_step) from a start request, or the problem as text."""
+@dataclass(frozen=True, slots=True)
+class StartParams:
+    """A start request's parameters after the task's defaults."""
+
+    ratio: float
+    repeat: int
+    start: int
+    volume: int | None = None
+    speed: float = 1.0
+
+
+def _number(value: object) -> float | None:
+    """A JSON number (not a bool) as float, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def parse_params(req: ControlRequest, task: TaskDef, lesson: LessonDef) -> StartParams | str:
+    """The start parameters of a request, or the problem as text (``speed`` is clamped)."""
     ratio, repeat, start = task.listen_ratio, task.repeat, 0
+    volume, speed = task.volume, clamp_speed(task.speed)
     count = 1 if task.interaction_mode == "LISTEN" else len(lesson.clips)
     for key, value in req.params.items():
-        if key == "listen_ratio" and isinstance(value, int | float) and not isinstance(value, bool):
-            if value <= 0:
+        number = _number(value)
+        if key == "listen_ratio" and number is not None:
+            if number <= 0:
                 return "listen_ratio must be > 0"
-            ratio = clamp_ratio(float(value))
+            ratio = clamp_ratio(number)
         elif key == "repeat" and type(value) is int and 1 <= value <= 1000:
             repeat = value
         elif key == "start_step" and type(value) is int and 0 <= value < count:
             start = value
+        elif key == "volume" and type(value) is int and 0 <= value <= 100:
+            volume = value
+        elif key == "speed" and number is not None and number > 0:
+            speed = clamp_speed(number)
         else:
             return f"bad parameter {key}={value!r}"
-    return ratio, repeat, start
+    return StartParams(ratio, repeat, start, volume, speed)
 
 
-def params_of(ratio: float, repeat: int, start: int) -> Mapping[str, object]:
-    return {"listen_ratio": ratio, "repeat": repeat, "start_step": start}
+def params_of(p: StartParams) -> Mapping[str, object]:
+    out: dict[str, object] = {"listen_ratio": p.ratio, "repeat": p.repeat, "start_step": p.start}
+    if p.volume is not None:
+        out["volume"] = p.volume
+    if p.speed != 1.0:
+        out["speed"] = p.speed
+    return out

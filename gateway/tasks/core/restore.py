@@ -24,7 +24,7 @@ from gateway.tasks.core.effects import (
 )
 from gateway.tasks.core.expected import ReadText
 from gateway.tasks.core.instance import ActiveInstance
-from gateway.tasks.core.rules import RuntimeConfig, clamp_ratio
+from gateway.tasks.core.rules import RuntimeConfig, clamp_ratio, clamp_speed
 
 
 def last_activity_ms(instance: InstanceColumns, steps: Sequence[StepColumns]) -> int:
@@ -91,6 +91,8 @@ def restore_runtime(
         return runtime, [StoreInstance(ended), event]
     ratio = instance.params.get("listen_ratio", task.listen_ratio)
     repeat = instance.params.get("repeat", task.repeat)
+    volume = instance.params.get("volume", task.volume)
+    speed = instance.params.get("speed", task.speed)
     active = ActiveInstance(
         task,
         lesson,
@@ -98,5 +100,7 @@ def restore_runtime(
         clamp_ratio(float(ratio)) if isinstance(ratio, int | float) else task.listen_ratio,
         repeat if isinstance(repeat, int) else task.repeat,
         index=resume_index(instance, steps),
+        volume=volume if type(volume) is int else task.volume,
+        speed=clamp_speed(float(speed)) if isinstance(speed, int | float) else 1.0,
     )
     return runtime, runtime.adopt(active, now_ms, paused=by_control)

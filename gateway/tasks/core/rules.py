@@ -31,6 +31,22 @@ def clamp_ratio(ratio: float) -> float:
     return min(max(ratio, LISTEN_RATIO_MIN), LISTEN_RATIO_MAX)
 
 
+SPEED_MIN, SPEED_MAX = 0.5, 2.0  # PLAY_MEDIA speed (device-capability spec D1: clamped)
+
+
+def clamp_speed(speed: float) -> float:
+    """A playback speed into [0.5, 2.0] (out-of-range values are clamped, never refused)."""
+    return min(SPEED_MAX, max(SPEED_MIN, speed))
+
+
+def loops_left(loops: int, played_ms: float, loop_ms: float | None) -> int:
+    """Loops a replay must still play after ``played_ms`` of a ``loops``-times play (D14);
+    one loop's length unknown: all of them. Never fewer than one (the one playing)."""
+    if loop_ms is None or loop_ms <= 0:
+        return loops
+    return max(1, loops - int(played_ms // loop_ms))
+
+
 def listen_window_ms(duration_ms: float, ratio: float, min_window_ms: float) -> float:
     """``T = max(min_window_ms, clamp(ratio, 1.2, 1.5) * duration_ms)``; negative durations count as 0."""
     return max(float(min_window_ms), clamp_ratio(ratio) * max(0.0, float(duration_ms)))

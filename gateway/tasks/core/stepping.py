@@ -25,6 +25,7 @@ from gateway.tasks.core.effects import (
 from gateway.tasks.core.events import (
     AudioPhase,
     CommandOutcome,
+    DeliveryResult,
     PlaybackEvent,
     UtteranceStarted,
     UtteranceStopped,
@@ -78,21 +79,31 @@ class Stepper(RuntimeBase):
         expected = resolve_expected_text(inst.task, inst.lesson, index, self._read_text)
         inst.step = StepColumns(inst.id, index, name, expected)
 
-    def _play(self, now: float) -> list[RuntimeEffect]:
+    def _play(self, now: float, loops: int | None = None) -> list[RuntimeEffect]:
+        """PLAY_MEDIA of the step's clip; ``loops``: what a pause left of a repeater's N."""
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         assert inst.step is not None  # noqa: S101 - invariant of the state, narrows for mypy
         repeat = inst.repeat if inst.mode == "PLAY_AUDIO" else 1
+        repeat = loops if loops is not None else repeat
         name = inst.step.prompt_text
-        cmd = self._command(inst, "PLAY_MEDIA", {"name": name, "repeat": repeat})
+        params: dict[str, object] = {"name": name, "repeat": repeat}
+        if inst.volume is not None:
+            params["volume"] = inst.volume
+        if inst.speed != 1.0:
+            params["speed"] = inst.speed
+        cmd = self._command(inst, "PLAY_MEDIA", params)
         inst.play_ref, inst.play_name = cmd.command_id, name
         known = inst.lesson.duration_ms(inst.lesson.clips[inst.index])
-        inst.deadline = now + self.config.watchdog_ms(known, repeat)
+        inst.loop_ms = known / inst.speed if known else None
+        inst.loops, inst.played_ms, inst.play_since, inst.loops_left = repeat, 0.0, now, None
+        inst.board_paused, inst.pause_ref, inst.held = False, None, None
+        inst.deadline = now + self.config.watchdog_ms(inst.loop_ms, repeat)
         inst.watchdog_left = None
         self._state = RuntimeState.PLAYING
         step = inst.set_step(played_ms=self._wall(now))
         played = self._event("step.played", {"name": name, "command_id": cmd.command_id})
-        return [StoreStep(step), cmd, played]
+        return [StoreStep(step), cmd, *self._cues(inst, None, "PLAYING"), played]
 
     def _open_window(self, window_ms: float, now: float) -> list[RuntimeEffect]:
         inst = self._inst
@@ -110,7 +121,8 @@ class Stepper(RuntimeBase):
             "window_ms": round(window_ms),
             "planned_close_ms": step.window_planned_close_ms,
         }
-        return [cmd, StoreStep(step), self._event("window.opened", data)]
+        cues = self._cues(inst, inst.task.cues.window_open, "LISTENING")
+        return [cmd, *cues, StoreStep(step), self._event("window.opened", data)]
 
     def _close_utterance(self, inst: ActiveInstance) -> list[RuntimeEffect]:
         if inst.open_utterance is None or inst.step is None:
@@ -126,6 +138,7 @@ class Stepper(RuntimeBase):
         closed = WindowLateness(inst.id, inst.step.step_index, inst.deadline, now)
         effects: list[RuntimeEffect] = [
             self._command(inst, "LISTEN_STOP", {}),
+            *self._cues(inst, inst.task.cues.window_close, "PROCESSING"),
             *self._close_utterance(inst),
         ]
         step = inst.set_step(window_closed_ms=self._wall(now))
@@ -143,6 +156,7 @@ class Stepper(RuntimeBase):
         inst = self._inst
         assert inst is not None  # noqa: S101 - invariant of the state, narrows for mypy
         effects: list[RuntimeEffect] = self._stop_media(inst) if stop else []
+        effects += self._cues(inst, inst.task.cues.error, "ERROR")
         inst.play_ref = inst.play_name = None
         step = inst.set_step(failure=reason)
         effects += [StoreStep(step), self._event("step.failed", {"reason": reason})]
@@ -163,9 +177,22 @@ class Stepper(RuntimeBase):
                 return True
         return False
 
+    def _held_play(self, ev: PlaybackEvent) -> bool:
+        """An event of the play the board holds paused (AUDIO_PAUSE accepted)."""
+        inst = self._inst
+        if inst is None or not inst.board_paused or self._state is not RuntimeState.PAUSED:
+            return False
+        return ev.ref == inst.play_ref if ev.ref is not None else ev.name == inst.play_name
+
     def _on_audio(self, ev: PlaybackEvent, now: float) -> list[RuntimeEffect]:
         if ev.kind is AudioPhase.STOPPED and self._requested_stop(ev):
             return [Ignored(self._state.name, str(ev.kind), "stop requested by the gateway")]
+        if self._held_play(ev):
+            inst = self._inst
+            assert inst is not None  # noqa: S101 - _held_play checked it
+            if ev.kind in (AudioPhase.COMPLETED, AudioPhase.FAILED, AudioPhase.STOPPED):
+                inst.held = ev  # the play ended before the pause took: acted on at resume
+            return []
         if not self._is_current_play(ev):
             return [Ignored(self._state.name, str(ev.kind), "not the current play")]
         inst = self._inst
@@ -175,13 +202,19 @@ class Stepper(RuntimeBase):
                 return self._completed(ev, now)
             case AudioPhase.FAILED | AudioPhase.STOPPED:
                 return self._fail_step(str(ev.kind), now, stop=False)
-            case AudioPhase.STARTED if ev.duration_ms:
-                inst.deadline = now + self.config.watchdog_ms(ev.duration_ms, inst.repeat)
+            case AudioPhase.STARTED:
+                inst.play_since = now
+                if ev.duration_ms:
+                    inst.loop_ms = float(ev.duration_ms)
+                    inst.deadline = now + self.config.watchdog_ms(ev.duration_ms, inst.loops)
             case AudioPhase.PAUSED if inst.watchdog_left is None and inst.deadline is not None:
                 inst.watchdog_left = inst.deadline - now
                 inst.deadline = now + self.config.completion_max_ms
+                since = inst.play_since if inst.play_since is not None else now
+                inst.played_ms, inst.play_since = inst.played_ms + now - since, None
             case AudioPhase.RESUMED if inst.watchdog_left is not None:
                 inst.deadline, inst.watchdog_left = now + inst.watchdog_left, None
+                inst.play_since = now
             case _:
                 pass
         return []
@@ -205,7 +238,27 @@ class Stepper(RuntimeBase):
         inst = self._inst
         if inst is not None and ev.ref == inst.play_ref and self._state is RuntimeState.PLAYING:
             return self._fail_step(f"play_{ev.outcome}", now, stop=False)
+        if inst is not None and ev.ref is not None and ev.ref == inst.pause_ref:
+            return self._pause_not_taken(ev, now)
         return [Ignored(self._state.name, "CommandOutcome", f"{ev.outcome} for {ev.ref}")]
+
+    def _pause_not_taken(self, ev: CommandOutcome, now: float) -> list[RuntimeEffect]:
+        """AUDIO_PAUSE or AUDIO_RESUME did not reach or was refused by the board: today's way
+        instead (STOP_MEDIA now, or at resume a replay of the loops left). A rejection means
+        the board lacks them: this device gets STOP_MEDIA + replay from now on."""
+        inst = self._inst
+        assert inst is not None  # noqa: S101 - the caller checked it
+        inst.pause_ref = None
+        if ev.outcome is DeliveryResult.REJECTED:
+            self.audio_pause = False
+        effects: list[RuntimeEffect] = []
+        if self._online and inst.play_ref is not None:
+            effects = self._stop_media(inst)
+        inst.board_paused = False
+        if self._state is RuntimeState.PAUSED:  # the pause: resume replays the loops left
+            inst.play_ref = inst.play_name = None
+            return effects
+        return effects + self._play(now, inst.loops_left)  # the resume: replay them now
 
     def _on_speech(self, ev: UtteranceStarted | UtteranceStopped) -> list[RuntimeEffect]:
         inst = self._inst

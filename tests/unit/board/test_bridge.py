@@ -14,14 +14,14 @@ from tests.unit.board.fakes import DEV, make_rig
 @dataclass
 class FakeTasks:
     events: list[tuple[str, PlaybackEvent]] = field(default_factory=list)
-    buttons: list[tuple[str, str]] = field(default_factory=list)
+    buttons: list[tuple[str, str, str | None]] = field(default_factory=list)
     presences: list[tuple[str, bool]] = field(default_factory=list)
 
     def board_event(self, device: str, event: PlaybackEvent) -> None:
         self.events.append((device, event))
 
-    def button(self, device: str, kind: str) -> None:
-        self.buttons.append((device, kind))
+    def button(self, device: str, kind: str, key: str | None = None) -> None:
+        self.buttons.append((device, kind, key))
 
     def presence(self, device: str, online: bool) -> None:
         self.presences.append((device, online))
@@ -68,6 +68,7 @@ async def test_events_buttons_and_presence_reach_the_task_shell() -> None:
         },
     )
     rig.deliver(DEV, "evt", {"evt": "button", "data": {"press": "long"}})
+    rig.deliver(DEV, "evt", {"evt": "button", "data": {"press": "short", "key": "skip"}})
     rig.deliver(DEV, "evt", {"evt": "app_task.state", "data": {"state": "running"}})
     rig.deliver(DEV, "status", {"online": False})
     assert tasks.events == [
@@ -78,7 +79,7 @@ async def test_events_buttons_and_presence_reach_the_task_shell() -> None:
             ),
         )
     ]
-    assert tasks.buttons == [(DEV, "long")]
+    assert tasks.buttons == [(DEV, "long", None), (DEV, "short", "skip")]
     assert tasks.presences == [(DEV, True), (DEV, False)]
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gateway.board import wire
-from gateway.board.model import AckStatus, BoardAck, BoardHeartbeat, BoardReport, OnlineStatus
+from gateway.board.model import (
+    AckStatus,
+    BoardAck,
+    BoardCueDone,
+    BoardHeartbeat,
+    BoardReport,
+    OnlineStatus,
+)
 from topics.errors import PayloadError, PayloadReason
 from topics.snlp_commands import PlayMedia
 from topics.tree import TopicKind
@@ -57,3 +64,23 @@ def test_command_bytes_are_stable_for_resends() -> None:
         "PLAY_MEDIA", {"name": "a"}, id="c1", ts_ms=1, prio=2, ttl_ms=10
     )
     assert a == b
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (
+            b'{"ref":"c7","evt":"sound.completed","data":{"type":"ding"}}',
+            BoardCueDone("sound.completed", "ding"),
+        ),
+        (
+            b'{"ref":"c8","evt":"wait.elapsed","data":{"ms":800}}',
+            BoardCueDone("wait.elapsed", ms=800),
+        ),
+        (b'{"evt":"wait.cancelled"}', BoardCueDone("wait.cancelled")),
+    ],
+)
+def test_cue_answers_map_to_their_own_type(payload: bytes, expected: BoardCueDone) -> None:
+    parsed = wire.parse(TopicKind.EVT, payload, max_bytes=8192)
+    assert isinstance(parsed, wire.ParsedEvent)
+    assert parsed.body == expected

@@ -74,6 +74,9 @@ _EVENTS: list[tuple[str, e.Event]] = [
     ("button", e.ButtonEvent(id="e2", ts=TS, evt="button", data=e.ButtonData(press="long", key="boot"))),
     ("app_task", e.AppTaskEvent(id="e3", ts=TS, evt="app_task.state", data=e.AppTaskData(state="running", detail={"step": 2}))),
     ("unknown_event", e.UnknownEvent(id="e4", ts=TS, evt="sd.mounted", data={"free_mb": 512})),
+    ("sound_completed", e.CueEvent(id="e5", ts=TS, ref="c7", evt="sound.completed", data=e.CueData(type="ding"))),
+    ("wait_elapsed", e.CueEvent(id="e6", ts=TS, ref="c8", evt="wait.elapsed", data=e.CueData(ms=800))),
+    ("wait_cancelled", e.CueEvent(ref="c8", evt="wait.cancelled")),
 ]  # fmt: skip
 
 _UP: list[tuple[str, BaseModel]] = [
@@ -86,6 +89,8 @@ _UP: list[tuple[str, BaseModel]] = [
     ("udp_timeout", x.UdpTimeout(session_id="s1", type="udp_timeout")),
     ("ping", x.Ping(type="ping")),
     ("iot", x.Iot(session_id="", type="iot", update=True, descriptors=[{"name": "Speaker"}])),
+    ("task_report", x.DeviceTaskReport(session_id="s1", type="step.completed", task_instance_id="i1", step_id="i1:0")),
+    ("task_report_speech", x.DeviceTaskReport(session_id="s1", type="speech.started", task_instance_id="i1", step_id="i1:0")),
 ]  # fmt: skip
 
 _DOWN: list[tuple[str, BaseModel]] = [
@@ -97,6 +102,9 @@ _DOWN: list[tuple[str, BaseModel]] = [
     ("mcp", x.ServerMcp(payload=x.McpRequest(id=10000, method="tools/list", params={"cursor": ""}))),
     ("system", x.System(command="reboot")),
     ("alert", x.Alert(status="error", message="offline", emotion="sad")),
+    ("mode_set", x.ModeSet(session_id="s1", mode="SHADOWING", task_instance_id="i1")),
+    ("task", x.ServerTask(type="task.start", session_id="s1", task_instance_id="i1", app_id="english_learning", task_id="shadowing", lesson_id="unit01")),
+    ("step_start", x.ServerStep(session_id="s1", task_instance_id="i1", step_id="i1:0", action="listen", timeout_ms=2568)),
 ]  # fmt: skip
 
 _TASK: list[tuple[str, b.TaskEvent]] = [
@@ -121,7 +129,7 @@ SAMPLES: list[Sample] = [
     Sample("hb", "snlp.heartbeat", _board(TopicKind.HB), s.Heartbeat(id="h1", ts=TS, up_ms=8123456, rssi=-61, heap=81234, sd_free_mb=512, playing=s.Playing(ref="c1", name="a.mp3", prio=3), fw="1.2.3")),
     Sample("hb.empty", "snlp.heartbeat", _board(TopicKind.HB), s.Heartbeat(playing=False)),
     Sample("status", "snlp.status", _board(TopicKind.STATUS), s.BoardStatus(online=True, session="boot-7", ts=TS, by="board")),
-    *(Sample(f"xiaozhi.up.{n}", f"xiaozhi.up.{n.split('_detect')[0]}", parse_xiaozhi, m) for n, m in _UP),
+    *(Sample(f"xiaozhi.up.{n}", f"xiaozhi.up.{n.split('_detect')[0].split('_speech')[0]}", parse_xiaozhi, m) for n, m in _UP),
     *(Sample(f"xiaozhi.down.{n}", f"xiaozhi.down.{n}", parse_xiaozhi_downlink, m) for n, m in _DOWN),
     Sample("ctl.start", "snlpgw.ctl_request", _gw(TopicKind.CTL), b.CtlRequest(v=1, id="r1", action="start", app_id="english_learning", task_id="shadowing", lesson_id="unit01", params={"listen_ratio": 1.3}, source="parent-app")),
     Sample("ctl.sync", "snlpgw.ctl_request", _gw(TopicKind.CTL), b.CtlRequest(v=1, id="r3", action="sync", app_id="english_learning", task_id="shadowing", lesson_id="unit01")),

@@ -12,12 +12,14 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from devstack.asyncapi import CHANNELS, HERE, drift, main, write
 from devstack.asyncapi import generate as _generate
 from gateway.metrics import Metrics
 from gateway.mqtt.edge import presence_payload
 from topics import GatewayStatus, OpsMetrics, TopicKind, build_topic, parse_snlpgw
+from topics.snlp_commands import PlayMedia
 
 FORBIDDEN = {
     "passed", "pass", "failed_check", "grade", "level", "good", "bad", "score_verdict",
@@ -143,3 +145,17 @@ def test_metrics_snapshot_becomes_an_ops_message() -> None:
     assert list(message.metrics) == sorted(message.metrics)
     wire = message.model_dump_json().encode()
     assert parse_snlpgw(TopicKind.OPS_METRICS, wire) == message
+
+
+@pytest.mark.parametrize(
+    ("speed", "kept"), [(0.1, 0.5), (0.5, 0.5), (1.25, 1.25), (2, 2.0), (7.5, 2.0)]
+)
+def test_play_media_speed_is_clamped_not_refused(speed: float, kept: float) -> None:
+    assert PlayMedia(name="a.mp3", speed=speed).speed == kept
+
+
+def test_play_media_speed_must_still_be_a_number() -> None:
+    with pytest.raises(ValidationError):
+        PlayMedia.model_validate({"name": "a.mp3", "speed": "fast"})
+    with pytest.raises(ValidationError):
+        PlayMedia.model_validate({"name": "a.mp3", "speed": True})

@@ -110,7 +110,7 @@ def test_generic_rejects(parse: Parse, payload: bytes, reason: PayloadReason) ->
         (parse_ctl_request, b'{"v":1,"id":"r1","action":"stop","priority":4}', R.INVALID, "priority"),
         (parse_ctl_request, b'{"v":1,"id":"r1","action":"stop","prority":3}', R.INVALID, "prority"),
         (parse_ctl_request, b'{"id":"r1","action":"stop"}', R.UNSUPPORTED_VERSION, ""),
-        (TASK, b'{"v":1,"ts":1,"device":"aa_bb_cc_dd_ee_ff","event":"step.skipped","data":{}}', R.UNKNOWN_TYPE, "step.skipped"),
+        (TASK, b'{"v":1,"ts":1,"device":"aa_bb_cc_dd_ee_ff","event":"step.exploded","data":{}}', R.UNKNOWN_TYPE, "step.exploded"),
         (TASK, b'{"v":1,"ts":1,"device":"AA","event":"step.played","data":{}}', R.INVALID, "device"),
         (REPLY, b'{"v":1,"ref":"r","device":"aa_bb_cc_dd_ee_ff","action":"stop","status":"refused","ts":1}', R.INVALID, "reason"),
         (ASSESS, b'{"v":1,"instance_id":"i","step_index":0,"device":"aa_bb_cc_dd_ee_ff","prompt_text":"p","asr_text":null,"metrics":[],"assessed_at":1}', R.INVALID, "expected_text"),

@@ -260,7 +260,7 @@ def test_long_button_press_stops_media() -> None:
     d = Driver()
     assert of(Ignored, d.at(0, ButtonPress("long"))) != []  # no task: ignored
     d.at(0, START)
-    assert of(Ignored, d.at(5, ButtonPress("short"))) != []
+    assert of(Ignored, d.at(5, ButtonPress("short"))) != []  # playing: nothing to confirm
     out = d.at(10, ButtonPress("long"))
     assert [c.cmd for c in commands(out)] == ["STOP_MEDIA"]
     assert of(StoreInstance, out)[0].record.reason == "button"
