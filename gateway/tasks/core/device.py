@@ -180,6 +180,9 @@ class DeviceRuntime(Stepper):
         lesson = task.lesson(req.lesson_id) if task else None
         if task is None or lesson is None:
             return ControlRefusal.UNKNOWN_TASK, f"{req.app_id}/{req.task_id}/{req.lesson_id}"
+        if task.interaction_mode == "STEPS":
+            # The task DSL runs on the step interpreter (gateway.tasks.dsl), not this clock.
+            return ControlRefusal.INVALID, "STEPS tasks are not run by the clock-stepped runtime"
         parsed = parse_params(req, task, lesson)
         if isinstance(parsed, str):
             return ControlRefusal.INVALID, parsed
