@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.assessment.engine import Backend
 from gateway.assessment.path import AssessmentPath
@@ -21,6 +23,7 @@ from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster, Ownership
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
+from gateway.speech.service import SpeechEventLog, SpeechService
 from gateway.store import Store, build_store_components
 from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
 from gateway.tasks.core.admission import AdmissionConfig
@@ -29,6 +32,8 @@ from gateway.tasks.inbox import TaskInbox
 from gateway.tasks.records import StoreRecorder
 from gateway.tasks.service import TaskService
 from gateway.xiaozhi import XiaozhiChannel, utterance_id
+from gateway.xiaozhi.messages import DeviceHello
+from gateway.xiaozhi.roster import SessionLink
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,42 @@ class VoiceToTasks:
 
 
 @dataclass
+class SessionEventsTee:
+    """The Xiaozhi channel's session events: CHAT's (when it runs), and session ends to SPEAK
+    too (its utterances on that session are interrupted)."""
+
+    chat: ChatComponent | None
+    speech: SpeechService | None
+
+    def holds_hello(self, dev: str, hello: DeviceHello) -> bool:
+        return self.chat is not None and self.chat.holds_hello(dev, hello)
+
+    def session_opened(self, dev: str, session_id: str, channel: SessionLink) -> None:
+        if self.chat is not None:
+            self.chat.session_opened(dev, session_id, channel)
+
+    def session_closed(self, dev: str, session_id: str, reason: str) -> None:
+        if self.speech is not None:
+            self.speech.session_closed(dev, session_id, reason)
+        if self.chat is not None:
+            self.chat.session_closed(dev, session_id, reason)
+
+    def listen(
+        self, dev: str, session_id: str, state: str, mode: str | None, text: str | None
+    ) -> None:
+        if self.chat is not None:
+            self.chat.listen(dev, session_id, state, mode, text)
+
+    def abort(self, dev: str, session_id: str, reason: str | None) -> None:
+        if self.chat is not None:
+            self.chat.abort(dev, session_id, reason)
+
+    def mcp_message(self, dev: str, payload: Mapping[str, Any]) -> None:
+        if self.chat is not None:
+            self.chat.mcp_message(dev, payload)
+
+
+@dataclass
 class Gateway:
     """The built service plus handles tests and the demo use."""
 
@@ -60,6 +101,7 @@ class Gateway:
     assessment: AssessmentPath
     store: Store
     chat: ChatComponent | None = None
+    speech: SpeechService | None = None
 
 
 def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
@@ -105,6 +147,8 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         chat = ChatComponent(
             ctx=ctx, settings=settings.chat, inner=voice, asr=assessment, start_task=start_task
         )
+    # SPEAK needs the channel and the channel tells it of session ends: set right below.
+    events = SessionEventsTee(chat, None)
     xiaozhi = XiaozhiChannel(
         settings=settings,
         mqtt=ctx.mqtt,
@@ -112,11 +156,19 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         http=ctx.http,
         admin=ctx.admin,
         voice=chat or voice,
-        events=chat,
+        events=events if (chat is not None or settings.speech.enabled) else None,
         uplink_tap=chat.uplink if chat else None,
         owns=ownership.owns,
         listening_by_default=False,
     )
+    speech = None
+    if settings.speech.enabled:
+        # The task runtime takes SPEAK's events once its inbox has speak_started/completed/
+        # interrupted (the task DSL); until then they are logged.
+        speech = SpeechService(
+            settings=settings.speech, channel=xiaozhi, sink=SpeechEventLog(), metrics=ctx.metrics
+        )
+        events.speech = speech
     cluster = Cluster(
         ctx=ctx,
         ownership=ownership,
@@ -148,8 +200,10 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     components: list[Component] = [*parts.components, cluster, board, xiaozhi, assessment, tasks]
     if chat is not None:
         components.append(chat)
+    if speech is not None:
+        components.append(speech)
     service = Service(ctx, components)
-    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat)
+    return Gateway(service, tasks, board, xiaozhi, assessment, parts.store, chat, speech)
 
 
 def build_service(settings: Settings) -> Service:

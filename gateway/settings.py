@@ -477,6 +477,52 @@ def _default_gateway_id() -> str:
     return cleaned or "gw"
 
 
+class SpeechSettings(_Section):
+    enabled: bool = Field(
+        True, description="Speak text and stream lesson clips to Xiaozhi devices."
+    )
+    engine: Literal["espeak", "http"] = Field(
+        "espeak",
+        description="TTS engine: `espeak` (espeak-ng, offline) or `http` (an OpenAI-compatible "
+        "`POST /v1/audio/speech` server at `speech.http_url`).",
+    )
+    espeak_voices: dict[str, str] = Field(
+        {"en": "en-us", "zh": "cmn"},
+        description="Voice (`en`, `zh`) → espeak-ng voice.",
+    )
+    espeak_wpm: int = Field(150, ge=80, le=450, description="espeak-ng speaking rate (words/min).")
+    http_url: str | None = Field(
+        None, description="HTTP TTS endpoint, e.g. http://tts:8000/v1/audio/speech."
+    )
+    http_model: str = Field("tts-1", description="HTTP TTS `model`.")
+    http_voices: dict[str, str] = Field(
+        {"en": "alloy", "zh": "alloy"}, description="Voice (`en`, `zh`) → HTTP TTS `voice`."
+    )
+    http_timeout_s: float = Field(10.0, gt=0, description="HTTP TTS request timeout.")
+    cache_bytes: int = Field(
+        16 * 1024 * 1024, ge=0, description="Phrase cache budget (Opus bytes, LRU; 0: off)."
+    )
+    max_utterance_s: float = Field(
+        300.0, gt=0, description="Longest text or clip spoken at once (longer: refused)."
+    )
+    max_devices: int = Field(10_000, ge=1, description="Devices speaking at once (more: refused).")
+    synth_concurrency: int = Field(
+        2, ge=1, description="Syntheses / clip decodes running at once (CPU-bound)."
+    )
+    address_wait_s: float = Field(
+        3.0, gt=0, description="Wait for a device's first datagram before speaking to it."
+    )
+    tts_lead_s: float = Field(
+        0.2, ge=0, description="Audio held after `tts start` (the broker hop; see CHAT)."
+    )
+
+    @model_validator(mode="after")
+    def _http_needs_url(self) -> SpeechSettings:
+        if self.engine == "http" and not self.http_url:
+            raise ValueError("speech.engine=http needs speech.http_url")
+        return self
+
+
 class Settings(BaseSettings):
     """Root settings; every field documented in docs/settings.md's table (generated)."""
 
@@ -507,6 +553,7 @@ class Settings(BaseSettings):
     cluster: ClusterSettings = ClusterSettings()
     ops: OpsSettings = OpsSettings()
     chat: ChatSettings = ChatSettings()
+    speech: SpeechSettings = SpeechSettings()
 
     @classmethod
     def settings_customise_sources(

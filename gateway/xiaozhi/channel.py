@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from codec.vad import VadSegmenter
@@ -38,6 +39,15 @@ from gateway.xiaozhi.stats import ChannelStats
 from gateway.xiaozhi.udp import COALESCE_S, UdpEndpoint
 from gateway.xiaozhi.udp_socket import open_socket
 from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
+
+
+@dataclass(frozen=True, slots=True)
+class DownlinkTarget:
+    """Where downlink speech goes: the open session and its decoder's announced parameters."""
+
+    session_id: str
+    sample_rate: int
+    frame_ms: int
 
 
 class XiaozhiMqtt(Publisher, Protocol):
@@ -252,6 +262,28 @@ class XiaozhiChannel:
         effects = self.core.close(dev)
         self._roster.apply(effects)
         return bool(effects)
+
+    def downlink_target(self, dev: str) -> DownlinkTarget | None:
+        """``dev``'s open session and the downlink audio its hello reply announced (None: no
+        open session)."""
+        live = self._roster.of(dev)
+        if live is None:
+            return None
+        return DownlinkTarget(live.session_id, live.downlink_rate, live.downlink_frame_ms)
+
+    async def reachable(self, dev: str, session_id: str, timeout_s: float) -> bool:
+        """Wait (bounded) until ``dev``'s session ``session_id`` has sent a datagram, so its
+        address is known and downlink audio can reach it; False if it did not in time or that
+        session is not the open one."""
+        live = self._roster.of(dev)
+        if live is None or live.session_id != session_id:
+            return False
+        try:
+            async with asyncio.timeout(timeout_s):
+                await live.wait_address()
+        except TimeoutError:
+            return False
+        return True
 
     def send_audio(self, dev: str, session_id: str, opus_packet: bytes) -> bool:
         """One downlink Opus packet to ``dev``'s session ``session_id`` (the caller paces);

@@ -29,6 +29,9 @@ class LiveSession:
     rebind_bucket: TokenBucket  # REBIND candidates only: they never spend ``bucket``
     address_known: bool = False  # an authentic uplink datagram came: downlink has a target
     replied: bool = False  # its hello reply went out (held while a bridged server answers)
+    # What its hello reply told the device's decoder (downlink Opus rate and frame duration).
+    downlink_rate: int = 16_000
+    downlink_frame_ms: int = 60
     # Made only when used (most sessions never speak a lesson's TTS): no Event or Lock per open
     # session for the garbage collector to walk.
     _address_event: asyncio.Event | None = field(default=None, repr=False)

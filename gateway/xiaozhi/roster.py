@@ -161,6 +161,7 @@ class SessionRoster:
 
     def _reply(self, live: LiveSession, *, sample_rate: int = 16_000, frame_ms: int = 60) -> None:
         live.replied = True
+        live.downlink_rate, live.downlink_frame_ms = sample_rate, frame_ms
         session = live.session
         host, port = self._udp_address()
         self._publish(
