@@ -25,6 +25,7 @@ from gateway.tasks.core.effects import (
     InstanceColumns,
     InstanceState,
     PublishTaskEvent,
+    RunSteps,
     RuntimeEffect,
     StoreInstance,
 )
@@ -37,6 +38,7 @@ from gateway.tasks.core.events import (
     PlaybackEvent,
     Presence,
     RuntimeEvent,
+    StepsFinished,
     TimerFired,
     UtteranceStarted,
     UtteranceStopped,
@@ -52,6 +54,7 @@ from gateway.tasks.core.rules import PriorityLevel, contains_exit_phrase, preemp
 from gateway.tasks.core.stepping import Stepper
 
 _Refusal = tuple[ControlRefusal, str | None]  # reason, detail
+_NO_PAUSE = (ControlAction.PAUSE, ControlAction.RESUME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,7 @@ class _StartPlan:
 class DeviceRuntime(Stepper):
     """The task runtime of one device; construct once per device and feed it every event."""
 
-    def handle(self, event: RuntimeEvent, now_ms: float) -> list[RuntimeEffect]:  # noqa: PLR0911 - the dispatch table
+    def handle(self, event: RuntimeEvent, now_ms: float) -> list[RuntimeEffect]:  # noqa: PLR0911, PLR0912 - the dispatch table
         if now_ms < self._now:
             raise IllegalEvent(self.state, event, f"time went backwards ({now_ms} < {self._now})")
         self._now = now_ms
@@ -94,8 +97,16 @@ class DeviceRuntime(Stepper):
                 return []
             case UtteranceStarted() | UtteranceStopped():
                 return self._on_speech(event)
+            case StepsFinished():
+                return self._steps_finished(event, now_ms)
             case _:
                 raise IllegalEvent(self.state, event, "not a runtime event")
+
+    def _steps_finished(self, event: StepsFinished, now: float) -> list[RuntimeEffect]:
+        inst = self._inst
+        if inst is None or inst.id != event.instance_id:
+            return [self._ignored(event, "not the current instance")]
+        return self._end(InstanceState.COMPLETED, None, now)
 
     def on_time(self, now_ms: float) -> list[RuntimeEffect]:
         return self.handle(TimerFired(), now_ms)
@@ -115,7 +126,7 @@ class DeviceRuntime(Stepper):
         )
         return [reply]
 
-    def _control(self, req: ControlRequest, now: float) -> list[RuntimeEffect]:  # noqa: PLR0911 - the control transition table
+    def _control(self, req: ControlRequest, now: float) -> list[RuntimeEffect]:  # noqa: PLR0911, PLR0912 - the control transition table
         if req.priority not in tuple(PriorityLevel):
             return self._refuse(
                 req, ControlRefusal.INVALID, f"priority must be 1, 2 or 3: {req.priority!r}"
@@ -127,6 +138,8 @@ class DeviceRuntime(Stepper):
             return self._refuse(req, ControlRefusal.NO_INSTANCE)
         if not preempts(req.priority, inst.record.priority):
             return self._refuse(req, ControlRefusal.BUSY)
+        if self.state is RuntimeState.SCRIPTED and req.action in _NO_PAUSE:
+            return self._refuse(req, ControlRefusal.INVALID, "a STEPS task does not pause")
         accepted = self._reply(req, accepted=True, instance_id=inst.id)
         match req.action:
             case ControlAction.STOP:
@@ -180,9 +193,6 @@ class DeviceRuntime(Stepper):
         lesson = task.lesson(req.lesson_id) if task else None
         if task is None or lesson is None:
             return ControlRefusal.UNKNOWN_TASK, f"{req.app_id}/{req.task_id}/{req.lesson_id}"
-        if task.interaction_mode == "STEPS":
-            # The task DSL runs on the step interpreter (gateway.tasks.dsl), not this clock.
-            return ControlRefusal.INVALID, "STEPS tasks are not run by the clock-stepped runtime"
         parsed = parse_params(req, task, lesson)
         if isinstance(parsed, str):
             return ControlRefusal.INVALID, parsed
@@ -218,13 +228,17 @@ class DeviceRuntime(Stepper):
         self._inst = ActiveInstance(task, lesson, record, ratio, repeat, index=start)
         reply = self._reply(req, accepted=True, instance_id=record.instance_id)
         started = PublishTaskEvent("instance.started", record.instance_id, None, record.params)
+        if task.interaction_mode == "STEPS":
+            self._state = RuntimeState.SCRIPTED
+            run = RunSteps(record.instance_id)
+            return [reply, *effects, StoreInstance(record), started, run]
         return [reply, *effects, StoreInstance(record), started, *self._begin_step(start, now)]
 
     # -- presence, pause, resume ------------------------------------------------------------
     def _on_presence(self, online: bool, now: float) -> list[RuntimeEffect]:
         self._online = online
         inst = self._inst
-        if inst is None:
+        if inst is None or self.state is RuntimeState.SCRIPTED:  # SPEAK is not the board's
             return []
         if not online and self.state in (RuntimeState.PLAYING, RuntimeState.LISTENING):
             return self._suspend(now, by_control=False)

@@ -124,6 +124,15 @@ class WindowLateness:
 
 
 @dataclass(frozen=True, slots=True)
+class RunSteps:
+    """A STEPS task's instance started: the shell runs its step interpreter until it reports
+    :class:`~gateway.tasks.core.events.StepsFinished`; the instance's end (any reason) comes
+    as :class:`ReturnToChat` as for every task."""
+
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ReturnToChat:
     instance_id: str
 
@@ -156,6 +165,7 @@ RuntimeEffect = (
     | SubmitUtterance
     | WindowLateness
     | ReturnToChat
+    | RunSteps
     | ControlReply
     | Ignored
 )

@@ -114,6 +114,13 @@ class AsrText:
 
 
 @dataclass(frozen=True, slots=True)
+class StepsFinished:
+    """The step interpreter of ``instance_id`` ran its last step (or a ``stop`` step)."""
+
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class TimerFired:
     """The shell's timer woke up; early or spurious firings are harmless."""
 
@@ -127,5 +134,6 @@ RuntimeEvent = (
     | UtteranceStarted
     | UtteranceStopped
     | AsrText
+    | StepsFinished
     | TimerFired
 )

@@ -20,6 +20,7 @@ class RuntimeState(Enum):
     PLAYING = "playing"  # PLAY_MEDIA sent, waiting for audio.completed (watchdog armed)
     LISTENING = "listening"  # listen window open (close timer armed)
     PAUSED = "paused"  # by control and/or board offline (grace timer armed when offline)
+    SCRIPTED = "scripted"  # a STEPS task: its step interpreter (the shell's) runs it
 
 
 # ``dataclasses.replace`` walks and checks every field per call (four times a clip step); the
@@ -82,7 +83,7 @@ def parse_params(
 ) -> tuple[float, int, int] | str:
     """(ratio, repeat, start_step) from a start request, or the problem as text."""
     ratio, repeat, start = task.listen_ratio, task.repeat, 0
-    count = 1 if task.interaction_mode == "LISTEN" else len(lesson.clips)
+    count = {"LISTEN": 1, "STEPS": 1}.get(task.interaction_mode, len(lesson.clips))
     for key, value in req.params.items():
         if key == "listen_ratio" and isinstance(value, int | float) and not isinstance(value, bool):
             if value <= 0:

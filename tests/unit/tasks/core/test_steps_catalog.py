@@ -16,9 +16,18 @@ from gateway.tasks.core import (
     ControlRefusal,
     ControlReply,
     ControlRequest,
-    TaskDef,
+    Ignored,
+    InstanceState,
+    Presence,
+    ReturnToChat,
+    RunSteps,
+    RuntimeState,
+    SendCommand,
+    StepsFinished,
+    StoreInstance,
     catalog_check_main,
     load_catalog,
+    restore_runtime,
 )
 from gateway.tasks.core.steps import GenerateStepDef, PlayAudioStepDef
 
@@ -141,12 +150,49 @@ def test_a_bad_task_names_the_field(
     assert fragment in issue.message
 
 
-def test_the_clock_stepped_runtime_refuses_a_steps_task() -> None:
-    task = TaskDef.model_validate(EVERY_STEP)
-    drv = Driver(catalog=catalog(SHADOWING, EVERY_STEP))
-    assert task.key == ("games", "every_step")
+def start_steps(drv: Driver, now: float = 0) -> list[Any]:
     request = ControlRequest(ControlAction.START, "r1", app_id="games", task_id="every_step")
-    (answer,) = of(ControlReply, drv.at(0, request))
-    assert answer.reason is ControlRefusal.INVALID
-    assert answer.detail is not None
-    assert "STEPS" in answer.detail
+    return drv.at(now, request)
+
+
+def test_the_runtime_hosts_a_steps_instance_for_its_interpreter() -> None:
+    drv = Driver(catalog=catalog(SHADOWING, EVERY_STEP))
+    out = start_steps(drv)
+    (answer,) = of(ControlReply, out)
+    assert answer.accepted
+    assert out[-1] == RunSteps("i1")
+    assert drv.rt.state is RuntimeState.SCRIPTED
+    assert drv.rt.next_deadline() is None
+    assert not of(SendCommand, out)  # the interpreter, not the clock, sends its commands
+    for action in (ControlAction.PAUSE, ControlAction.RESUME):
+        (refused,) = of(ControlReply, drv.at(1, ControlRequest(action, "p")))
+        assert refused.reason is ControlRefusal.INVALID
+    assert drv.at(2, Presence(online=False)) == []
+    assert drv.at(3, Presence(online=True)) == []
+    assert drv.tick(4) == []
+    assert of(Ignored, drv.at(5, StepsFinished("other")))
+    out = drv.at(6, StepsFinished("i1"))
+    (ended,) = of(StoreInstance, out)
+    assert ended.record.state is InstanceState.COMPLETED
+    assert out[-1] == ReturnToChat("i1")
+    assert drv.rt.state is RuntimeState.IDLE
+    assert of(Ignored, drv.at(7, StepsFinished("i1")))
+
+
+def test_a_steps_instance_stops_like_any_other() -> None:
+    drv = Driver(catalog=catalog(SHADOWING, EVERY_STEP))
+    start_steps(drv)
+    out = drv.at(1, ControlRequest(ControlAction.STOP, "s"))
+    assert not of(SendCommand, out)
+    assert of(StoreInstance, out)[0].record.reason == "stopped"
+    assert out[-1] == ReturnToChat("i1")
+
+
+def test_a_stored_steps_instance_is_not_resumed_after_a_restart() -> None:
+    drv = Driver(catalog=catalog(SHADOWING, EVERY_STEP))
+    record = of(StoreInstance, start_steps(drv))[0].record
+    runtime, effects = restore_runtime(
+        record, [], catalog(SHADOWING, EVERY_STEP), online=True, now_ms=10
+    )
+    assert runtime.instance is None
+    assert of(StoreInstance, effects)[0].record.reason == "gateway_restart"
