@@ -23,7 +23,7 @@ from gateway.chat.component import ChatComponent
 from gateway.cluster import Cluster, Ownership
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
-from gateway.speech.service import SpeechEventLog, SpeechService
+from gateway.speech.service import SpeechService
 from gateway.store import Store, build_store_components
 from gateway.tasks.core import RuntimeConfig, load_catalog, resource_reader
 from gateway.tasks.core.admission import AdmissionConfig
@@ -163,10 +163,9 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     )
     speech = None
     if settings.speech.enabled:
-        # The task runtime takes SPEAK's events once its inbox has speak_started/completed/
-        # interrupted (the task DSL); until then they are logged.
+        # SPEAK's started/completed/interrupted go to the task runtime (the task DSL).
         speech = SpeechService(
-            settings=settings.speech, channel=xiaozhi, sink=SpeechEventLog(), metrics=ctx.metrics
+            settings=settings.speech, channel=xiaozhi, sink=inbox, metrics=ctx.metrics
         )
         events.speech = speech
     cluster = Cluster(
@@ -189,6 +188,8 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         assessment=assessment,
         load_running=recorder.load_running,
         modes=chat,
+        speaker=speech,
+        inline=assessment,
         owns=ownership.owns,
         handover_delay_s=settings.cluster.handover_delay_s,
         admission=AdmissionConfig(

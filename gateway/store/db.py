@@ -168,6 +168,8 @@ def _step_params(r: StepRecord) -> tuple[object, ...]:
         r.window_planned_close_ms,
         r.window_closed_ms,
         r.failure,
+        r.response_latency_ms,
+        r.step_completed,
     )
 
 

@@ -91,6 +91,8 @@ class StepRecord:
     window_planned_close_ms: int | None = None
     window_closed_ms: int | None = None
     failure: str | None = None  # playback problem (audio.failed, watchdog, ...), not a verdict
+    response_latency_ms: int | None = None  # window open -> speech start (STEPS tasks)
+    step_completed: int | None = None  # 1: ran to its end with a transcript; 0: cut short
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {}

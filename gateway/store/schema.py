@@ -42,6 +42,8 @@ STEP_COLUMNS = (
     "window_planned_close_ms",
     "window_closed_ms",
     "failure",
+    "response_latency_ms",  # migration 0005: behaviour signals (STEPS tasks)
+    "step_completed",
 )
 
 

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 from gateway.metrics import Metrics
 from gateway.tasks.core import ControlReply, PublishTaskEvent
-from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
+from gateway.tasks.ports import (
+    CommandSender,
+    InlineAssessment,
+    MicControl,
+    ModeListener,
+    Recorder,
+    SpeakPort,
+    UtteranceSink,
+)
 
 
 class ActorMetrics:
@@ -62,3 +70,5 @@ class Ports:
     # (app_id, task_id, lesson_id) → (assessment methods, or () when off; the lesson's texts)
     plan: Callable[[str, str, str], tuple[tuple[str, ...], tuple[str, ...]]]
     modes: ModeListener | None = None  # CHAT: suspended while a task runs
+    speaker: SpeakPort | None = None  # SPEAK: STEPS tasks say their lines through it
+    inline: InlineAssessment | None = None  # STEPS tasks: ASR at once, numbers recorded

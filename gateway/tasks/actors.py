@@ -29,7 +29,15 @@ from gateway.tasks.core import (
     RuntimeState,
     resolve_expected_text,
 )
-from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
+from gateway.tasks.ports import (
+    CommandSender,
+    InlineAssessment,
+    MicControl,
+    ModeListener,
+    Recorder,
+    SpeakPort,
+    UtteranceSink,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,8 @@ class ActorTable:
         recorder: Recorder,
         assessment: UtteranceSink,
         modes: ModeListener | None,
+        speaker: SpeakPort | None = None,
+        inline: InlineAssessment | None = None,
         publish_task_event: Callable[[str, PublishTaskEvent], None],
         publish_reply: Callable[[str, ControlReply], None],
         metrics: Metrics,
@@ -67,6 +77,8 @@ class ActorTable:
         self._recorder = recorder
         self._assessment = assessment
         self._modes = modes
+        self._speaker = speaker
+        self._inline = inline
         self._publish_task_event = publish_task_event
         self._publish_reply = publish_reply
         self._max_devices = max_devices
@@ -166,6 +178,8 @@ class ActorTable:
             now_ms=lambda: loop.time() * 1000.0,
             plan=self._plan,
             modes=self._modes,
+            speaker=self._speaker,
+            inline=self._inline,
         )
 
     def _plan(self, app_id: str, task_id: str, lesson_id: str) -> Plan:

@@ -34,7 +34,16 @@ from gateway.tasks.core import (
     restore_runtime,
 )
 from gateway.tasks.core.admission import AdmissionConfig
-from gateway.tasks.ports import CommandSender, MicControl, ModeListener, Recorder, UtteranceSink
+from gateway.tasks.dsl.commands import SpeakBegan, SpeakCut, SpeakFinished
+from gateway.tasks.ports import (
+    CommandSender,
+    InlineAssessment,
+    MicControl,
+    ModeListener,
+    Recorder,
+    SpeakPort,
+    UtteranceSink,
+)
 from gateway.tasks.starts import StartLine
 from gateway.tasks.wire import TaskWire
 
@@ -66,6 +75,8 @@ class TaskService:
         load_running: LoadRunning | None = None,  # None: nothing is restored (no store)
         restore_wait_s: float = RESTORE_WAIT_S,
         modes: ModeListener | None = None,  # None: no CHAT to tell
+        speaker: SpeakPort | None = None,  # None: STEPS tasks cannot speak (no SPEAK)
+        inline: InlineAssessment | None = None,  # None: STEPS answers are not transcribed
         max_devices: int = MAX_DEVICES,
         owns: Callable[[str], bool] = lambda _dev: True,
         handover_delay_s: float = 0.0,
@@ -105,6 +116,8 @@ class TaskService:
             recorder=recorder,
             assessment=assessment,
             modes=modes,
+            speaker=speaker,
+            inline=inline,
             publish_task_event=self._wire.publish_task_event,
             publish_reply=self._wire.publish_reply,
             metrics=metrics,
@@ -163,6 +176,8 @@ class TaskService:
                 self.on_speech_stopped(device, utterance_id, pcm, duration_ms)
             case ib.InboxAsrText(device, instance_id, step_index, text):
                 self.on_asr_text(device, instance_id, step_index, text)
+            case ib.InboxSpeak():
+                self.on_speak(item)
             case ib.InboxControl(device, request):
                 self._starts.submit(device, request)
             case ib.InboxOwnersChanged():
@@ -228,6 +243,20 @@ class TaskService:
         inst = runtime.instance if runtime else None
         now_at = (inst.id if inst else "", inst.step.step_index if inst and inst.step else None)
         self._wire.speech_event(device, utterance_id, name, data, now_at=now_at)
+
+    def on_speak(self, item: ib.InboxSpeak) -> None:
+        """SPEAK's result: to the device's STEPS interpreter (nothing else speaks through it)."""
+        actor = self._actors.get(item.device)
+        if actor is None:
+            return
+        event: SpeakBegan | SpeakFinished | SpeakCut
+        if item.phase == "started":
+            event = SpeakBegan(item.speak_id)
+        elif item.phase == "completed":
+            event = SpeakFinished(item.speak_id, item.duration_ms)
+        else:
+            event = SpeakCut(item.speak_id, item.reason)
+        actor.deliver(event)
 
     def on_asr_text(self, device: str, instance_id: str, step_index: int, text: str) -> None:
         self._post(device, AsrText(instance_id, step_index, text), create=False)
