@@ -12,6 +12,7 @@ The instance ends in the runtime (``StepsFinished``), never here.
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from collections.abc import Callable
 
@@ -50,7 +51,7 @@ from gateway.tasks.dsl.commands import (
     VoiceBegan,
     VoiceEnded,
 )
-from gateway.tasks.dsl.exercises import make_exercise
+from gateway.tasks.dsl.exercises import exercise_hints, make_exercise
 from gateway.tasks.dsl.interpreter import StepInterpreter
 
 log = logging.getLogger(__name__)
@@ -87,9 +88,11 @@ class StepsRunner:
         self._take = take_utterance
         self._methods = methods  # post assessment of plain listen steps
         self._hints = hints
+        self._window: tuple[int, float, int] = (0, 0.0, 0)  # step index, opened (epoch ms), ms
         exercise = None
         if task.generator is not None:  # the same instance always asks the same questions
             exercise = make_exercise(task.generator, zlib.crc32(instance_id.encode()))
+            self._hints = exercise_hints(task.generator) or hints
         self.interpreter = StepInterpreter(task, lesson, instance_id=instance_id, exercise=exercise)
 
     @property
@@ -146,12 +149,16 @@ class StepsRunner:
                 self._send("SOUND", {"type": name}, None)
             case IndicateCommand(state=state):
                 self._send("INDICATE", {"state": state}, None)
-            case ListenOpenCommand():
+            case ListenOpenCommand(window_ms=window_ms, step_index=index):
                 p.mic.set_listening(dev, True)
                 self._send("LISTEN_START", {}, None)
+                self._window = (index, time.time() * 1000.0, window_ms)
+                opened = {"window_ms": window_ms, "planned_close_ms": self._planned_close()}
+                self._publish("window.opened", index, dict[str, object](opened))
             case ListenCloseCommand():
                 self._send("LISTEN_STOP", {}, None)
                 p.mic.set_listening(dev, False)
+                self._window_closed()
             case TranscribeCommand():
                 self._transcribe(effect)
             case DeferAssessmentCommand(utterance_id=uid, step_index=index):
@@ -171,6 +178,21 @@ class StepsRunner:
                 self._post(StepsFinished(self.instance_id))
             case TaskEnded():
                 pass
+
+    def _planned_close(self) -> int:
+        _, opened, window_ms = self._window
+        return round(opened + window_ms)
+
+    def _window_closed(self) -> None:
+        index, _opened, window_ms = self._window
+        now, planned = time.time() * 1000.0, self._planned_close()
+        data: dict[str, object] = {
+            "planned_close_ms": planned,
+            "actual_close_ms": round(now),
+            "lateness_ms": round(now) - planned,
+            "window_ms": window_ms,
+        }
+        self._publish("window.closed", index, data)
 
     def _clip_outcome(self, outcome: DeliveryResult) -> None:
         if outcome_matters(outcome):

@@ -46,6 +46,7 @@ class IndicateCommand:
 @dataclass(frozen=True, slots=True)
 class ListenOpenCommand:
     window_ms: int
+    step_index: int
 
 
 @dataclass(frozen=True, slots=True)

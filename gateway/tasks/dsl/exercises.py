@@ -270,6 +270,42 @@ class IdiomChain:
         return "我们继续。"
 
 
+#: ASR hints for the number tasks: the embedded recogniser's lesson model gets these words.
+NUMBER_HINTS: tuple[str, ...] = (
+    *[
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+        "oh",
+    ],
+    "it is",
+    "i think it is",
+)
+
+
+def exercise_hints(spec: GeneratorDef) -> tuple[str, ...]:
+    """Sentences that make a generator's answers likely for the embedded recogniser."""
+    return NUMBER_HINTS if spec.kind in ("reverse_digits", "arithmetic_10") else ()
+
+
 def make_exercise(spec: GeneratorDef, seed: int) -> Exercise:
     """The exercise a task's ``generator`` names, seeded (the instance's id makes the seed)."""
     rng = random.Random(seed)

@@ -240,7 +240,7 @@ class StepInterpreter:
         self._window_ms, self._opened = window_ms, now
         self.deadline = now + window_ms
         self._utterance, self._voice_at, self._voice_ended = None, None, False
-        return [ListenOpenCommand(window_ms)]
+        return [ListenOpenCommand(window_ms, self._step_index)]
 
     def _voice_done(self, utterance: str, now: float) -> list[DslEffect]:
         self._voice_ended = True

@@ -143,7 +143,7 @@ def test_a_right_answer_gets_feedback_at_once_then_the_next_round() -> None:
     (question,) = r.start(0)
     assert isinstance(question, SpeakCommand)
     assert question.text.startswith("What is")
-    assert r.speak_done(1000) == [ListenOpenCommand(5000)]
+    assert r.speak_done(1000) == [ListenOpenCommand(5000, 0)]
     assert r.at(1400, VoiceBegan("u1")) == []
     out = r.at(2000, VoiceEnded("u1"))
     expected = r.it._question.expected if r.it._question else ""
@@ -257,7 +257,7 @@ def test_a_plain_listen_step_post_hands_the_utterance_over_and_goes_on() -> None
     r = Run(
         [{"type": "listen", "window_ms": 3000}, {"type": "sound", "name": "beep"}], timing="post"
     )
-    assert r.start(0) == [ListenOpenCommand(3000)]
+    assert r.start(0) == [ListenOpenCommand(3000, 0)]
     r.at(500, VoiceBegan("u1"))
     out = r.at(1500, VoiceEnded("u1"))
     assert out[:3] == [ListenCloseCommand(), DeferAssessmentCommand("u1", 0), SoundCommand("beep")]
@@ -270,7 +270,7 @@ def test_a_plain_listen_step_inline_stores_the_transcript() -> None:
     r.at(500, VoiceBegan("u1"))
     r.at(1500, VoiceEnded("u1"))
     out = r.at(1600, TranscriptReady("u1", "hello"))
-    assert out[0] == ListenOpenCommand(3000)
+    assert out[0] == ListenOpenCommand(3000, 1)
     assert of(StepSignals, out)[0].asr_text == "hello"
     r.at(2000, VoiceBegan("u2"))
     r.at(2500, VoiceEnded("u2"))

@@ -8,12 +8,14 @@ import pytest
 
 from gateway.tasks.core.steps import GeneratorDef
 from gateway.tasks.dsl.exercises import (
+    NUMBER_HINTS,
     ArithmeticWithinTen,
     IdiomChain,
     IdiomLexicon,
     Question,
     ReverseDigits,
     chains,
+    exercise_hints,
     idiom_lexicon,
     make_exercise,
 )
@@ -247,3 +249,9 @@ def test_make_exercise_builds_each_kind() -> None:
     a = make_exercise(GeneratorDef(kind="arithmetic_10"), 9)
     b = make_exercise(GeneratorDef(kind="arithmetic_10"), 9)
     assert [a.question() for _ in range(5)] == [b.question() for _ in range(5)]
+
+
+def test_number_tasks_hint_the_recogniser_with_number_words() -> None:
+    assert "seven" in exercise_hints(GeneratorDef(kind="arithmetic_10"))
+    assert exercise_hints(GeneratorDef(kind="reverse_digits")) == NUMBER_HINTS
+    assert exercise_hints(GeneratorDef(kind="idiom_chain")) == ()
