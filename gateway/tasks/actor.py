@@ -306,6 +306,7 @@ class DeviceActor:
             take_utterance=lambda uid: self._utterances.pop(uid, b""),
             methods=methods,
             hints=hints,
+            params=record.params,
         )
         self._steps.start(self._loop.time() * 1000.0)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gateway.tasks.actor_parts import Ports
 from gateway.tasks.core import (
@@ -78,7 +78,9 @@ class StepsRunner:
         take_utterance: Callable[[str], bytes],
         methods: tuple[str, ...] = (),
         hints: tuple[str, ...] = (),
+        params: Mapping[str, object] | None = None,
     ) -> None:
+        params = params or {}
         self.device = device
         self.instance_id = instance_id
         self.priority = priority
@@ -91,7 +93,10 @@ class StepsRunner:
         self._window: tuple[int, float, int] = (0, 0.0, 0)  # step index, opened (epoch ms), ms
         exercise = None
         if task.generator is not None:  # the same instance always asks the same questions
-            exercise = make_exercise(task.generator, zlib.crc32(instance_id.encode()))
+            seed = params.get("seed")
+            if not isinstance(seed, int):
+                seed = zlib.crc32(instance_id.encode())
+            exercise = make_exercise(task.generator, seed)
             self._hints = exercise_hints(task.generator) or hints
         self.interpreter = StepInterpreter(task, lesson, instance_id=instance_id, exercise=exercise)
 

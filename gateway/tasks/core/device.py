@@ -223,7 +223,7 @@ class DeviceRuntime(Stepper):
             state=InstanceState.RUNNING,
             reason=None,
             created_ms=self._wall(now),
-            params=params_of(ratio, repeat, start),
+            params={**params_of(ratio, repeat, start), **_seed_of(req)},
         )
         self._inst = ActiveInstance(task, lesson, record, ratio, repeat, index=start)
         reply = self._reply(req, accepted=True, instance_id=record.instance_id)
@@ -305,3 +305,9 @@ class DeviceRuntime(Stepper):
 
     def _ignored(self, event: object, reason: str) -> Ignored:
         return Ignored(self.state.name, type(event).__name__, reason)
+
+
+def _seed_of(req: ControlRequest) -> dict[str, object]:
+    """A STEPS task's ``seed`` start parameter, kept with the instance (validated before)."""
+    seed = req.params.get("seed")
+    return {} if seed is None else {"seed": seed}

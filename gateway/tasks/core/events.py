@@ -26,7 +26,7 @@ class ControlRequest:
 
     ``instance_id`` (optional) targets pause/resume/stop/restart at one instance: a different
     current instance answers ``no_instance``. ``params`` for start: ``listen_ratio`` (number,
-    clamped), ``repeat`` (int ≥ 1, PLAY_AUDIO), ``start_step`` (int ≥ 0).
+    clamped), ``repeat`` (int ≥ 1, PLAY_AUDIO), ``start_step`` (int ≥ 0), ``seed`` (int, STEPS tasks: the question generator's seed).
     """
 
     action: ControlAction

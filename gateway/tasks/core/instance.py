@@ -93,6 +93,8 @@ def parse_params(
             repeat = value
         elif key == "start_step" and type(value) is int and 0 <= value < count:
             start = value
+        elif key == "seed" and task.interaction_mode == "STEPS" and type(value) is int:
+            pass  # a STEPS task's question generator seed (a lesson replayed as it was)
         else:
             return f"bad parameter {key}={value!r}"
     return ratio, repeat, start

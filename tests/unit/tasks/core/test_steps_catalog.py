@@ -196,3 +196,22 @@ def test_a_stored_steps_instance_is_not_resumed_after_a_restart() -> None:
     )
     assert runtime.instance is None
     assert of(StoreInstance, effects)[0].record.reason == "gateway_restart"
+
+
+def test_a_steps_start_keeps_its_seed_and_only_steps_tasks_take_one() -> None:
+    drv = Driver(catalog=catalog(SHADOWING, EVERY_STEP))
+    request = ControlRequest(
+        ControlAction.START, "r1", app_id="games", task_id="every_step", params={"seed": 42}
+    )
+    record = of(StoreInstance, drv.at(0, request))[0].record
+    assert record.params["seed"] == 42
+    drv = Driver(catalog=catalog(SHADOWING, EVERY_STEP))
+    bad = ControlRequest(
+        ControlAction.START,
+        "r2",
+        app_id="english_learning",
+        task_id="shadowing",
+        params={"seed": 42},
+    )
+    (refused,) = of(ControlReply, drv.at(0, bad))
+    assert refused.reason is ControlRefusal.INVALID
