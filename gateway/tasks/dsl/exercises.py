@@ -302,9 +302,14 @@ NUMBER_HINTS: tuple[str, ...] = (
 )
 
 
+#: Reverse digits: digits said one by one (no "it is": it would swallow a first "eight").
+DIGIT_HINTS: tuple[str, ...] = (*_NUMBER_WORDS[:10], " ".join(_NUMBER_WORDS[:10]), "oh")
+
+
 def exercise_hints(spec: GeneratorDef) -> tuple[str, ...]:
     """Sentences that make a generator's answers likely for the embedded recogniser."""
-    return NUMBER_HINTS if spec.kind in ("reverse_digits", "arithmetic_10") else ()
+    hints = {"reverse_digits": DIGIT_HINTS, "arithmetic_10": NUMBER_HINTS}
+    return hints.get(spec.kind, ())
 
 
 def make_exercise(spec: GeneratorDef, seed: int) -> Exercise:

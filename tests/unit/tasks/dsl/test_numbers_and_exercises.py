@@ -8,6 +8,7 @@ import pytest
 
 from gateway.tasks.core.steps import GeneratorDef
 from gateway.tasks.dsl.exercises import (
+    DIGIT_HINTS,
     NUMBER_HINTS,
     ArithmeticWithinTen,
     IdiomChain,
@@ -253,5 +254,7 @@ def test_make_exercise_builds_each_kind() -> None:
 
 def test_number_tasks_hint_the_recogniser_with_number_words() -> None:
     assert "seven" in exercise_hints(GeneratorDef(kind="arithmetic_10"))
-    assert exercise_hints(GeneratorDef(kind="reverse_digits")) == NUMBER_HINTS
+    assert exercise_hints(GeneratorDef(kind="reverse_digits")) == DIGIT_HINTS
+    assert "it is" not in " ".join(DIGIT_HINTS)
+    assert NUMBER_HINTS != DIGIT_HINTS
     assert exercise_hints(GeneratorDef(kind="idiom_chain")) == ()
