@@ -28,7 +28,7 @@ from gateway.content.media import LessonMedia
 from gateway.content.sync import LessonSync
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
-from gateway.speech.service import SpeechEventLog, SpeechService
+from gateway.speech.service import SpeechService
 from gateway.speech.target import XiaozhiDownlink
 from gateway.store import ResultsApi, Store, build_store_components
 from gateway.tasks.admin import LessonAdmin
@@ -159,12 +159,11 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     )
     speech = None
     if settings.speech.enabled:
-        # The task runtime takes SPEAK's events once its inbox has speak_started/completed/
-        # interrupted (the task DSL); until then they are logged.
+        # SPEAK's started/completed/interrupted go to the task runtime (the task DSL).
         speech = SpeechService(
             settings=settings.speech,
             channel=XiaozhiDownlink(xiaozhi),
-            sink=SpeechEventLog(),
+            sink=inbox,
             metrics=ctx.metrics,
         )
     cluster = Cluster(
@@ -203,6 +202,8 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         modes=chat,
         archive=archive if settings.archive.enabled else None,
         devices=XiaozhiTaskTeller(xiaozhi),
+        speaker=speech,
+        inline=assessment,
         owns=ownership.owns,
         handover_delay_s=settings.cluster.handover_delay_s,
         admission=AdmissionConfig(

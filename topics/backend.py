@@ -28,9 +28,13 @@ __all__ = [
     "CtlReply",
     "CtlRequest",
     "InstanceCancelled",
+    "InstanceSignalsData",
+    "InstanceSignalsEvent",
     "Metric",
     "PresenceChanged",
     "SnlpgwMessage",
+    "StepSignalsData",
+    "StepSignalsEvent",
     "TaskEvent",
     "TaskEventMessage",
     "TaskLifecycle",
@@ -159,6 +163,35 @@ class PresenceChanged(TaskEvent):
     data: PresenceData
 
 
+class StepSignalsData(OwnModel):
+    """Behaviour signals of one step of a STEPS task: numbers, never a diagnosis."""
+
+    _keep_null = frozenset({"response_latency_ms"})
+    response_latency_ms: Annotated[int, Field(ge=0)] | None  # window open -> speech start
+    completed: Literal[0, 1]  # ran to its end with a transcript (0: silence, ASR failed, ...)
+
+
+class InstanceSignalsData(OwnModel):
+    """Behaviour signals of a STEPS task's instance at its end, and its metrics' totals."""
+
+    _keep_null = frozenset({"mean_latency_ms"})
+    steps: Annotated[int, Field(ge=0)]
+    responded: Annotated[int, Field(ge=0)]
+    completed: Annotated[int, Field(ge=0)]
+    mean_latency_ms: Annotated[int, Field(ge=0)] | None
+    totals: dict[Name, Annotated[float, Field(allow_inf_nan=False)]]
+
+
+class StepSignalsEvent(TaskEvent):
+    event: Literal["step.signals"] = "step.signals"
+    data: StepSignalsData
+
+
+class InstanceSignalsEvent(TaskEvent):
+    event: Literal["instance.signals"] = "instance.signals"
+    data: InstanceSignalsData
+
+
 class TaskLifecycle(TaskEvent):
     """The remaining lifecycle events, with free-form (JSON) details."""
 
@@ -180,7 +213,13 @@ class TaskLifecycle(TaskEvent):
 
 
 TaskEventMessage = Annotated[
-    WindowOpened | WindowClosed | InstanceCancelled | PresenceChanged | TaskLifecycle,
+    WindowOpened
+    | WindowClosed
+    | InstanceCancelled
+    | PresenceChanged
+    | StepSignalsEvent
+    | InstanceSignalsEvent
+    | TaskLifecycle,
     Field(discriminator="event"),
 ]
 TASK_EVENT_ADAPTER: TypeAdapter[TaskEventMessage] = TypeAdapter(TaskEventMessage)

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gateway import store as st
@@ -140,6 +140,56 @@ class AssessmentPath:
             self._transcripts.popitem(last=False)
         self._pool.submit(AsrJob(key, pcm, hints))
         return True
+
+    # -- InlineAssessment (task DSL) -------------------------------------------------------------
+
+    def transcribe_now(
+        self,
+        *,
+        instance_id: str,
+        step_index: int,
+        utterance_id: str,
+        pcm: bytes,
+        hints: tuple[str, ...],
+        on_text: OnTranscript,
+    ) -> bool:
+        """Inline assessment's ASR: the same bounded pool; ``on_text`` gets the text or None."""
+        return self.transcribe(AsrKey(instance_id, step_index, utterance_id), pcm, hints, on_text)
+
+    def record_inline(
+        self,
+        *,
+        device: str,
+        instance_id: str,
+        step_index: int,
+        prompt_text: str | None,
+        expected_text: str | None,
+        asr_text: str | None,
+        metrics: Mapping[str, float],
+    ) -> None:
+        """Store and publish an inline-assessed step: its transcript and numbers (the task's
+        metrics ``task.*`` and the behaviour signals ``signal.*``)."""
+        values = [MetricValue(name, float(value)) for name, value in sorted(metrics.items())]
+        assessed_at = time.time_ns() // 1_000_000
+        latency = metrics.get("signal.response_latency_ms")
+        completed = metrics.get("signal.completed")
+        if self._store is not None:
+            self._store.submit_step(
+                st.StepRecord(
+                    instance_id=instance_id,
+                    step_index=step_index,
+                    prompt_text=prompt_text,
+                    expected_text=expected_text,
+                    asr_text=asr_text,
+                    metrics=tuple(st.StoredMetric(m.method, m.value) for m in values),
+                    assessed_at=assessed_at,
+                    response_latency_ms=None if latency is None else round(latency),
+                    step_completed=None if completed is None else round(completed),
+                )
+            )
+        context = _StepContext(device, prompt_text, expected_text, ())
+        key = AsrKey(instance_id, step_index, "")
+        self._publish(context, key, asr_text, values, assessed_at)
 
     # -- pool callbacks (on the loop) ----------------------------------------------------------
 

@@ -338,6 +338,8 @@ def _step_params(r: StepRecord) -> tuple[object, ...]:
         r.failure,
         r.audio_id,
         r.assessment_shed,
+        r.response_latency_ms,
+        r.step_completed,
     )
 
 

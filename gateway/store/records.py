@@ -93,6 +93,8 @@ class StepRecord:
     failure: str | None = None  # playback problem (audio.failed, watchdog, ...), not a verdict
     audio_id: str | None = None  # the answer's archived Ogg Opus (gateway/archive), if kept
     assessment_shed: str | None = None  # why the ASR queue shed the step's utterance
+    response_latency_ms: int | None = None  # window open -> speech start (STEPS tasks)
+    step_completed: int | None = None  # 1: ran to its end with a transcript; 0: cut short
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {}

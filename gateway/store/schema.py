@@ -44,6 +44,8 @@ STEP_COLUMNS = (
     "failure",
     "audio_id",
     "assessment_shed",
+    "response_latency_ms",  # migration 0005: behaviour signals (STEPS tasks)
+    "step_completed",
 )
 AUDIO_COLUMNS = (
     "id",

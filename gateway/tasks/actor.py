@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 from collections import OrderedDict, deque
+from collections.abc import Callable
 
 from gateway import labels
 from gateway.logs import DeviceLog
@@ -37,6 +39,7 @@ from gateway.tasks.core import (
     IndicateCue,
     PublishTaskEvent,
     ReturnToChat,
+    RunSteps,
     RuntimeEffect,
     RuntimeEvent,
     SendCommand,
@@ -48,6 +51,18 @@ from gateway.tasks.core import (
     WindowLateness,
     outcome_matters,
 )
+from gateway.tasks.dsl.commands import (
+    ClipFinished,
+    DeadlinePassed,
+    DslEvent,
+    SpeakBegan,
+    SpeakCut,
+    SpeakFinished,
+    TranscriptReady,
+    VoiceBegan,
+    VoiceEnded,
+)
+from gateway.tasks.steps_shell import StepsRunner
 
 INBOX_LIMIT = 256
 _TASK_TAKES_DEVICE = frozenset({"instance.started", "instance.restored"})
@@ -59,6 +74,18 @@ UTTERANCES_KEPT = 8
 STEPS_KEPT = 2
 
 log = logging.getLogger(__name__)
+
+ActorEvent = RuntimeEvent | DslEvent
+_DSL_EVENTS = (
+    SpeakBegan,
+    SpeakFinished,
+    SpeakCut,
+    ClipFinished,
+    TranscriptReady,
+    VoiceBegan,
+    VoiceEnded,
+    DeadlinePassed,
+)
 
 
 def _cue_outcome(_outcome: DeliveryResult) -> None:
@@ -75,7 +102,7 @@ class DeviceActor:
         self._m = metrics
         self._loop = asyncio.get_running_loop()
         # Bounded: INBOX_LIMIT events; a new one past it is dropped, counted (module doc).
-        self._inbox: deque[RuntimeEvent] = deque()
+        self._inbox: deque[ActorEvent] = deque()
         self._handling = False  # inside _drain: a nested deliver only queues
         self._scheduled = False  # a _drain is due in the next turn (post)
         self._closed = False
@@ -89,19 +116,21 @@ class DeviceActor:
         # The next clip's play command after a window close → that close (monotonic ms); at
         # most one entry lives at a time (one lesson per device), removed by its outcome.
         self._gap_from: dict[str, float] = {}
+        self._steps: StepsRunner | None = None  # a STEPS task's interpreter, while it runs
+        self._dsl_ids = itertools.count(1)
 
     def idle(self) -> bool:
         """No instance and nothing waiting in the inbox: forgetting it loses nothing."""
         return self.runtime.instance is None and not self._inbox
 
-    def deliver(self, event: RuntimeEvent) -> bool:
+    def deliver(self, event: ActorEvent) -> bool:
         """Handle ``event`` now, after anything queued before it (the task service's turn)."""
         if not self._queue(event):
             return False
         self._drain()
         return True
 
-    def post(self, event: RuntimeEvent) -> bool:
+    def post(self, event: ActorEvent) -> bool:
         """Handle ``event`` in the next turn of the loop (callbacks from other components)."""
         if not self._queue(event):
             return False
@@ -124,7 +153,7 @@ class DeviceActor:
             self._timer = None
         self._timer_at = None
 
-    def _queue(self, event: RuntimeEvent) -> bool:
+    def _queue(self, event: ActorEvent) -> bool:
         if self._closed:
             return False
         if len(self._inbox) >= INBOX_LIMIT:
@@ -146,9 +175,20 @@ class DeviceActor:
             self._handling = False
         self._arm()
 
-    def _handle(self, event: RuntimeEvent) -> None:
+    def _handle(self, event: ActorEvent) -> None:
+        now = self._loop.time() * 1000.0
         try:
-            self.perform(self.runtime.handle(event, self._loop.time() * 1000.0))
+            steps = self._steps
+            if isinstance(event, _DSL_EVENTS):
+                if steps is not None:
+                    steps.handle(event, now)
+                return
+            mapped = steps.takes(event) if steps is not None else None
+            if steps is not None and mapped is not None:
+                steps.handle(mapped, now)
+                if not isinstance(event, TimerFired):
+                    return
+            self.perform(self.runtime.handle(event, now))
         except Exception:
             self._m.failed.inc()
             self._log.exception("handling %s failed", type(event).__name__)
@@ -156,6 +196,9 @@ class DeviceActor:
     def _arm(self) -> None:
         """Point the timer at the runtime's next deadline (unchanged: left alone)."""
         deadline = None if self._closed else self.runtime.next_deadline()
+        steps_at = self._steps.next_deadline() if self._steps is not None else None
+        if steps_at is not None and not self._closed:
+            deadline = steps_at if deadline is None else min(deadline, steps_at)
         if deadline == self._timer_at:  # None both: no timer; else that timer is armed
             return
         if self._timer is not None:
@@ -201,7 +244,7 @@ class DeviceActor:
         elif effect.event in _TASK_TAKES_DEVICE:
             modes.task_started(self.device)
 
-    def _perform(self, effect: RuntimeEffect) -> None:
+    def _perform(self, effect: RuntimeEffect) -> None:  # noqa: PLR0912 - the effect table
         p = self._ports
         match effect:
             case SendCommand():
@@ -233,7 +276,12 @@ class DeviceActor:
                 self._m.lateness.observe(effect.lateness_ms)
             case ControlReply():
                 p.publish_reply(self.device, effect)
+            case RunSteps():
+                self._run_steps(effect.instance_id)
             case ReturnToChat():
+                steps, self._steps = self._steps, None
+                if steps is not None and steps.instance_id == effect.instance_id:
+                    steps.cancel(self._loop.time() * 1000.0)  # stopped, preempted, ...
                 p.mic.set_listening(self.device, False)
                 self._log.info("instance %s ended; back to CHAT", effect.instance_id)
                 self._tell_modes(effect)
@@ -273,6 +321,61 @@ class DeviceActor:
             params=params,
             prio=effect.prio,
             on_outcome=_cue_outcome,
+        )
+
+    def _run_steps(self, instance_id: str) -> None:
+        inst = self.runtime.instance
+        if inst is None or inst.id != instance_id:
+            return
+        record = inst.record
+        methods, hints = self._ports.plan(record.app_id, record.task_id, record.lesson_id)
+        self._steps = StepsRunner(
+            self.device,
+            inst.task,
+            inst.lesson,
+            instance_id,
+            record.priority,
+            ports=self._ports,
+            send=self._send_for_steps,
+            post=self.post,
+            take_utterance=self._take_for_steps,
+            methods=methods,
+            hints=hints,
+            params=record.params,
+        )
+        self._steps.start(self._loop.time() * 1000.0)
+
+    def _take_for_steps(self, utterance_id: str, step_index: int) -> bytes:
+        """A STEPS answer's PCM for ASR; its Opus packets go to the learning record."""
+        pcm, packets = self._utterances.pop(utterance_id, (b"", ()))
+        steps, archive = self._steps, self._ports.archive
+        if packets and steps is not None and archive is not None:
+            archive.submit(
+                device=self.device,
+                instance_id=steps.instance_id,
+                step_index=step_index,
+                packets=packets,
+            )
+        return pcm
+
+    def _send_for_steps(
+        self,
+        cmd: str,
+        params: dict[str, object],
+        on_outcome: Callable[[DeliveryResult], None] | None,
+    ) -> None:
+        steps = self._steps
+        inst = self.runtime.instance
+        if steps is None or inst is None:
+            return
+        self._m.commands.labels(labels.bounded(cmd, labels.COMMANDS)).inc()
+        self._ports.commands.send_command(
+            self.device,
+            command_id=f"{steps.instance_id}.d{next(self._dsl_ids)}",
+            cmd=cmd,
+            params=params,
+            prio=steps.priority,
+            on_outcome=on_outcome or _ignore_outcome,
         )
 
     def _count(self, effect: PublishTaskEvent) -> None:
@@ -322,3 +425,7 @@ class DeviceActor:
             methods=methods,
             hints=hints,
         )
+
+
+def _ignore_outcome(_outcome: DeliveryResult) -> None:
+    """SOUND, INDICATE and LISTEN_* of a STEPS task: nothing waits for their delivery."""

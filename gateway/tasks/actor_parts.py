@@ -12,9 +12,11 @@ from gateway.tasks.ports import (
     AnswerKeeper,
     CommandSender,
     DeviceTasks,
+    InlineAssessment,
     MicControl,
     ModeListener,
     Recorder,
+    SpeakPort,
     UtteranceSink,
 )
 
@@ -72,3 +74,5 @@ class Ports:
     modes: ModeListener | None = None  # CHAT: suspended while a task runs
     archive: AnswerKeeper | None = None  # the learning record's audio (None: not kept)
     devices: DeviceTasks | None = None  # a device's own executor (Xiaozhi task/mode JSON)
+    speaker: SpeakPort | None = None  # SPEAK: STEPS tasks say their lines through it
+    inline: InlineAssessment | None = None  # STEPS tasks: ASR at once, numbers recorded

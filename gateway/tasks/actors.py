@@ -33,9 +33,11 @@ from gateway.tasks.ports import (
     AnswerKeeper,
     CommandSender,
     DeviceTasks,
+    InlineAssessment,
     MicControl,
     ModeListener,
     Recorder,
+    SpeakPort,
     UtteranceSink,
 )
 
@@ -62,6 +64,8 @@ class ActorTable:
         recorder: Recorder,
         assessment: UtteranceSink,
         modes: ModeListener | None,
+        speaker: SpeakPort | None = None,
+        inline: InlineAssessment | None = None,
         publish_task_event: Callable[[str, PublishTaskEvent], None],
         publish_reply: Callable[[str, ControlReply], None],
         metrics: Metrics,
@@ -79,6 +83,8 @@ class ActorTable:
         self._assessment = assessment
         self._modes = modes
         self._archive = archive
+        self._speaker = speaker
+        self._inline = inline
         self._publish_task_event = publish_task_event
         self._publish_reply = publish_reply
         self._max_devices = max_devices
@@ -180,6 +186,8 @@ class ActorTable:
             modes=self._modes,
             archive=self._archive,
             devices=self._devices,
+            speaker=self._speaker,
+            inline=self._inline,
         )
 
     def forget_plans(self) -> None:

@@ -2,7 +2,8 @@
 one bounded FIFO created BEFORE them (so none needs a reference to the task service).
 
 Producers: the board channel (board events, buttons, presence, via ``BoardToTasks``), the Xiaozhi
-voice sink (speech started/stopped, via ``VoiceToTasks``), the assessment side path (ASR text),
+voice sink (speech started/stopped, via ``VoiceToTasks``), SPEAK (speak started/completed/
+interrupted, the task DSL), the assessment side path (ASR text),
 CHAT (a task asked for by voice), the cluster (ownership changed) and the control topic. The
 :class:`~gateway.tasks.service.TaskService` drains it in its ``run`` and hands each event to its
 device's actor, so every input of a device reaches its runtime in the order it arrived, except
@@ -74,6 +75,17 @@ class InboxAsrText:
 
 
 @dataclass(frozen=True, slots=True)
+class InboxSpeak:
+    """SPEAK's result for ``speak_id``: phase started | completed | interrupted."""
+
+    device: str
+    speak_id: str
+    phase: str
+    duration_ms: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class InboxControl:
     """A control request already parsed (control topic) or made here (voice start)."""
 
@@ -93,6 +105,7 @@ TaskInput = (
     | InboxSpeechStarted
     | InboxSpeechStopped
     | InboxAsrText
+    | InboxSpeak
     | InboxControl
     | InboxOwnersChanged
 )
@@ -150,6 +163,15 @@ class TaskInbox:
 
     def asr_text(self, device: str, instance_id: str, step_index: int, text: str) -> None:
         self.put(InboxAsrText(device, instance_id, step_index, text))
+
+    def speak_started(self, dev: str, speak_id: str) -> None:
+        self.put(InboxSpeak(dev, speak_id, "started"))
+
+    def speak_completed(self, dev: str, speak_id: str, duration_ms: int) -> None:
+        self.put(InboxSpeak(dev, speak_id, "completed", duration_ms=duration_ms))
+
+    def speak_interrupted(self, dev: str, speak_id: str, reason: str) -> None:
+        self.put(InboxSpeak(dev, speak_id, "interrupted", reason=reason))
 
     def control(self, device: str, request: ControlRequest) -> None:
         self.put(InboxControl(device, request))

@@ -88,3 +88,48 @@ class UtteranceSink(Protocol):
         methods: tuple[str, ...],
         hints: tuple[str, ...],
     ) -> None: ...
+
+
+class SpeakPort(Protocol):
+    """SPEAK (gateway.speech): text said on the device through its Xiaozhi voice channel.
+
+    Fire and forget: ``speak_started`` / ``speak_completed`` / ``speak_interrupted`` come back
+    into the task inbox (:class:`~gateway.tasks.inbox.TaskInbox`) under ``speak_id``."""
+
+    def speak(self, dev: str, *, speak_id: str, text: str, voice: str) -> None: ...
+
+    def cancel(self, dev: str, speak_id: str) -> None: ...
+
+
+OnInlineText = Callable[["str | None"], None]
+
+
+class InlineAssessment(Protocol):
+    """Inline assessment (task DSL): ASR at once, and the task's numbers stored and published.
+
+    ``transcribe`` hands ``on_text`` the text or None (failed or shed) later, on the loop;
+    False: ASR is off (nothing will come). ``record`` stores and publishes one answered step:
+    its transcript and numbers (the task's metrics and the behaviour signals)."""
+
+    def transcribe_now(
+        self,
+        *,
+        instance_id: str,
+        step_index: int,
+        utterance_id: str,
+        pcm: bytes,
+        hints: tuple[str, ...],
+        on_text: OnInlineText,
+    ) -> bool: ...
+
+    def record_inline(
+        self,
+        *,
+        device: str,
+        instance_id: str,
+        step_index: int,
+        prompt_text: str | None,
+        expected_text: str | None,
+        asr_text: str | None,
+        metrics: Mapping[str, float],
+    ) -> None: ...

@@ -35,13 +35,16 @@ from gateway.tasks.core import (
     restore_runtime,
 )
 from gateway.tasks.core.admission import AdmissionConfig
+from gateway.tasks.dsl.commands import SpeakBegan, SpeakCut, SpeakFinished
 from gateway.tasks.ports import (
     AnswerKeeper,
     CommandSender,
     DeviceTasks,
+    InlineAssessment,
     MicControl,
     ModeListener,
     Recorder,
+    SpeakPort,
     UtteranceSink,
 )
 from gateway.tasks.starts import StartLine
@@ -78,6 +81,8 @@ class TaskService:
         modes: ModeListener | None = None,  # None: no CHAT to tell
         archive: AnswerKeeper | None = None,  # None: answers' audio not kept
         devices: DeviceTasks | None = None,  # None: no device executor to tell
+        speaker: SpeakPort | None = None,  # None: STEPS tasks cannot speak (no SPEAK)
+        inline: InlineAssessment | None = None,  # None: STEPS answers are not transcribed
         max_devices: int = MAX_DEVICES,
         owns: Callable[[str], bool] = lambda _dev: True,
         handover_delay_s: float = 0.0,
@@ -121,6 +126,8 @@ class TaskService:
             modes=modes,
             archive=archive,
             devices=devices,
+            speaker=speaker,
+            inline=inline,
             publish_task_event=self._wire.publish_task_event,
             publish_reply=self._publish_reply,
             metrics=metrics,
@@ -182,6 +189,8 @@ class TaskService:
                 self.on_speech_stopped(device, utterance_id, pcm, duration_ms, packets)
             case ib.InboxAsrText(device, instance_id, step_index, text):
                 self.on_asr_text(device, instance_id, step_index, text)
+            case ib.InboxSpeak():
+                self.on_speak(item)
             case ib.InboxControl(device, request):
                 self._starts.submit(device, request)
             case ib.InboxOwnersChanged():
@@ -287,6 +296,20 @@ class TaskService:
         inst = runtime.instance if runtime else None
         now_at = (inst.id if inst else "", inst.step.step_index if inst and inst.step else None)
         self._wire.speech_event(device, utterance_id, name, data, now_at=now_at)
+
+    def on_speak(self, item: ib.InboxSpeak) -> None:
+        """SPEAK's result: to the device's STEPS interpreter (nothing else speaks through it)."""
+        actor = self._actors.get(item.device)
+        if actor is None:
+            return
+        event: SpeakBegan | SpeakFinished | SpeakCut
+        if item.phase == "started":
+            event = SpeakBegan(item.speak_id)
+        elif item.phase == "completed":
+            event = SpeakFinished(item.speak_id, item.duration_ms)
+        else:
+            event = SpeakCut(item.speak_id, item.reason)
+        actor.deliver(event)
 
     def on_asr_text(self, device: str, instance_id: str, step_index: int, text: str) -> None:
         self._post(device, AsrText(instance_id, step_index, text), create=False)

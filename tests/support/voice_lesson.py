@@ -17,6 +17,7 @@ import aiohttp
 
 from devstack.gateway import gateway_settings, serving
 from gateway.app import Gateway, build_gateway
+from gateway.assessment.engine import Backend
 from gateway.assessment.procslot import ProcessBackend
 from gateway.simulators.board import BoardSimulator, SimOptions
 from gateway.simulators.xiaozhi import XiaozhiDeviceSim
@@ -95,6 +96,7 @@ async def lesson_rig(
     *,
     clip_ms: int = CLIP_MS,
     archive: dict[str, Any] | None = None,
+    asr_backend: Backend | None = None,  # instead of ``engine`` in a process (e.g. HTTP)
 ) -> AsyncIterator[tuple[Gateway, Observed, XiaozhiDeviceSim, ClientSession]]:
     # The production layout: the gateway's data dir holds the broker files, so OTA provisioning
     # rotates real credentials and reloads the real broker; SQLite is the test's own.
@@ -106,7 +108,9 @@ async def lesson_rig(
         store={"sqlite_path": tmp_path / "gateway.sqlite3"},
         archive={"dir": tmp_path / "audio", **(archive or {})},  # the test's own answers
     )
-    gw = build_gateway(settings, asr_backend=ProcessBackend(engine, name=engine.__name__.lower()))
+    gw = build_gateway(
+        settings, asr_backend=asr_backend or ProcessBackend(engine, name=engine.__name__.lower())
+    )
     backend_user = broker.provision(f"be-{device_id[-5:].replace('_', '')}", role="backend")
     seen = Observed()
     async with serving(gw.service) as svc:

@@ -13,11 +13,18 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.tasks.core.rules import clamp_ratio
+from gateway.tasks.core.steps import (
+    AssessmentTiming,
+    GenerateStepDef,
+    GeneratorDef,
+    PlayAudioStepDef,
+    StepDef,
+)
 
 #: A safe board path segment: no slash, no leading dot (so no ``..``), no control characters.
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,63}$")
 Segment = Annotated[str, Field(pattern=_SEGMENT.pattern)]
-Mode = Literal["PLAY_AUDIO", "SHADOWING", "FOLLOW_READ", "LISTEN"]
+Mode = Literal["PLAY_AUDIO", "SHADOWING", "FOLLOW_READ", "LISTEN", "STEPS"]
 
 
 class _Frozen(BaseModel):
@@ -28,6 +35,9 @@ class AssessmentDef(_Frozen):
     enabled: bool = True
     methods: tuple[str, ...] = ("text_similarity_v0",)
     defer: bool = True
+    timing: AssessmentTiming = Field(
+        "post", description="post: after the lesson (clock-stepped); inline: at once (STEPS)."
+    )
 
 
 SoundType = Literal["ding", "beep", "success", "error"]
@@ -110,6 +120,8 @@ class TaskDef(_Frozen):
     cues: CuesDef = CuesDef()
     assessment: AssessmentDef = AssessmentDef()
     lessons: tuple[LessonDef, ...]
+    steps: tuple[StepDef, ...] = Field((), description="STEPS: the task DSL's step list.")
+    generator: GeneratorDef | None = Field(None, description="STEPS: makes `generate` steps.")
 
     @model_validator(mode="after")
     def _lessons_fit_mode(self) -> TaskDef:
@@ -119,11 +131,40 @@ class TaskDef(_Frozen):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"duplicate lesson_id: {', '.join(dupes)}")
+        if self.interaction_mode == "STEPS":
+            self._check_steps()
+            return self
+        if self.steps or self.generator is not None:
+            raise ValueError("steps and generator need interaction_mode STEPS")
+        if self.assessment.timing == "inline":
+            raise ValueError(
+                "assessment.timing inline needs interaction_mode STEPS "
+                "(clock-stepped modes are assessed post)"
+            )
         if self.interaction_mode != "LISTEN":
             empty = [lesson.lesson_id for lesson in self.lessons if not lesson.clips]
             if empty:
                 raise ValueError(f"lessons without clips: {', '.join(empty)}")
         return self
+
+    def _check_steps(self) -> None:
+        if not self.steps:
+            raise ValueError("steps: a STEPS task needs at least one step")
+        generates = any(isinstance(step, GenerateStepDef) for step in self.steps)
+        if generates and self.generator is None:
+            raise ValueError("generator: a `generate` step needs the task's generator")
+        if generates and self.assessment.timing != "inline":
+            raise ValueError("assessment.timing: generated questions are assessed inline")
+        if self.generator is not None and self.generator.start_length > self.generator.max_length:
+            raise ValueError("generator.start_length is longer than generator.max_length")
+        for n, step in enumerate(self.steps):
+            if isinstance(step, PlayAudioStepDef):
+                for lesson in self.lessons:
+                    if step.clip not in lesson.clips:
+                        raise ValueError(
+                            f"steps[{n}].clip: {step.clip!r} is not a clip of lesson "
+                            f"{lesson.lesson_id}"
+                        )
 
     @property
     def key(self) -> tuple[str, str]:

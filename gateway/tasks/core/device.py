@@ -25,6 +25,7 @@ from gateway.tasks.core.effects import (
     InstanceColumns,
     InstanceState,
     PublishTaskEvent,
+    RunSteps,
     RuntimeEffect,
     StoreInstance,
 )
@@ -38,6 +39,7 @@ from gateway.tasks.core.events import (
     PlaybackEvent,
     Presence,
     RuntimeEvent,
+    StepsFinished,
     TimerFired,
     UtteranceStarted,
     UtteranceStopped,
@@ -55,6 +57,7 @@ from gateway.tasks.core.stepping import Stepper
 
 _Refusal = tuple[ControlRefusal, str | None]  # reason, detail
 SKIP_KEYS = frozenset({"skip", "next"})  # a board key that skips the step (D9)
+_NO_PAUSE = (ControlAction.PAUSE, ControlAction.RESUME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +98,16 @@ class DeviceRuntime(Stepper):
                 return []
             case UtteranceStarted() | UtteranceStopped():
                 return self._on_speech(event)
+            case StepsFinished():
+                return self._steps_finished(event, now_ms)
             case _:
                 raise IllegalEvent(self.state, event, "not a runtime event")
+
+    def _steps_finished(self, event: StepsFinished, now: float) -> list[RuntimeEffect]:
+        inst = self._inst
+        if inst is None or inst.id != event.instance_id:
+            return [self._ignored(event, "not the current instance")]
+        return self._end(InstanceState.COMPLETED, None, now)
 
     def on_time(self, now_ms: float) -> list[RuntimeEffect]:
         return self.handle(TimerFired(), now_ms)
@@ -128,6 +139,8 @@ class DeviceRuntime(Stepper):
             return self._refuse(req, ControlRefusal.NO_INSTANCE)
         if not preempts(req.priority, inst.record.priority):
             return self._refuse(req, ControlRefusal.BUSY)
+        if self.state is RuntimeState.SCRIPTED and req.action in _NO_PAUSE:
+            return self._refuse(req, ControlRefusal.INVALID, "a STEPS task does not pause")
         accepted = self._reply(req, accepted=True, instance_id=inst.id)
         match req.action:
             case ControlAction.VOLUME:
@@ -223,7 +236,7 @@ class DeviceRuntime(Stepper):
             state=InstanceState.RUNNING,
             reason=None,
             created_ms=self._wall(now),
-            params=params_of(parsed),
+            params={**params_of(parsed), **_seed_of(req)},
         )
         self._inst = ActiveInstance(
             task, lesson, record, parsed.ratio, parsed.repeat, index=parsed.start
@@ -231,6 +244,16 @@ class DeviceRuntime(Stepper):
         self._inst.volume, self._inst.speed = parsed.volume, parsed.speed
         reply = self._reply(req, accepted=True, instance_id=record.instance_id)
         started = PublishTaskEvent("instance.started", record.instance_id, None, record.params)
+        if task.interaction_mode == "STEPS":
+            self._state = RuntimeState.SCRIPTED
+            return [
+                reply,
+                *effects,
+                StoreInstance(record),
+                started,
+                *self._cues(self._inst, task.cues.task_start, "TASK_RUNNING"),
+                RunSteps(record.instance_id),
+            ]
         return [
             reply,
             *effects,
@@ -244,7 +267,7 @@ class DeviceRuntime(Stepper):
     def _on_presence(self, online: bool, now: float) -> list[RuntimeEffect]:
         self._online = online
         inst = self._inst
-        if inst is None:
+        if inst is None or self.state is RuntimeState.SCRIPTED:  # SPEAK is not the board's
             return []
         if not online and self.state in (RuntimeState.PLAYING, RuntimeState.LISTENING):
             return self._suspend(now, by_control=False)
@@ -372,3 +395,9 @@ class DeviceRuntime(Stepper):
 
     def _ignored(self, event: object, reason: str) -> Ignored:
         return Ignored(self.state.name, type(event).__name__, reason)
+
+
+def _seed_of(req: ControlRequest) -> dict[str, object]:
+    """A STEPS task's ``seed`` start parameter, kept with the instance (validated before)."""
+    seed = req.params.get("seed")
+    return {} if seed is None else {"seed": seed}

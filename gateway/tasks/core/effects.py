@@ -144,6 +144,15 @@ class WindowLateness:
 
 
 @dataclass(frozen=True, slots=True)
+class RunSteps:
+    """A STEPS task's instance started: the shell runs its step interpreter until it reports
+    :class:`~gateway.tasks.core.events.StepsFinished`; the instance's end (any reason) comes
+    as :class:`ReturnToChat` as for every task."""
+
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ReturnToChat:
     """The instance ended: CHAT has the device again; ``listen``: CHAT opens the microphone
     (False: the device stays quiet until the child wakes it, a long press set to ``idle``)."""
@@ -182,6 +191,7 @@ RuntimeEffect = (
     | SubmitUtterance
     | WindowLateness
     | ReturnToChat
+    | RunSteps
     | ControlReply
     | Ignored
 )

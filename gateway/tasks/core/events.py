@@ -27,7 +27,7 @@ class ControlRequest:
 
     ``instance_id`` (optional) targets pause/resume/stop/restart at one instance: a different
     current instance answers ``no_instance``. ``params`` for start: ``listen_ratio`` (number,
-    clamped), ``repeat`` (int ≥ 1, PLAY_AUDIO), ``start_step`` (int ≥ 0).
+    clamped), ``repeat`` (int ≥ 1, PLAY_AUDIO), ``start_step`` (int ≥ 0), ``seed`` (int, STEPS tasks: the question generator's seed).
     """
 
     action: ControlAction
@@ -122,6 +122,13 @@ class AsrText:
 
 
 @dataclass(frozen=True, slots=True)
+class StepsFinished:
+    """The step interpreter of ``instance_id`` ran its last step (or a ``stop`` step)."""
+
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class TimerFired:
     """The shell's timer woke up; early or spurious firings are harmless."""
 
@@ -135,5 +142,6 @@ RuntimeEvent = (
     | UtteranceStarted
     | UtteranceStopped
     | AsrText
+    | StepsFinished
     | TimerFired
 )

@@ -20,6 +20,7 @@ class RuntimeState(Enum):
     PLAYING = "playing"  # PLAY_MEDIA sent, waiting for audio.completed (watchdog armed)
     LISTENING = "listening"  # listen window open (close timer armed)
     PAUSED = "paused"  # by control and/or board offline (grace timer armed when offline)
+    SCRIPTED = "scripted"  # a STEPS task: its step interpreter (the shell's) runs it
 
 
 # ``dataclasses.replace`` walks and checks every field per call (four times a clip step); the
@@ -110,7 +111,7 @@ def parse_params(req: ControlRequest, task: TaskDef, lesson: LessonDef) -> Start
     """The start parameters of a request, or the problem as text (``speed`` is clamped)."""
     ratio, repeat, start = task.listen_ratio, task.repeat, 0
     volume, speed = task.volume, clamp_speed(task.speed)
-    count = 1 if task.interaction_mode == "LISTEN" else len(lesson.clips)
+    count = {"LISTEN": 1, "STEPS": 1}.get(task.interaction_mode, len(lesson.clips))
     for key, value in req.params.items():
         number = _number(value)
         if key == "listen_ratio" and number is not None:
@@ -125,6 +126,8 @@ def parse_params(req: ControlRequest, task: TaskDef, lesson: LessonDef) -> Start
             volume = value
         elif key == "speed" and number is not None and number > 0:
             speed = clamp_speed(number)
+        elif key == "seed" and task.interaction_mode == "STEPS" and type(value) is int:
+            pass  # a STEPS task's question generator seed (a lesson replayed as it was)
         else:
             return f"bad parameter {key}={value!r}"
     return StartParams(ratio, repeat, start, volume, speed)

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from gateway.tasks.core.catalog import Catalog, TaskDef
 from gateway.tasks.core.expected import ReadText, resolve_with_source
 from gateway.tasks.core.rules import LISTEN_RATIO_MAX, LISTEN_RATIO_MIN
+from gateway.tasks.core.steps import GenerateStepDef, StepDef
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,12 @@ def resource_reader(resource_dir: Path | str) -> ReadText:
     return read
 
 
+def _step_name(step: StepDef) -> str:
+    if isinstance(step, GenerateStepDef):
+        return f"generate({step.rounds} rounds)"
+    return step.type
+
+
 def check_catalog(path: Path | str, resource_dir: Path | str | None = None) -> list[str]:
     """A readable report: errors, or tasks with lessons and each clip's expected-text source."""
     try:
@@ -147,6 +154,9 @@ def check_catalog(path: Path | str, resource_dir: Path | str | None = None) -> l
             f"task {task.app_id}/{task.task_id} mode={task.interaction_mode} "
             f"listen_ratio={task.listen_ratio} min_window_ms={'default' if task.min_window_ms is None else task.min_window_ms}"
         )
+        if task.interaction_mode == "STEPS":
+            names = ", ".join(_step_name(step) for step in task.steps)
+            lines.append(f"  assessment={task.assessment.timing} steps: {names}")
         for lesson in task.lessons:
             lines.append(f"  lesson {lesson.lesson_id}: {len(lesson.clips)} clips")
             for i, clip in enumerate(lesson.clips):

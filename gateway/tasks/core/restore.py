@@ -81,7 +81,8 @@ def restore_runtime(
     wall_now = round(now_ms + wall_offset_ms)
     by_control = instance.state is InstanceState.PAUSED and instance.reason == "paused"
     fresh = online and wall_now - last_activity_ms(instance, steps) <= cfg.offline_grace_ms
-    if task is None or lesson is None or not (fresh or by_control):
+    steps_task = task is not None and task.interaction_mode == "STEPS"  # not resumable
+    if task is None or lesson is None or steps_task or not (fresh or by_control):
         ended = replace(
             instance, state=InstanceState.CANCELLED, reason="gateway_restart", ended_ms=wall_now
         )

@@ -194,6 +194,28 @@ def test_step_none_fields_keep_stored_values(db: Database) -> None:
     ]
 
 
+def test_behaviour_signals_columns_of_migration_0005(db: Database) -> None:
+    """A STEPS task's step: its numbers and behaviour signals, in both dialects."""
+    db.write([InstanceRecord("i", created_ms=1)])
+    signals = StepRecord(
+        "i",
+        0,
+        asr_text="it is seven",
+        metrics=(StoredMetric("task.correct", 1.0),),
+        response_latency_ms=640,
+        step_completed=1,
+    )
+    silent = StepRecord("i", 1, response_latency_ms=None, step_completed=0)
+    db.write([signals, silent])
+    db.write([StepRecord("i", 0, assessed_at=5)])  # a later partial update keeps them
+    found = db.get_instance("i")
+    assert found is not None
+    first, second = found[1]
+    assert (first.response_latency_ms, first.step_completed) == (640, 1)
+    assert first.metrics == (StoredMetric("task.correct", 1.0),)
+    assert (second.response_latency_ms, second.step_completed) == (None, 0)
+
+
 def test_a_bad_row_fails_the_transaction_alone(db: Database) -> None:
     bad = InstanceRecord("x", state="bogus")  # type: ignore[arg-type]
     with pytest.raises(StoreError):

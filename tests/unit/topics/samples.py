@@ -112,6 +112,9 @@ _TASK: list[tuple[str, b.TaskEvent]] = [
     ("window_closed", b.WindowClosed(ts=TS, device=DEV, instance_id="i1", step_index=0, data=b.WindowClosedData(planned_close_ms=TS, actual_close_ms=TS + 2, lateness_ms=2, window_ms=2568))),
     ("instance_cancelled", b.InstanceCancelled(ts=TS, device=DEV, instance_id="i1", data=b.CancelledData(reason="preempted"))),
     ("presence_changed", b.PresenceChanged(ts=TS, device=DEV, data=b.PresenceData(online=False))),
+    ("step_signals", b.StepSignalsEvent(ts=TS, device=DEV, instance_id="i1", step_index=2, data=b.StepSignalsData(response_latency_ms=640, completed=1))),
+    ("step_signals_silent", b.StepSignalsEvent(ts=TS, device=DEV, instance_id="i1", step_index=3, data=b.StepSignalsData(response_latency_ms=None, completed=0))),
+    ("instance_signals", b.InstanceSignalsEvent(ts=TS, device=DEV, instance_id="i1", data=b.InstanceSignalsData(steps=10, responded=9, completed=8, mean_latency_ms=850, totals={"correct": 7.0, "answered": 9.0}))),
     *[
         (name, b.TaskLifecycle(ts=TS, device=DEV, event=name, instance_id="i1", data={"clip": "01.mp3"}))  # type: ignore[arg-type]
         for name in ("instance.started", "instance.paused", "instance.resumed", "instance.completed", "step.played", "step.failed", "speech.started", "speech.stopped")

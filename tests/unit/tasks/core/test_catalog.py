@@ -188,7 +188,7 @@ def test_resource_reader_reads_utf8_and_stays_inside(tmp_path: Path) -> None:
 
 def test_demo_catalog_loads_and_uses_every_text_source() -> None:
     lines = check_catalog(REPO / "catalog", REPO / "catalog" / "resources")
-    assert lines[-1].startswith("OK 2 tasks")
+    assert lines[-1].startswith("OK 5 tasks")  # + the 3 STEPS tasks of thinking_games.json
     joined = "\n".join(lines)
     for source in ("expected[transcripts]", "expected[txt_file]", "expected[sentences]"):
         assert source in joined
