@@ -82,8 +82,9 @@ class RuntimeBase:
 
     def _cues(self, inst: ActiveInstance, sound: str | None, state: str) -> list[RuntimeEffect]:
         """The task's cues at a moment: its sound (when the task has one there) and, when the
-        task indicates, the board's logical state. Nothing for an absent board."""
-        if not self._online:
+        task indicates, the board's logical state. Nothing for an absent board, nor for a STEPS
+        task (its own ``sound`` / ``indicate`` steps are its cues)."""
+        if not self._online or inst.task.interaction_mode == "STEPS":
             return []
         prio = inst.record.priority
         out: list[RuntimeEffect] = []

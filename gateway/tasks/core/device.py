@@ -251,8 +251,7 @@ class DeviceRuntime(Stepper):
                 *effects,
                 StoreInstance(record),
                 started,
-                *self._cues(self._inst, task.cues.task_start, "TASK_RUNNING"),
-                RunSteps(record.instance_id),
+                RunSteps(record.instance_id),  # its own sound / indicate steps cue the board
             ]
         return [
             reply,

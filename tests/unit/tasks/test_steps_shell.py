@@ -97,7 +97,7 @@ def right(question: str) -> str:
 
 
 @dataclass
-class Rig:
+class StepsRig:
     svc: TaskService
     mqtt: FakePublisher
     board: WindowBoard
@@ -118,7 +118,7 @@ def games(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def rig(games: Path, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
+async def rig(games: Path, request: pytest.FixtureRequest) -> AsyncIterator[StepsRig]:
     answer = getattr(request, "param", right)
     speaker = FakeSpeaker()
     inline = FakeInline(answer, speaker)
@@ -129,20 +129,20 @@ async def rig(games: Path, request: pytest.FixtureRequest) -> AsyncIterator[Rig]
         recorder=FakeRecorder(), assessment=FakeAssessment(), speaker=speaker, inline=inline,
     ) as svc:  # fmt: skip
         speaker.svc = svc
-        yield Rig(svc, mqtt, board, mic, speaker, inline)
+        yield StepsRig(svc, mqtt, board, mic, speaker, inline)
 
 
-def start(rig: Rig, task_id: str = "arithmetic_10") -> None:
+def start(rig: StepsRig, task_id: str = "arithmetic_10") -> None:
     body = {"v": 1, "id": "r1", "action": "start", "app_id": "thinking_games",
             "task_id": task_id}  # fmt: skip
     rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", body)
 
 
-def events(rig: Rig, name: str) -> list[dict[str, Any]]:
+def events(rig: StepsRig, name: str) -> list[dict[str, Any]]:
     return [e for e in rig.mqtt.bodies("/task/" + DEV) if e["event"] == name]
 
 
-async def answer_each_window(rig: Rig, rounds: int) -> None:
+async def answer_each_window(rig: StepsRig, rounds: int) -> None:
     """The child answers in every window that opens (speech start, then its end)."""
     for n in range(rounds):
         async with asyncio.timeout(10):
@@ -151,7 +151,7 @@ async def answer_each_window(rig: Rig, rounds: int) -> None:
         rig.svc.on_speech_stopped(DEV, f"u{n}", b"\x01\x00" * 400, 25)
 
 
-async def test_arithmetic_right_answers_get_feedback_then_the_next_question(rig: Rig) -> None:
+async def test_arithmetic_right_answers_get_feedback_then_the_next_question(rig: StepsRig) -> None:
     start(rig)
     await answer_each_window(rig, 3)
     await rig.mqtt.wait_for(lambda: bool(events(rig, "instance.completed")))
@@ -182,7 +182,7 @@ async def test_arithmetic_right_answers_get_feedback_then_the_next_question(rig:
 
 
 @pytest.mark.parametrize("rig", [lambda _q: None], indirect=True)
-async def test_asr_failure_gets_the_neutral_line_and_the_lesson_goes_on(rig: Rig) -> None:
+async def test_asr_failure_gets_the_neutral_line_and_the_lesson_goes_on(rig: StepsRig) -> None:
     start(rig)
     await answer_each_window(rig, 3)
     await rig.mqtt.wait_for(lambda: bool(events(rig, "instance.completed")))
@@ -192,7 +192,7 @@ async def test_asr_failure_gets_the_neutral_line_and_the_lesson_goes_on(rig: Rig
     assert [r["metrics"]["signal.completed"] for r in rig.inline.recorded] == [0.0] * 3
 
 
-async def test_silence_gets_the_answer_and_the_lesson_goes_on(rig: Rig) -> None:
+async def test_silence_gets_the_answer_and_the_lesson_goes_on(rig: StepsRig) -> None:
     start(rig)
     await rig.mqtt.wait_for(lambda: bool(events(rig, "instance.completed")))
     lines = [text for _, text, _ in rig.speaker.said]
@@ -201,7 +201,7 @@ async def test_silence_gets_the_answer_and_the_lesson_goes_on(rig: Rig) -> None:
     assert all("signal.response_latency_ms" not in r["metrics"] for r in rig.inline.recorded)
 
 
-async def test_a_stop_cancels_the_line_being_said(rig: Rig) -> None:
+async def test_a_stop_cancels_the_line_being_said(rig: StepsRig) -> None:
     start(rig)
     await rig.mqtt.wait_for(lambda: bool(rig.speaker.said))
     rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "r2", "action": "stop"})
