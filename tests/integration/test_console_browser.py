@@ -21,6 +21,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 from gateway.console.accounts import ConsoleRole, DeviceGrant
 from gateway.store import InstanceState
+from tests.integration.test_lesson_content import heard_heartbeat, make_resources, on_sd
 from tests.support.asr_engines import RaisingEngine
 from tests.support.broker import Broker
 from tests.support.lesson_rig import APP, LESSON, TASK, LessonRig, lesson_rig
@@ -372,3 +373,69 @@ async def test_a_parent_plays_the_childs_recording_beside_the_reference_clip(
         answer = await other.request.get(moved)
         assert answer.status == 403
         assert (await answer.body())[:4] != b"OggS"
+
+        # The operator's fleet: this board is also a Xiaozhi device (its hello was heard).
+        await book.add("ops", ConsoleRole.OPERATOR, PASSWORD, (DeviceGrant(device_id, ""),))
+        ops = await login(browser, base, "ops")
+        await ops.goto("/fleet")
+        row = ops.get_by_role("row").filter(has_text=device_id)
+        await expect(row.get_by_text("小智设备")).to_be_visible()
+        await expect(row.get_by_role("cell", name="sim-1.0")).to_be_visible()
+
+
+async def test_operator_sees_board_status_and_lesson_content_and_syncs_a_board(
+    broker: Broker, tmp_path: Path, browser: Browser
+) -> None:
+    """The fleet page: the board's heartbeat figures, each app's manifest (resources, missing
+    files), and a lesson synced to the board's SD card from the page, its progress shown."""
+    out = shots(tmp_path)
+    resources = tmp_path / "resources"
+    files = await asyncio.to_thread(make_resources, resources)  # the shadowing lesson's clips
+    sd = tmp_path / "sd"
+    sim = {"sd_dir": sd, "download_chunk": 16 * 1024, "fw": "sim-2.1", "rssi": -61,
+           "sd_free_mb": 2048.0}  # fmt: skip
+    async with lesson_rig(broker, tmp_path, runtime={"resource_dir": resources}, sim=sim) as rig:
+        await heard_heartbeat(rig)
+        base = await accounts(rig)
+
+        # A parent may not sync (404, like the fleet page), and no POST goes without CSRF.
+        parent = await login(browser, base, "mama")
+        csrf = await parent.locator("input[name=csrf]").first.get_attribute("value")
+        form = {"device": rig.dev, "lesson": f"{APP}/{TASK}/{LESSON}"}
+        answer = await parent.request.post("/fleet/sync", form={"csrf": csrf or "", **form})
+        assert answer.status == 404
+        assert (await parent.request.post("/fleet/sync", form=form)).status == 403
+        sync = rig.gw.content_sync
+        assert sync is not None
+        assert sync.job_of(rig.dev) is None
+
+        page = await login(browser, base, "ops", locale="en-GB")
+        await page.goto("/fleet")
+        row = page.get_by_role("row").filter(has_text=rig.dev)
+        await expect(row.get_by_role("cell", name="sim-2.1")).to_be_visible()
+        await expect(row.get_by_role("cell", name="-61 dBm")).to_be_visible()
+        await expect(row.get_by_role("cell", name="2048 MB")).to_be_visible()
+        await expect(row.get_by_text("never synced")).to_be_visible()
+        await expect(row.get_by_text("not reported")).to_have_count(0)  # last seen: a time
+        # Lesson content per app: the shadowing task has its 4 clips; the repeater's is missing.
+        content = page.locator("table.content")
+        shadowing = content.locator(f"tr[data-task='{APP}/{TASK}']")
+        await expect(shadowing.locator("td").nth(2)).to_contain_text("4")
+        await expect(shadowing.locator("td").nth(3)).to_have_text("none")
+        repeater = content.locator(f"tr[data-task='{APP}/repeater']")
+        await expect(repeater.locator("td").nth(3)).to_contain_text(
+            f"/{APP}/repeater/lessons/{LESSON}/01.mp3"
+        )
+
+        await row.get_by_label(f"Lesson to sync {rig.dev}").select_option(f"{APP}/{TASK}/{LESSON}")
+        await row.get_by_role("button", name=f"Sync to board {rig.dev}").click()
+        await expect(page.get_by_role("status")).to_have_text("Sync started.")
+        # The job's progress: followed on the page (htmx) until every file is on the SD card.
+        job = page.locator(f"#sync-{rig.dev} .job")
+        await expect(job).to_have_attribute("data-state", "done", timeout=WAIT_MS)
+        await expect(page.locator(f"#sync-{rig.dev} .files")).to_have_text("4/4")
+        assert await asyncio.to_thread(on_sd, sd) == files
+        await page.get_by_role("link", name="中文").click()
+        await expect(page.get_by_role("heading", name="课程内容")).to_be_visible()
+        await expect(page.locator(f"#sync-{rig.dev} .job")).to_have_text("已完成")
+        await page.screenshot(path=str(out / "fleet-content.png"), full_page=True)
