@@ -245,6 +245,11 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
             catalog=catalog,
             online=board.is_online,
             ota=xiaozhi.ota,
+            archive=archive,
+            media=media,
+            sync=sync,
+            board_status=board.status_of,
+            xiaozhi_status=xiaozhi.control.status.get,
         )
         components.append(console)
     service = Service(ctx, components)

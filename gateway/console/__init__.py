@@ -22,12 +22,21 @@ from typing import TYPE_CHECKING
 from gateway.console.accounts import AccountBook, AccountError, ConsoleRole
 from gateway.console.alarms import RecentAlarms
 from gateway.console.seams import (
+    AnswerReader,
+    ArchiveRecordings,
     BoardFacts,
     ControlSink,
     InboxSteering,
+    LessonContent,
+    LessonFiles,
+    MediaContent,
+    NoContent,
     NoRecordings,
     OtaApprovals,
+    RecordingLinks,
+    StatusFacts,
     StoreResults,
+    SyncJobs,
     lesson_choices,
 )
 from gateway.console.web import ConsoleParts, ConsoleWeb, LiveHub
@@ -39,8 +48,10 @@ from gateway.tasks.core import Catalog
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from gateway.board.admin import BoardStatusView
     from gateway.service import Context
     from gateway.xiaozhi.ota.endpoint import OtaEndpoint
+    from gateway.xiaozhi.status import DeviceStatus
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +117,11 @@ def build_console(
     catalog: Catalog,
     online: Callable[[str], bool],
     ota: OtaEndpoint | None,
+    archive: AnswerReader | None = None,
+    media: LessonFiles | None = None,
+    sync: SyncJobs | None = None,
+    board_status: Callable[[str], BoardStatusView | None] | None = None,
+    xiaozhi_status: Callable[[str], DeviceStatus | None] | None = None,
 ) -> Console:
     settings = ctx.settings
     cs = settings.console
@@ -124,13 +140,29 @@ def build_console(
     ctx.ops.listeners.append(recent.raised)
     store.add_listener(hub.committed)
     server.on_shutdown(hub.close)
+    recordings: RecordingLinks = NoRecordings()
+    if archive is not None:
+        recordings = ArchiveRecordings(
+            archive,
+            media,
+            ttl_s=settings.archive.link_ttl_s,
+        )
+    content: LessonContent = NoContent()
+    if media is not None and sync is not None:
+        content = MediaContent(media, sync, catalog)
+    fleet = (
+        StatusFacts(board_status, xiaozhi_status or (lambda _d: None), recent.of)
+        if board_status is not None
+        else BoardFacts(online, recent.of)
+    )
     parts = ConsoleParts(
         accounts=accounts,
         results=StoreResults(store),
-        recordings=NoRecordings(),
+        recordings=recordings,
         steering=InboxSteering(inbox),
-        fleet=BoardFacts(online, recent.of),
+        fleet=fleet,
         approvals=OtaApprovals(ota),
+        content=content,
         lessons=lesson_choices(catalog),
         running=store.running_instances,
     )

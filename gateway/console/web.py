@@ -41,6 +41,7 @@ from gateway.console.seams import (
     ActivationApprovals,
     FleetFacts,
     LessonChoice,
+    LessonContent,
     LessonSteering,
     RecordingLinks,
     ResultsSource,
@@ -124,6 +125,7 @@ class ConsoleParts:
     steering: LessonSteering
     fleet: FleetFacts
     approvals: ActivationApprovals
+    content: LessonContent
     lessons: list[LessonChoice]
     running: Callable[[], Awaitable[list[InstanceRecord]]]
 
@@ -164,6 +166,8 @@ class ConsoleWeb:
         add("GET", "/", self._authed(self.home))
         add("GET", "/child/{dev}", self._authed(self.child))
         add("GET", "/child/{dev}/lesson/{iid}", self._authed(self.lesson))
+        add("GET", "/child/{dev}/audio/{audio_id}", self._authed(self.audio))
+        add("GET", "/clip/{app_id}/{task_id}/{lesson_id}/{clip}", self._authed(self.clip))
         add("GET", "/child/{dev}/export.json", self._authed(self.export_json))
         add("GET", "/child/{dev}/export.csv", self._authed(self.export_csv))
         add("GET", "/steer/{dev}", self._authed(self.steer_page))
@@ -171,6 +175,7 @@ class ConsoleWeb:
         add("GET", "/steer/{dev}/events", self._authed(self.live_events))
         add("GET", "/fleet", self._authed(self.fleet))
         add("POST", "/fleet/approve", self._authed(self.approve))
+        add("POST", "/fleet/sync", self._authed(self.sync))
 
     # ---- plumbing -----------------------------------------------------------------------------
 
@@ -374,16 +379,16 @@ class ConsoleWeb:
         if found is None or found[0].device_id != dev:
             return self._render(request, "error.html", 404, who=who, message="not_found")
         inst, steps = found
-        rows = [
-            (
-                step,
-                self._p.recordings.recording(inst.instance_id, step.step_index),
-                self._p.recordings.reference(
-                    inst.app_id or "", inst.task_id or "", inst.lesson_id or "", step.clip or ""
-                ),
+        rows = []
+        for step in steps:
+            try:
+                mine = await self._p.recordings.recording(dev, inst.instance_id, step.step_index)
+            except StoreError:
+                mine = None
+            ref = self._p.recordings.reference(
+                inst.app_id or "", inst.task_id or "", inst.lesson_id or "", step.clip or ""
             )
-            for step in steps
-        ]
+            rows.append((step, mine, ref))
         return self._render(
             request,
             "lesson.html",
@@ -393,6 +398,29 @@ class ConsoleWeb:
             inst=inst,
             rows=rows,
             when=self._when,
+        )
+
+    async def audio(self, request: web.Request, who: LoggedIn) -> web.StreamResponse:
+        """A child's recording, on the page's short-lived link: the session may see the device
+        (404 otherwise) and the link's signature is that device's (403 otherwise)."""
+        dev = self._device(request, who)
+        q = request.query
+        found = await self._p.recordings.audio(
+            dev, request.match_info["audio_id"], q.get("expires", ""), q.get("sig", "")
+        )
+        if isinstance(found, int):
+            return web.Response(status=found, text="no such recording", headers=HEADERS)
+        return _ranged(request, found, "audio/ogg")
+
+    async def clip(self, request: web.Request, who: LoggedIn) -> web.StreamResponse:
+        """A lesson's reference clip: only a clip the running catalog names (404 otherwise)."""
+        m = request.match_info
+        path = self._p.recordings.clip_file(m["app_id"], m["task_id"], m["lesson_id"], m["clip"])
+        if path is None:
+            return web.Response(status=404, text="no such clip", headers=HEADERS)
+        return web.FileResponse(
+            path,
+            headers={"Cache-Control": "private, max-age=300", "X-Content-Type-Options": "nosniff"},
         )
 
     async def _export(self, dev: str) -> list[tuple[InstanceRecord, list[StepRecord]]]:
@@ -537,17 +565,43 @@ class ConsoleWeb:
             running = {i.device_id: i for i in await self._p.running()}
         except StoreError:
             return self._render(request, "error.html", 503, who=who, message="server_busy")
-        rows = [(g, self._p.fleet.facts(g.device), running.get(g.device)) for g in devices]
+        rows = [
+            (g, self._p.fleet.facts(g.device), running.get(g.device), self._p.content.job(g.device))
+            for g in devices
+        ]
+        manifests = []
+        for app_id in self._p.content.apps():
+            manifest = await self._p.content.manifest(app_id)
+            if manifest is not None:
+                manifests.append(manifest)
         return self._render(
             request,
             "fleet.html",
             who=who,
             rows=rows,
+            manifests=manifests,
+            lessons=self._p.lessons,
             waiting=self._p.approvals.waiting(),
             ota=self._p.approvals.enabled,
             result=request.query.get("result"),
+            synced=request.query.get("sync"),
             when=self._when,
         )
+
+    async def sync(self, request: web.Request, who: LoggedIn) -> web.StreamResponse:
+        """Operators: sync a catalog lesson's audio to a board's SD card (a lesson sync job)."""
+        if who.user.role is not ConsoleRole.OPERATOR:
+            return self._render(request, "error.html", 404, who=who, message="not_found")
+        form = await request.post()
+        dev = str(form.get("device", ""))
+        key = str(form.get("lesson", ""))
+        lesson = next((c for c in self._p.lessons if c.key == key), None)
+        if not DEVICE_RE.fullmatch(dev) or lesson is None:
+            raise web.HTTPBadRequest(text="device and lesson: one of the catalog's")
+        job = self._p.content.start_sync(dev, lesson)
+        outcome = job if isinstance(job, str) else "started"
+        log.info("console: operator asked a lesson sync of %s: %s", dev, outcome)
+        raise web.HTTPSeeOther(f"/fleet?sync={outcome}#sync-{dev}")
 
     async def approve(self, request: web.Request, who: LoggedIn) -> web.StreamResponse:
         if who.user.role is not ConsoleRole.OPERATOR:
@@ -558,6 +612,25 @@ class ConsoleWeb:
             raise web.HTTPSeeOther("/fleet?result=unknown")
         _ok, outcome = await self._p.approvals.approve(code)
         raise web.HTTPSeeOther(f"/fleet?result={outcome}")
+
+
+def _ranged(request: web.Request, body: bytes, content_type: str) -> web.Response:
+    """``body`` whole, or the one byte range asked (206): a browser's player seeks with it."""
+    headers = {**HEADERS, "Accept-Ranges": "bytes", "Cache-Control": "private, no-store"}
+    if "Range" not in request.headers:
+        return web.Response(body=body, content_type=content_type, headers=headers)
+    try:
+        wanted = request.http_range
+        start, stop, _ = wanted.indices(len(body))
+    except ValueError:
+        start, stop = 0, -1
+    if start >= stop:
+        headers["Content-Range"] = f"bytes */{len(body)}"
+        return web.Response(status=416, headers=headers)
+    headers["Content-Range"] = f"bytes {start}-{stop - 1}/{len(body)}"
+    return web.Response(
+        status=206, body=body[start:stop], content_type=content_type, headers=headers
+    )
 
 
 def _local(path: str) -> str:

@@ -10,7 +10,9 @@ to the test's temporary directory.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,8 +21,12 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 from gateway.console.accounts import ConsoleRole, DeviceGrant
 from gateway.store import InstanceState
+from tests.integration.test_lesson_content import heard_heartbeat, make_resources, on_sd
+from tests.support.asr_engines import RaisingEngine
 from tests.support.broker import Broker
 from tests.support.lesson_rig import APP, LESSON, TASK, LessonRig, lesson_rig
+from tests.support.voice_lesson import CATALOG, SCRIPT, child, start
+from tests.support.voice_lesson import lesson_rig as voice_lesson_rig
 
 # Hang guards, not timings: a browser, a gateway and a board on two cores shared with others.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -112,9 +118,9 @@ async def test_parent_starts_a_lesson_and_watches_it_live(
         await page.screenshot(path=str(out / "child.png"), full_page=True)
         await page.get_by_role("link", name="详情").click()
         await expect(page.locator("table.steps tbody tr")).to_have_count(4)
-        # Recordings are not in main yet: the page says so beside each step (no player).
-        await expect(page.get_by_text("录音功能尚未开放").first).to_be_visible()
-        await page.screenshot(path=str(out / "lesson.png"), full_page=True)
+        # The board simulator answers no speech: no step has a recording (no player shown).
+        await expect(page.get_by_text("没有录音")).to_have_count(4)
+        await expect(page.locator("audio.recording")).to_have_count(0)
 
         async with page.expect_download() as download:
             await page.goto(f"/child/{rig.dev}")
@@ -262,3 +268,174 @@ async def test_pause_resume_stop_and_a_parent_preempts_a_teacher(
         await expect(live).to_have_attribute("data-state", "running", timeout=WAIT_MS)
         await parent.get_by_role("button", name="停止").click()
         await expect(live).to_have_attribute("data-state", "cancelled", timeout=WAIT_MS)
+
+
+async def test_a_parent_plays_the_childs_recording_beside_the_reference_clip(
+    broker: Broker, tmp_path: Path, browser: Browser, device_id: str
+) -> None:
+    """A voice lesson (espeak-ng speech from the Xiaozhi simulator) archives the child's
+    answers; the lesson page plays each beside the lesson's reference clip, both through the
+    console's listener. Another family's parent gets 404 for the recording's URL; a forged or
+    moved signature gets 403."""
+    out = shots(tmp_path)
+    resources = tmp_path / "resources"
+    shutil.copytree(CATALOG / "resources", resources)
+    unit = resources / APP / TASK / "lessons" / LESSON
+    clip_bytes = b"ID3\x03\x00\x00\x00\x00\x00\x00reference clip 01"
+    (unit / "01.mp3").write_bytes(clip_bytes)  # the only clip with a file; 02-04 are missing
+    async with voice_lesson_rig(
+        broker, tmp_path, device_id, RaisingEngine, resource_dir=resources
+    ) as (gw, seen, device, backend):
+        async with asyncio.TaskGroup() as tg:
+            reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
+            instance_id = await start(backend, device_id, seen)
+            await seen.until(lambda: bool(seen.named("instance.completed")), 60)
+            await reader
+        assert gw.archive is not None
+        assert gw.console is not None
+        await gw.archive.drained()
+        await gw.store.flush()
+        archived = await gw.archive.audio_of_step(instance_id, 0)
+        assert archived is not None
+        blob = await gw.archive.get(archived.audio_id)
+
+        book = gw.console.accounts
+        await book.add("mama", ConsoleRole.PARENT, PASSWORD, (DeviceGrant(device_id, "小明"),))
+        await book.add("other", ConsoleRole.PARENT, PASSWORD, (DeviceGrant(OTHER_DEVICE, "小红"),))
+        base = f"http://127.0.0.1:{gw.console.server.port}"
+
+        page = await login(browser, base, "mama")
+        await page.goto(f"/child/{device_id}/lesson/{instance_id}")
+        await expect(page.locator("table.steps tbody tr")).to_have_count(4)
+        # Steps 0, 1 and 3 were spoken (archived); step 2 was silent: nothing kept.
+        recordings = page.locator("audio.recording")
+        await expect(recordings).to_have_count(3)
+        await expect(page.get_by_text("没有录音")).to_have_count(1)
+        first = recordings.first
+        src = await first.get_attribute("src")
+        assert src is not None
+        assert src.startswith(f"/child/{device_id}/audio/{archived.audio_id}?expires=")
+        # The browser loads it as audio it can play: metadata read, a duration.
+        await page.wait_for_function(
+            "el => el.readyState >= 1 && el.duration > 0", arg=await first.element_handle()
+        )
+        duration = await first.evaluate("el => el.duration")
+        assert 0.5 < duration < 10, duration
+        fetched = await page.request.get(src)
+        assert fetched.status == 200
+        assert fetched.headers["content-type"] == "audio/ogg"
+        body = await fetched.body()
+        assert body == blob
+        assert body.startswith(b"OggS")
+        assert b"OpusHead" in body[:200]
+        ranged = await page.request.get(src, headers={"Range": "bytes=0-3"})
+        assert ranged.status == 206
+        assert await ranged.body() == b"OggS"
+        # The reference clip, beside it: the catalog's 01.mp3, served by the console.
+        references = page.locator("audio.reference")
+        await expect(references).to_have_count(1)  # only 01.mp3 has a file
+        ref_src = await references.first.get_attribute("src")
+        assert ref_src == f"/clip/{APP}/{TASK}/{LESSON}/01.mp3"
+        ref = await page.request.get(ref_src)
+        assert ref.status == 200
+        assert await ref.body() == clip_bytes
+        # Only clips the catalog names: its transcript file, or a path out, is not served.
+        for path in (
+            f"/clip/{APP}/{TASK}/{LESSON}/04.txt",
+            f"/clip/{APP}/{TASK}/{LESSON}/02.mp3",
+            f"/clip/{APP}/{TASK}/{LESSON}/..%2F..%2F..%2Fapp.json",
+        ):
+            assert (await page.request.get(path)).status == 404, path
+        await expect(page.get_by_text("Good morning.").first).to_be_visible()
+        await page.screenshot(path=str(out / "lesson.png"), full_page=True)
+
+        # Forged: a changed signature, an extended expiry, no signature at all.
+        head, _, sig = src.partition("&sig=")
+        expires = head.rsplit("=", 1)[1]
+        forged = (
+            f"{head}&sig={'0' * len(sig)}",
+            src.replace(f"expires={expires}", f"expires={int(expires) + 3_600_000}"),
+            src.split("?")[0],
+        )
+        for url in forged:
+            answer = await page.request.get(url)
+            assert answer.status == 403, url
+            assert (await answer.body())[:4] != b"OggS"
+
+        # Another family's parent: the recording's URL (signature and all) is not found.
+        other = await login(browser, base, "other")
+        answer = await other.request.get(src)
+        assert answer.status == 404
+        assert (await answer.body())[:4] != b"OggS"
+        # The same recording moved under that parent's own device: the signature is bound
+        # to the child's device, so it is refused.
+        moved = src.replace(f"/child/{device_id}/", f"/child/{OTHER_DEVICE}/")
+        answer = await other.request.get(moved)
+        assert answer.status == 403
+        assert (await answer.body())[:4] != b"OggS"
+
+        # The operator's fleet: this board is also a Xiaozhi device (its hello was heard).
+        await book.add("ops", ConsoleRole.OPERATOR, PASSWORD, (DeviceGrant(device_id, ""),))
+        ops = await login(browser, base, "ops")
+        await ops.goto("/fleet")
+        row = ops.get_by_role("row").filter(has_text=device_id)
+        await expect(row.get_by_text("小智设备")).to_be_visible()
+        await expect(row.get_by_role("cell", name="sim-1.0")).to_be_visible()
+
+
+async def test_operator_sees_board_status_and_lesson_content_and_syncs_a_board(
+    broker: Broker, tmp_path: Path, browser: Browser
+) -> None:
+    """The fleet page: the board's heartbeat figures, each app's manifest (resources, missing
+    files), and a lesson synced to the board's SD card from the page, its progress shown."""
+    out = shots(tmp_path)
+    resources = tmp_path / "resources"
+    files = await asyncio.to_thread(make_resources, resources)  # the shadowing lesson's clips
+    sd = tmp_path / "sd"
+    sim = {"sd_dir": sd, "download_chunk": 16 * 1024, "fw": "sim-2.1", "rssi": -61,
+           "sd_free_mb": 2048.0}  # fmt: skip
+    async with lesson_rig(broker, tmp_path, runtime={"resource_dir": resources}, sim=sim) as rig:
+        await heard_heartbeat(rig)
+        base = await accounts(rig)
+
+        # A parent may not sync (404, like the fleet page), and no POST goes without CSRF.
+        parent = await login(browser, base, "mama")
+        csrf = await parent.locator("input[name=csrf]").first.get_attribute("value")
+        form = {"device": rig.dev, "lesson": f"{APP}/{TASK}/{LESSON}"}
+        answer = await parent.request.post("/fleet/sync", form={"csrf": csrf or "", **form})
+        assert answer.status == 404
+        assert (await parent.request.post("/fleet/sync", form=form)).status == 403
+        sync = rig.gw.content_sync
+        assert sync is not None
+        assert sync.job_of(rig.dev) is None
+
+        page = await login(browser, base, "ops", locale="en-GB")
+        await page.goto("/fleet")
+        row = page.get_by_role("row").filter(has_text=rig.dev)
+        await expect(row.get_by_role("cell", name="sim-2.1")).to_be_visible()
+        await expect(row.get_by_role("cell", name="-61 dBm")).to_be_visible()
+        await expect(row.get_by_role("cell", name="2048 MB")).to_be_visible()
+        await expect(row.get_by_text("never synced")).to_be_visible()
+        await expect(row.get_by_text("not reported")).to_have_count(0)  # last seen: a time
+        # Lesson content per app: the shadowing task has its 4 clips; the repeater's is missing.
+        content = page.locator("table.content")
+        shadowing = content.locator(f"tr[data-task='{APP}/{TASK}']")
+        await expect(shadowing.locator("td").nth(2)).to_contain_text("4")
+        await expect(shadowing.locator("td").nth(3)).to_have_text("none")
+        repeater = content.locator(f"tr[data-task='{APP}/repeater']")
+        await expect(repeater.locator("td").nth(3)).to_contain_text(
+            f"/{APP}/repeater/lessons/{LESSON}/01.mp3"
+        )
+
+        await row.get_by_label(f"Lesson to sync {rig.dev}").select_option(f"{APP}/{TASK}/{LESSON}")
+        await row.get_by_role("button", name=f"Sync to board {rig.dev}").click()
+        await expect(page.get_by_role("status")).to_have_text("Sync started.")
+        # The job's progress: followed on the page (htmx) until every file is on the SD card.
+        job = page.locator(f"#sync-{rig.dev} .job")
+        await expect(job).to_have_attribute("data-state", "done", timeout=WAIT_MS)
+        await expect(page.locator(f"#sync-{rig.dev} .files")).to_have_text("4/4")
+        assert await asyncio.to_thread(on_sd, sd) == files
+        await page.get_by_role("link", name="中文").click()
+        await expect(page.get_by_role("heading", name="课程内容")).to_be_visible()
+        await expect(page.locator(f"#sync-{rig.dev} .job")).to_have_text("已完成")
+        await page.screenshot(path=str(out / "fleet-content.png"), full_page=True)

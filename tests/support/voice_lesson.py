@@ -97,13 +97,14 @@ async def lesson_rig(
     clip_ms: int = CLIP_MS,
     archive: dict[str, Any] | None = None,
     asr_backend: Backend | None = None,  # instead of ``engine`` in a process (e.g. HTTP)
+    resource_dir: Path | None = None,
 ) -> AsyncIterator[tuple[Gateway, Observed, XiaozhiDeviceSim, ClientSession]]:
     # The production layout: the gateway's data dir holds the broker files, so OTA provisioning
     # rotates real credentials and reloads the real broker; SQLite is the test's own.
     settings = gateway_settings(
         broker,
         broker.data_dir,
-        runtime={"catalog_path": CATALOG, "resource_dir": CATALOG / "resources"},
+        runtime={"catalog_path": CATALOG, "resource_dir": resource_dir or CATALOG / "resources"},
         asr={"workers": 1},
         store={"sqlite_path": tmp_path / "gateway.sqlite3"},
         archive={"dir": tmp_path / "audio", **(archive or {})},  # the test's own answers
