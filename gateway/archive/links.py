@@ -2,8 +2,9 @@
 
 A link names one blob and an expiry (epoch ms) and carries ``HMAC-SHA256(key, "id.expiry")``:
 whoever holds it may fetch that one answer until it expires, and nothing else. The admin route
-that serves it also sits behind the admin listener's bearer token (gateway/http.py), so a link
-that leaks from a console is useless off the operator network and dead after ``link_ttl_s``.
+that serves it takes no bearer token (the signature is the credential: ``RouteDoc(bearer=False)``
+in gateway/http.py) but listens only where the admin listener does (loopback by default), so a
+link that leaks is useless off the operator network and dead after ``link_ttl_s``.
 """
 
 from __future__ import annotations
