@@ -458,7 +458,8 @@ class ConsoleWeb:
         writer = csv.writer(out)
         writer.writerow(
             ["started_ms", "instance_id", "app_id", "task_id", "lesson_id", "state", "step",
-             "expected_text", "asr_text", "metrics", "completed_ms"]
+             "expected_text", "asr_text", "metrics", "completed_ms", "response_latency_ms",
+             "step_completed"]
         )  # fmt: skip
         for inst, steps in await self._export(dev):
             for s in steps:
@@ -466,7 +467,7 @@ class ConsoleWeb:
                 writer.writerow(
                     [inst.created_ms, inst.instance_id, inst.app_id, inst.task_id,
                      inst.lesson_id, inst.state, s.step_index, s.expected_text, s.asr_text,
-                     metrics, s.completed_ms]
+                     metrics, s.completed_ms, s.response_latency_ms, s.step_completed]
                 )  # fmt: skip
         return web.Response(
             body=out.getvalue().encode("utf-8-sig"),  # BOM: spreadsheet programs read UTF-8

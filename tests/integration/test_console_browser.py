@@ -116,6 +116,7 @@ async def test_parent_starts_a_lesson_and_watches_it_live(
         # An earlier arithmetic run whose steps carry behaviour signals (stored as the inline
         # path stores them: tests/integration/test_results_api.py runs one for real).
         signalled = await signals_run(rig, instance.created_ms)
+        signalled_ms = (instance.created_ms or 0) - 60_000
 
         await page.get_by_role("link", name="学习进度").click()
         await expect(page.locator("svg.plot circle")).to_have_count(2)
@@ -139,7 +140,14 @@ async def test_parent_starts_a_lesson_and_watches_it_live(
             await page.goto(f"/child/{rig.dev}")
             await page.get_by_role("link", name="导出 JSON").click()
         saved = await (await download.value).path()
-        assert f'"instance_id": "{instance.instance_id}"' in saved.read_text(encoding="utf-8")
+        exported = saved.read_text(encoding="utf-8")
+        assert f'"instance_id": "{instance.instance_id}"' in exported
+        assert '"response_latency_ms": 1500' in exported  # the signalled run's steps
+        table = await page.request.get(f"/child/{rig.dev}/export.csv")
+        lines = (await table.text()).lstrip("\ufeff").splitlines()
+        assert lines[0].endswith(",response_latency_ms,step_completed")
+        assert any(line.startswith(f"{signalled_ms},signals-run,") and line.endswith(",1500,1")
+                   for line in lines)  # fmt: skip
 
         # The signalled run's page: its signals, then each step's, in both languages.
         await page.goto(f"/child/{rig.dev}/lesson/{signalled}")
