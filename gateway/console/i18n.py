@@ -48,6 +48,20 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "state": ("状态", "State"),
     "steps_done": ("完成句数", "Sentences done"),
     "step": ("句", "Step"),
+    "signals": ("行为信号", "Behaviour signals"),
+    "signals_note": (
+        "反应时间：收音开始到孩子开口的毫秒数；"
+        "走完：这一句做到了最后并有识别文本（1 是，0 否）。只是数字，不是评价。",
+        "Response time: milliseconds from the listening window opening to the child starting to "
+        "speak; run to the end: the step ran to its end with a transcript (1 yes, 0 no). "
+        "Numbers only, not a judgement.",
+    ),
+    "sig_answered": ("开口句数", "Steps answered"),
+    "sig_run_to_end": ("走完句数", "Steps run to the end"),
+    "sig_mean_ms": ("平均反应时间（毫秒）", "Mean response time (ms)"),
+    "sig_median_ms": ("反应时间中位数（毫秒）", "Median response time (ms)"),
+    "response_ms": ("反应时间（毫秒）", "Response time (ms)"),
+    "run_to_end": ("走完", "Run to the end"),
     "reference": ("原句", "Reference"),
     "transcript": ("识别文本", "Transcript"),
     "numbers": ("数值", "Numbers"),

@@ -1,8 +1,9 @@
 """What the console reads and asks of the rest of the gateway: small Protocols, and the adapters
 over what main has (docs/console.md, "Seams"):
 
-* :class:`ResultsSource`: a device's lesson history and one lesson's steps: the store's
-  ``instances`` and ``steps`` (:class:`StoreResults`).
+* :class:`ResultsSource`: a device's lesson history, one lesson's steps and each lesson's
+  behaviour signals: the store's ``instances`` and ``steps`` (:class:`StoreResults`; the
+  signals through the results read model's ``run_signals``).
 * :class:`RecordingLinks`: the child's recording of a step and the reference clip, both served
   on the console's listener: the archive's answers on the console's own short-lived links,
   bound to the device (:class:`ArchiveRecordings`), the clips the catalog names from the lesson
@@ -36,6 +37,7 @@ from gateway.board.admin import BoardStatusView
 from gateway.content.media import AppManifest, Clip
 from gateway.content.sync import SyncJob, SyncJobView
 from gateway.store.records import ArchivedAudio, InstanceRecord, StepRecord
+from gateway.store.results import RunSignals, run_signals
 from gateway.store.store import Store
 from gateway.tasks.core import Catalog, ControlAction, ControlRequest
 from gateway.xiaozhi.ota.endpoint import OtaEndpoint
@@ -53,6 +55,10 @@ class ResultsSource(Protocol):
 
     async def steps_done(self, instance_ids: list[str]) -> dict[str, int]:
         """Per lesson, how many of its steps the child finished (the progress plot's y)."""
+        ...
+
+    async def signals(self, instance_ids: list[str]) -> dict[str, RunSignals]:
+        """Per lesson, its behaviour signals (lessons whose steps carry none are left out)."""
         ...
 
 
@@ -76,6 +82,16 @@ class StoreResults:
         )
         rows = await self.store.call(lambda db: db.query(sql, instance_ids))
         return {str(iid): int(str(n)) for iid, n in rows}
+
+    async def signals(self, instance_ids: list[str]) -> dict[str, RunSignals]:
+        if not instance_ids:
+            return {}
+        steps = await self.store.call(lambda db: db.steps_of(instance_ids))
+        by_run: dict[str, list[StepRecord]] = {}
+        for step in steps:
+            by_run.setdefault(step.instance_id, []).append(step)
+        found = {iid: run_signals(rows) for iid, rows in by_run.items()}
+        return {iid: sig for iid, sig in found.items() if sig is not None}
 
 
 class RecordingLinks(Protocol):

@@ -49,6 +49,7 @@ from gateway.console.seams import (
 from gateway.http import RouteTable
 from gateway.store.errors import StoreError
 from gateway.store.records import InstanceRecord, StepRecord
+from gateway.store.results import run_signals
 from gateway.tasks.core import ControlAction, PriorityLevel
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,7 @@ class ConsoleWeb:
             lang=lang,
             langs=LANGS,
             path=request.path_qs,
+            ms=_ms,
             **context,
         )
         return web.Response(
@@ -343,6 +345,7 @@ class ConsoleWeb:
         try:
             history = await self._p.results.history(dev, HISTORY_LIMIT)
             done = await self._p.results.steps_done([i.instance_id for i in history])
+            signals = await self._p.results.signals([i.instance_id for i in history])
         except StoreError:
             return self._render(request, "error.html", 503, who=who, message="server_busy")
         lang = self._lang(request)
@@ -366,6 +369,7 @@ class ConsoleWeb:
             label=self._label(who.user, dev),
             history=history,
             done=done,
+            signals=signals,
             plot=plot,
             when=self._when,
         )
@@ -397,6 +401,7 @@ class ConsoleWeb:
             label=self._label(who.user, dev),
             inst=inst,
             rows=rows,
+            signals=run_signals(steps),
             when=self._when,
         )
 
@@ -453,7 +458,8 @@ class ConsoleWeb:
         writer = csv.writer(out)
         writer.writerow(
             ["started_ms", "instance_id", "app_id", "task_id", "lesson_id", "state", "step",
-             "expected_text", "asr_text", "metrics", "completed_ms"]
+             "expected_text", "asr_text", "metrics", "completed_ms", "response_latency_ms",
+             "step_completed"]
         )  # fmt: skip
         for inst, steps in await self._export(dev):
             for s in steps:
@@ -461,7 +467,7 @@ class ConsoleWeb:
                 writer.writerow(
                     [inst.created_ms, inst.instance_id, inst.app_id, inst.task_id,
                      inst.lesson_id, inst.state, s.step_index, s.expected_text, s.asr_text,
-                     metrics, s.completed_ms]
+                     metrics, s.completed_ms, s.response_latency_ms, s.step_completed]
                 )  # fmt: skip
         return web.Response(
             body=out.getvalue().encode("utf-8-sig"),  # BOM: spreadsheet programs read UTF-8
@@ -631,6 +637,11 @@ def _ranged(request: web.Request, body: bytes, content_type: str) -> web.Respons
     return web.Response(
         status=206, body=body[start:stop], content_type=content_type, headers=headers
     )
+
+
+def _ms(value: float | None) -> str:
+    """A latency in whole milliseconds for a page ("—" when there is none)."""
+    return "—" if value is None else f"{value:.0f}"
 
 
 def _local(path: str) -> str:

@@ -10,12 +10,18 @@ console, which call the same functions in-process::
 Reads raise :class:`~gateway.store.errors.StoreError` (a failing or busy store). Numbers only:
 metrics are ``(method, value)`` as stored, never verdicts (SPEC §2 rule 4); progress is the
 mean of each method over a lesson run's assessed steps, nothing more.
+
+Behaviour signals (issue #27 item 5, spec §18-19) are stored per step
+(``StepRecord.response_latency_ms``, ``StepRecord.step_completed``, migration 0005); a run's
+:class:`RunSignals` (steps, responded, completed, mean and median latency) is derived here from
+those rows, never stored twice: :func:`run_signals`. Numbers, never a diagnosis.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,6 +63,22 @@ class MetricMean:
 
 
 @dataclass(frozen=True, slots=True)
+class RunSignals:
+    """A lesson run's behaviour signals, derived from its steps' stored signals.
+
+    ``steps``: steps that carry a signal (STEPS tasks' answered listen steps; clip-stepped
+    lessons carry none); ``responded``: of those, steps with a response latency (the child
+    started speaking); ``completed``: steps that ran to their end with a transcript;
+    ``mean_latency_ms`` / ``median_latency_ms``: over the responded steps (None: none)."""
+
+    steps: int
+    responded: int
+    completed: int
+    mean_latency_ms: float | None
+    median_latency_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class ProgressPoint:
     """One run of a lesson: when, how far, and its metrics' means."""
 
@@ -67,6 +89,7 @@ class ProgressPoint:
     steps: int
     steps_assessed: int
     metrics: tuple[MetricMean, ...]
+    signals: RunSignals | None = None  # None: no step of the run carries a signal
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +121,17 @@ EXPORT_COLUMNS = (
     "failure",
     "assessment_shed",
     "audio_id",
+    "response_latency_ms",
+    "step_completed",
+)
+_STEP_COLUMNS = EXPORT_COLUMNS[9:]
+# the run's behaviour signals (:class:`RunSignals`), repeated on each of its rows
+SIGNAL_COLUMNS = (
+    "run_signal_steps",
+    "run_responded",
+    "run_completed",
+    "run_mean_latency_ms",
+    "run_median_latency_ms",
 )
 
 
@@ -161,6 +195,23 @@ def metric_means(steps: Sequence[StepRecord]) -> tuple[MetricMean, ...]:
     )
 
 
+def run_signals(steps: Sequence[StepRecord]) -> RunSignals | None:
+    """The run's behaviour signals from its steps' stored ones; None when no step has any."""
+    signalled = [
+        s for s in steps if s.step_completed is not None or s.response_latency_ms is not None
+    ]
+    if not signalled:
+        return None
+    latencies = [s.response_latency_ms for s in signalled if s.response_latency_ms is not None]
+    return RunSignals(
+        steps=len(signalled),
+        responded=len(latencies),
+        completed=sum(1 for s in signalled if s.step_completed),
+        mean_latency_ms=statistics.fmean(latencies) if latencies else None,
+        median_latency_ms=float(statistics.median(latencies)) if latencies else None,
+    )
+
+
 def lesson_progress(history: DeviceHistory) -> tuple[LessonProgress, ...]:
     """Runs grouped by (app, task, lesson), each lesson's runs oldest first; lessons sorted."""
     lessons: dict[tuple[str, str, str], list[ProgressPoint]] = {}
@@ -180,6 +231,7 @@ def lesson_progress(history: DeviceHistory) -> tuple[LessonProgress, ...]:
                 steps=len(run.steps),
                 steps_assessed=len(assessed),
                 metrics=metric_means(assessed),
+                signals=run_signals(run.steps),
             )
         )
     return tuple(
@@ -202,8 +254,9 @@ def metric_methods(history: DeviceHistory) -> tuple[str, ...]:
 
 def export_rows(history: DeviceHistory) -> list[dict[str, object]]:
     """One flat row per step (instances newest first, steps in order): the
-    :data:`EXPORT_COLUMNS` then ``metric:<method>`` for every method present (``None`` where
-    a step lacks it). An instance without steps gives one row with empty step fields."""
+    :data:`EXPORT_COLUMNS`, the run's :data:`SIGNAL_COLUMNS`, then ``metric:<method>`` for every
+    method present (``None`` where a step lacks it). An instance without steps gives one row
+    with empty step fields."""
     methods = metric_methods(history)
     rows: list[dict[str, object]] = []
     for run in history.instances:
@@ -219,6 +272,7 @@ def export_rows(history: DeviceHistory) -> list[dict[str, object]]:
             "created_ms": inst.created_ms,
             "ended_ms": inst.ended_ms,
         }
+        base.update(_signal_fields(run_signals(run.steps)))
         for step in run.steps or (None,):
             row = dict(base)
             row.update(_step_fields(step))
@@ -231,7 +285,7 @@ def export_rows(history: DeviceHistory) -> list[dict[str, object]]:
 
 def _step_fields(step: StepRecord | None) -> dict[str, object]:
     if step is None:
-        return dict.fromkeys(EXPORT_COLUMNS[9:])
+        return dict.fromkeys(_STEP_COLUMNS)
     return {
         "step_index": step.step_index,
         "clip": step.clip,
@@ -242,7 +296,27 @@ def _step_fields(step: StepRecord | None) -> dict[str, object]:
         "failure": step.failure,
         "assessment_shed": step.assessment_shed,
         "audio_id": step.audio_id,
+        "response_latency_ms": step.response_latency_ms,
+        "step_completed": step.step_completed,
     }
+
+
+def _signal_fields(signals: RunSignals | None) -> dict[str, object]:
+    if signals is None:
+        return dict.fromkeys(SIGNAL_COLUMNS)
+    return dict(
+        zip(
+            SIGNAL_COLUMNS,
+            (
+                signals.steps,
+                signals.responded,
+                signals.completed,
+                signals.mean_latency_ms,
+                signals.median_latency_ms,
+            ),
+            strict=True,
+        )
+    )
 
 
 def _metric_map(metrics: Sequence[StoredMetric]) -> dict[str, float]:
@@ -250,12 +324,13 @@ def _metric_map(metrics: Sequence[StoredMetric]) -> dict[str, float]:
 
 
 def export_columns(methods: Sequence[str]) -> tuple[str, ...]:
-    """The export's columns: :data:`EXPORT_COLUMNS` then ``metric:<method>`` for each."""
-    return (*EXPORT_COLUMNS, *(f"metric:{m}" for m in methods))
+    """The export's columns: :data:`EXPORT_COLUMNS`, :data:`SIGNAL_COLUMNS`, then
+    ``metric:<method>`` for each."""
+    return (*EXPORT_COLUMNS, *SIGNAL_COLUMNS, *(f"metric:{m}" for m in methods))
 
 
 def rows_to_csv(rows: Sequence[dict[str, object]], methods: Sequence[str]) -> str:
-    """CSV with a header line (``EXPORT_COLUMNS`` + ``metric:<method>``); ``None`` is empty.
+    """CSV with a header line (:func:`export_columns`); ``None`` is empty.
     A cell a spreadsheet would run as a formula (``= + - @`` first) is prefixed with ``'``."""
     out = io.StringIO()
     columns = export_columns(methods)

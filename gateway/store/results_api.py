@@ -2,7 +2,7 @@
 ``results.py``:
 
 * ``GET /results/devices/{device}/history`` — instances with steps (reference text,
-  transcript, metrics), newest first;
+  transcript, metrics, behaviour signals) and each run's signals, newest first;
 * ``GET /results/devices/{device}/progress`` — each lesson's runs over time with its
   metrics' means;
 * ``GET /results/devices/{device}/export.json`` and ``.csv`` — one flat row per step.
@@ -32,12 +32,14 @@ from gateway.store.results import (
     DeviceHistory,
     InstanceHistory,
     LessonProgress,
+    RunSignals,
     device_history,
     export_columns,
     export_rows,
     lesson_progress,
     metric_methods,
     rows_to_csv,
+    run_signals,
 )
 from gateway.store.store import Store
 
@@ -83,6 +85,23 @@ class ResultsStep(BaseModel):
     audio_id: str | None
     audio_url: str | None  # a short-lived signed link on this listener (null: nothing kept)
     reassessments: list[ResultsReassessment]
+    # behaviour signals (STEPS tasks; null on clip-stepped lessons): window open -> speech start
+    # (null: nothing said), and 1 when the step ran to its end with a transcript, 0 cut short
+    response_latency_ms: int | None
+    step_completed: int | None
+
+
+class ResultsSignals(BaseModel):
+    """A run's behaviour signals, derived from its steps' (numbers, never a diagnosis):
+    steps carrying a signal, how many the child answered (speech started), how many ran to
+    their end, and the mean and median response latency over the answered ones."""
+
+    model_config = ConfigDict(extra="forbid")
+    steps: int
+    responded: int
+    completed: int
+    mean_latency_ms: float | None
+    median_latency_ms: float | None
 
 
 class ResultsInstance(BaseModel):
@@ -100,6 +119,7 @@ class ResultsInstance(BaseModel):
     reason: str | None
     created_ms: int | None
     ended_ms: int | None
+    signals: ResultsSignals | None  # null: no step of the run carries a signal
     steps: list[ResultsStep]
 
 
@@ -126,6 +146,7 @@ class ResultsProgressPoint(BaseModel):
     steps: int
     steps_assessed: int
     metrics: list[ResultsMetricMean]
+    signals: ResultsSignals | None  # the run's behaviour signals (null: none stored)
 
 
 class ResultsLesson(BaseModel):
@@ -144,7 +165,8 @@ class ResultsProgress(BaseModel):
 
 
 class ResultsExport(BaseModel):
-    """Flat rows: the fixed columns, then ``metric:<method>`` for each method present."""
+    """Flat rows: the fixed columns (the step's signals among them), the run's signal columns
+    (``run_*``), then ``metric:<method>`` for each method present."""
 
     model_config = ConfigDict(extra="forbid")
     device: str
@@ -178,6 +200,18 @@ def parse_results_query(query: dict[str, str]) -> tuple[int | None, int | None, 
             raise BadResultsQuery(f"limit: expected an integer 1..{MAX_HISTORY}")
         limit = int(raw)
     return since, until, limit
+
+
+def signals_model(signals: RunSignals | None) -> ResultsSignals | None:
+    if signals is None:
+        return None
+    return ResultsSignals(
+        steps=signals.steps,
+        responded=signals.responded,
+        completed=signals.completed,
+        mean_latency_ms=signals.mean_latency_ms,
+        median_latency_ms=signals.median_latency_ms,
+    )
 
 
 AudioLinks = Callable[[str], str]  # audio_id -> signed path on the admin listener
@@ -214,6 +248,8 @@ def step_model(
             )
             for r in again
         ],
+        response_latency_ms=step.response_latency_ms,
+        step_completed=step.step_completed,
     )
 
 
@@ -231,6 +267,7 @@ def instance_model(run: InstanceHistory, links: AudioLinks | None = None) -> Res
         reason=i.reason,
         created_ms=i.created_ms,
         ended_ms=i.ended_ms,
+        signals=signals_model(run_signals(run.steps)),
         steps=[step_model(s, run.reassessed(s.step_index), links) for s in run.steps],
     )
 
@@ -256,6 +293,7 @@ def progress_model(history: DeviceHistory, lessons: tuple[LessonProgress, ...]) 
                             ResultsMetricMean(method=m.method, mean=m.mean, count=m.count)
                             for m in p.metrics
                         ],
+                        signals=signals_model(p.signals),
                     )
                     for p in lesson.points
                 ],
@@ -279,14 +317,17 @@ _QUERY = (
     ),
 )
 _HISTORY_DOC = RouteDoc(
-    summary="A device's lesson runs with every step's reference, transcript and metrics",
+    summary=(
+        "A device's lesson runs with every step's reference, transcript, metrics and "
+        "behaviour signals"
+    ),
     tag="results",
     query=_QUERY,
     response=ResultsHistory,
     errors=(400, 503),
 )
 _PROGRESS_DOC = RouteDoc(
-    summary="A device's progress per lesson over time (each run's metric means)",
+    summary="A device's progress per lesson over time (each run's metric means and signals)",
     tag="results",
     query=_QUERY,
     response=ResultsProgress,

@@ -20,7 +20,8 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from gateway.console.accounts import ConsoleRole, DeviceGrant
-from gateway.store import InstanceState
+from gateway.console.i18n import text
+from gateway.store import InstanceRecord, InstanceState, StepRecord, StoredMetric
 from tests.integration.test_lesson_content import heard_heartbeat, make_resources, on_sd
 from tests.support.asr_engines import RaisingEngine
 from tests.support.broker import Broker
@@ -112,11 +113,24 @@ async def test_parent_starts_a_lesson_and_watches_it_live(
         assert instance.source == "console"
         assert instance.state is InstanceState.COMPLETED
 
+        # An earlier arithmetic run whose steps carry behaviour signals (stored as the inline
+        # path stores them: tests/integration/test_results_api.py runs one for real).
+        signalled = await signals_run(rig, instance.created_ms)
+        signalled_ms = (instance.created_ms or 0) - 60_000
+
         await page.get_by_role("link", name="学习进度").click()
-        await expect(page.locator("svg.plot circle")).to_have_count(1)
-        await expect(page.get_by_role("cell", name="已完成")).to_be_visible()
+        await expect(page.locator("svg.plot circle")).to_have_count(2)
+        await expect(page.get_by_role("cell", name="已完成")).to_have_count(2)
+        row = page.locator("tbody tr", has=page.get_by_role("cell", name="arithmetic_10/round1"))
+        # answered 3 of 4, 2 ran to the end, latency mean (800+1500+400)/3 = 900, median 800
+        await expect(row.locator("td.signal")).to_have_text(["3 / 4", "2 / 4", "900", "800"])
+        plain = page.locator("tbody tr", has=page.get_by_role("cell", name=f"{TASK}/{LESSON}"))
+        await expect(plain.locator("td.signal")).to_have_count(0)  # shadowing: no signals
+        await expect(
+            page.get_by_role("columnheader", name=text("sig_mean_ms", "zh-CN"))
+        ).to_be_visible()
         await page.screenshot(path=str(out / "child.png"), full_page=True)
-        await page.get_by_role("link", name="详情").click()
+        await plain.get_by_role("link", name="详情").click()
         await expect(page.locator("table.steps tbody tr")).to_have_count(4)
         # The board simulator answers no speech: no step has a recording (no player shown).
         await expect(page.get_by_text("没有录音")).to_have_count(4)
@@ -126,7 +140,55 @@ async def test_parent_starts_a_lesson_and_watches_it_live(
             await page.goto(f"/child/{rig.dev}")
             await page.get_by_role("link", name="导出 JSON").click()
         saved = await (await download.value).path()
-        assert f'"instance_id": "{instance.instance_id}"' in saved.read_text(encoding="utf-8")
+        exported = saved.read_text(encoding="utf-8")
+        assert f'"instance_id": "{instance.instance_id}"' in exported
+        assert '"response_latency_ms": 1500' in exported  # the signalled run's steps
+        table = await page.request.get(f"/child/{rig.dev}/export.csv")
+        lines = (await table.text()).lstrip("\ufeff").splitlines()
+        assert lines[0].endswith(",response_latency_ms,step_completed")
+        assert any(line.startswith(f"{signalled_ms},signals-run,") and line.endswith(",1500,1")
+                   for line in lines)  # fmt: skip
+
+        # The signalled run's page: its signals, then each step's, in both languages.
+        await page.goto(f"/child/{rig.dev}/lesson/{signalled}")
+        summary = page.locator("section.signals")
+        await expect(summary).to_contain_text("开口句数: 3 / 4")
+        await expect(summary).to_contain_text(f"{text('sig_median_ms', 'zh-CN')}: 800")
+        await expect(page.locator("table.steps tbody tr td.signal")).to_have_text(
+            ["800", "1", "—", "0", "1500", "1", "400", "0"]
+        )
+        await page.get_by_role("link", name="English").click()
+        await expect(page.get_by_role("heading", name="Behaviour signals")).to_be_visible()
+        await expect(summary).to_contain_text("Steps run to the end: 2 / 4")
+        await expect(summary).to_contain_text("Mean response time (ms): 900")
+        await expect(page.get_by_role("columnheader", name="Response time (ms)")).to_be_visible()
+        await page.screenshot(path=str(out / "lesson-signals-en.png"), full_page=True)
+
+
+async def signals_run(rig: LessonRig, before_ms: int | None) -> str:
+    """A finished four-question arithmetic run a minute before ``before_ms``, its steps with
+    the signals the inline path stores (latency None: nothing said)."""
+    created = (before_ms or 0) - 60_000
+    store = rig.store()
+    store.submit_instance(
+        InstanceRecord(
+            "signals-run", device_id=rig.dev, app_id="thinking_games", task_id="arithmetic_10",
+            lesson_id="round1", mode="STEPS", state=InstanceState.COMPLETED, created_ms=created,
+            ended_ms=created + 40_000,
+        )
+    )  # fmt: skip
+    answers = [("3", 800, 1), (None, None, 0), ("5", 1500, 1), (None, 400, 0)]
+    for index, (said, latency, completed) in enumerate(answers):
+        store.submit_step(
+            StepRecord(
+                "signals-run", index, prompt_text=f"{index} + 3 = ?", expected_text=str(index + 3),
+                asr_text=said, metrics=(StoredMetric("task.correct", float(completed)),),
+                assessed_at=created + 10_000 * index, response_latency_ms=latency,
+                step_completed=completed,
+            )
+        )  # fmt: skip
+    await store.flush()
+    return "signals-run"
 
 
 async def test_a_parent_cannot_reach_another_familys_child(

@@ -1,6 +1,7 @@
 """The results API over lessons really run: Mosquitto, the gateway, a board simulator, a Xiaozhi
 device reading espeak-ng speech into the windows, pocketsphinx in a worker process, SQLite.
-Two runs of the same lesson, then history, progress and both exports read back over HTTP."""
+Two runs of the same lesson, then history, progress and both exports read back over HTTP; and a
+STEPS task (arithmetic within 10) whose behaviour signals the same routes serve."""
 
 from __future__ import annotations
 
@@ -11,12 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gateway.app import Gateway
 from gateway.assessment.sphinx import PocketsphinxEngine
 from gateway.service import Service
 from gateway.store import Store
 from gateway.store.results_api import ResultsApi
+from tests.integration.test_dsl_tasks import (
+    ROUNDS,
+    arithmetic_child,
+    games_catalog,  # noqa: F401  # the fixture (the shipped catalog, arithmetic cut to ROUNDS)
+    start_task,
+)
 from tests.support.broker import Broker
 from tests.support.verdicts import verdict_keys
 from tests.support.voice_lesson import RATIO, Observed, child, lesson_rig, start
@@ -81,6 +89,9 @@ async def test_history_progress_and_exports_of_real_lessons(
         assert m1["value"] <= 0.5
         assert steps[0]["audio_id"]  # the answer is archived; its link is signed, short-lived
         assert steps[0]["reassessments"] == []
+        # a shadowing lesson is clip-stepped: no behaviour signals, null rather than zeros
+        assert runs[first]["signals"] is None
+        assert (steps[0]["response_latency_ms"], steps[0]["step_completed"]) == (None, None)
         assert steps[2]["audio_id"] is None  # silence: nothing kept
         assert steps[2]["audio_url"] is None
         async with aiohttp.ClientSession() as http:
@@ -104,6 +115,7 @@ async def test_history_progress_and_exports_of_real_lessons(
         assert p2["steps_assessed"] == 1
         assert p1["metrics"][0]["mean"] == (m0["value"] + m1["value"]) / 2
         assert p1["metrics"][0]["count"] == 2
+        assert p1["signals"] is None
 
         status, _, exported = await _get(gw, f"{base}/export.json")
         assert status == 200
@@ -133,6 +145,75 @@ async def test_history_progress_and_exports_of_real_lessons(
                     f"{base}/export.csv?since_ms=5&until_ms=5", f"{base}/history?until_ms=-1"):  # fmt: skip
             status, _, err = await _get(gw, bad)
             assert (status, err["error"]) == (400, "bad_request"), bad
+        assert not verdict_keys([history, progress, exported])
+
+
+@pytest.mark.usefixtures("games_catalog")
+async def test_behaviour_signals_of_a_steps_task_in_history_progress_and_exports(
+    broker: Broker, tmp_path: Path, device_id: str
+) -> None:
+    """Arithmetic within 10 run for real (right, wrong, silent, talking over: the child of
+    test_dsl_tasks.py); the run's signals derived from its stored steps match the
+    ``instance.signals`` event the runtime published at its end."""
+    async with lesson_rig(broker, tmp_path, device_id, PocketsphinxEngine) as (
+        gw,
+        seen,
+        device,
+        backend,
+    ):
+        async with asyncio.TaskGroup() as tg:
+            instance_id = await start_task(backend, device_id, seen, "arithmetic_10")
+            kid = tg.create_task(arithmetic_child(gw, device_id, device, seen), name="test.kid")
+            await seen.until(lambda: bool(seen.named("instance.completed")), 180)
+            await kid
+        await seen.until(lambda: len(seen.assessments) >= ROUNDS, 60)
+        (published,) = seen.named("instance.signals")
+        await gw.store.flush()
+        base = f"/results/devices/{device_id}"
+
+        status, _, history = await _get(gw, f"{base}/history")
+        assert status == 200
+        (run,) = history["instances"]
+        assert run["instance_id"] == instance_id
+        steps = {s["step_index"]: s for s in run["steps"]}
+        assert set(steps) == set(range(ROUNDS))
+        assert [steps[i]["step_completed"] for i in range(ROUNDS)] == [1, 1, 0, 1]
+        assert steps[2]["response_latency_ms"] is None  # silent: nothing said
+        latencies = [steps[i]["response_latency_ms"] for i in (0, 1, 3)]
+        assert all(isinstance(ms, int) and ms >= 0 for ms in latencies)
+        signals = run["signals"]
+        assert (
+            (signals["steps"], signals["responded"], signals["completed"])
+            == (
+                published["data"]["steps"],
+                published["data"]["responded"],
+                published["data"]["completed"],
+            )
+            == (ROUNDS, 3, 3)
+        )
+        assert signals["mean_latency_ms"] == sum(latencies) / 3
+        assert round(signals["mean_latency_ms"]) == published["data"]["mean_latency_ms"]
+        assert signals["median_latency_ms"] == sorted(latencies)[1]
+
+        status, _, progress = await _get(gw, f"{base}/progress")
+        assert status == 200
+        ((point,),) = [lesson["points"] for lesson in progress["lessons"]]
+        assert point["signals"] == signals
+
+        status, _, exported = await _get(gw, f"{base}/export.json")
+        assert status == 200
+        rows = exported["rows"]
+        assert [r["step_completed"] for r in rows] == [1, 1, 0, 1]
+        assert [r["response_latency_ms"] for r in rows] == [*latencies[:2], None, latencies[2]]
+        assert {r["run_responded"] for r in rows} == {3}
+        assert {r["run_median_latency_ms"] for r in rows} == {signals["median_latency_ms"]}
+        status, _, text = await _get(gw, f"{base}/export.csv")
+        parsed = list(csv.DictReader(io.StringIO(text)))
+        assert list(parsed[0]) == exported["columns"]
+        assert [r["response_latency_ms"] for r in parsed] == [
+            str(latencies[0]), str(latencies[1]), "", str(latencies[2]),
+        ]  # fmt: skip
+        assert parsed[0]["run_mean_latency_ms"] == repr(signals["mean_latency_ms"])
         assert not verdict_keys([history, progress, exported])
 
 

@@ -10,13 +10,16 @@ from gateway.store.dialect import Connector
 from gateway.store.results import (
     EXPORT_COLUMNS,
     MAX_HISTORY,
+    SIGNAL_COLUMNS,
     DeviceHistory,
     InstanceHistory,
+    RunSignals,
     device_history,
     export_rows,
     lesson_progress,
     metric_methods,
     rows_to_csv,
+    run_signals,
 )
 from tests.unit.store.test_store import running
 
@@ -73,6 +76,54 @@ async def test_history_filters_by_device_and_time_on_both_backends(connector: Co
         assert [r.instance.instance_id for r in (await device_history(store, "dev-b")).instances]
 
 
+async def test_behaviour_signals_read_back_and_summed_per_run_on_both_backends(
+    connector: Connector,
+) -> None:
+    """Step signals as the inline path stores them (migration 0005), then the run's signals
+    derived from the rows read back from the database."""
+    store = Store(connect=connector)
+    async with running(store):
+        store.submit_instance(
+            InstanceRecord("s1", device_id="dev-s", task_id="arith", created_ms=5)
+        )
+        for index, latency, completed in [(0, 800, 1), (1, None, 0), (2, 1500, 1), (3, 400, 0)]:
+            store.submit_step(StepRecord("s1", index, expected_text=f"q{index}"))
+            store.submit_step(
+                StepRecord(
+                    "s1",
+                    index,
+                    asr_text="three" if completed else None,
+                    metrics=(StoredMetric("task.correct", float(completed)),),
+                    assessed_at=10 + index,
+                    response_latency_ms=latency,
+                    step_completed=completed,
+                )
+            )
+        store.submit_instance(
+            InstanceRecord("s0", device_id="dev-s", task_id="shadow", created_ms=1)
+        )
+        store.submit_step(StepRecord("s0", 0, expected_text="no signals here"))
+        await store.flush()
+        history = await device_history(store, "dev-s")
+        runs = {r.instance.instance_id: r for r in history.instances}
+        steps = runs["s1"].steps
+        assert [(s.response_latency_ms, s.step_completed) for s in steps] == [
+            (800, 1),
+            (None, 0),
+            (1500, 1),
+            (400, 0),
+        ]
+        assert run_signals(steps) == RunSignals(4, 3, 2, 900.0, 800.0)
+        assert run_signals(runs["s0"].steps) is None
+        points = {p.instance_id: p for lesson in lesson_progress(history) for p in lesson.points}
+        assert points["s1"].signals == RunSignals(4, 3, 2, 900.0, 800.0)
+        assert points["s0"].signals is None
+        rows = [r for r in export_rows(history) if r["instance_id"] == "s1"]
+        assert [r["response_latency_ms"] for r in rows] == [800, None, 1500, 400]
+        assert [r["step_completed"] for r in rows] == [1, 0, 1, 0]
+        assert {(r["run_responded"], r["run_median_latency_ms"]) for r in rows} == {(3, 800.0)}
+
+
 async def test_many_instances_read_in_chunks_and_capped(connector: Connector) -> None:
     store = Store(connect=connector)
     async with running(store):
@@ -120,6 +171,20 @@ def _history() -> DeviceHistory:
     )
 
 
+def test_run_signals_counts_only_signalled_steps() -> None:
+    assert run_signals(()) is None
+    assert run_signals([StepRecord("x", 0, asr_text="a")]) is None
+    silent = run_signals([StepRecord("x", 0, step_completed=0), StepRecord("x", 1)])
+    assert silent == RunSignals(1, 0, 0, None, None)  # nothing said: no latency to average
+    even = run_signals(
+        [
+            StepRecord("x", i, response_latency_ms=ms, step_completed=1)
+            for i, ms in enumerate((100, 300))
+        ]
+    )
+    assert even == RunSignals(2, 2, 2, 200.0, 200.0)
+
+
 def test_progress_groups_by_lesson_oldest_first_with_means() -> None:
     lessons = lesson_progress(_history())
     assert [lesson.lesson_id for lesson in lessons] == [None, "L1"]
@@ -141,7 +206,9 @@ def test_export_rows_and_csv() -> None:
     assert rows[0][f"metric:{WER}"] is None
     text = rows_to_csv(rows, metric_methods(history))
     parsed = list(csv.reader(io.StringIO(text)))
-    assert parsed[0] == [*EXPORT_COLUMNS, f"metric:{SIM}", f"metric:{WER}"]
+    assert parsed[0] == [*EXPORT_COLUMNS, *SIGNAL_COLUMNS, f"metric:{SIM}", f"metric:{WER}"]
+    assert "response_latency_ms" in EXPORT_COLUMNS
+    assert "step_completed" in EXPORT_COLUMNS
     assert len(parsed) == 6
     header = parsed[0]
     last = dict(zip(header, parsed[-1], strict=True))
@@ -151,3 +218,4 @@ def test_export_rows_and_csv() -> None:
     empty = dict(zip(header, parsed[4], strict=True))
     assert empty["instance_id"] == "c"
     assert empty["step_index"] == ""
+    assert empty["run_signal_steps"] == ""  # no signals: empty cells, not zeros
