@@ -77,7 +77,9 @@ class StoreResults:
             return {}
         marks = ", ".join("?" for _ in instance_ids)
         sql = (
-            "SELECT instance_id, COUNT(completed_ms) FROM steps "  # noqa: S608  # placeholders only
+            # a clip step is done when its clip completed; a STEPS step when it ran to its end
+            "SELECT instance_id, SUM(CASE WHEN completed_ms IS NOT NULL OR step_completed = 1 "
+            "THEN 1 ELSE 0 END) FROM steps "  # noqa: S608  # placeholders only
             f"WHERE instance_id IN ({marks}) GROUP BY instance_id"
         )
         rows = await self.store.call(lambda db: db.query(sql, instance_ids))

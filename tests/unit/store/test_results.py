@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
+from gateway.console.seams import StoreResults
 from gateway.store import InstanceRecord, InstanceState, StepRecord, Store, StoredMetric
 from gateway.store.dialect import Connector
 from gateway.store.results import (
@@ -219,3 +220,24 @@ def test_export_rows_and_csv() -> None:
     assert empty["instance_id"] == "c"
     assert empty["step_index"] == ""
     assert empty["run_signal_steps"] == ""  # no signals: empty cells, not zeros
+
+
+async def test_console_counts_a_clip_step_and_a_steps_step_done_on_both_backends(
+    connector: Connector,
+) -> None:
+    """The console's "sentences done": a clip step whose clip completed, a STEPS step that ran
+    to its end; a failed clip step and a cut-short STEPS step are not done."""
+    store = Store(connect=connector)
+    async with running(store):
+        store.submit_instance(InstanceRecord("clip", device_id="d", created_ms=1))
+        store.submit_instance(InstanceRecord("steps", device_id="d", created_ms=2))
+        store.submit_instance(InstanceRecord("none", device_id="d", created_ms=3))
+        for index, completed_ms in [(0, 10), (1, 20), (2, None)]:
+            store.submit_step(StepRecord("clip", index, completed_ms=completed_ms))
+        for index, done in [(0, 1), (1, 0), (2, 1)]:
+            store.submit_step(StepRecord("steps", index, step_completed=done))
+        store.submit_step(StepRecord("none", 0, failure="audio.failed"))
+        await store.flush()
+        done = await StoreResults(store).steps_done(["clip", "steps", "none", "absent"])
+        assert done == {"clip": 2, "steps": 2, "none": 0}
+        assert await StoreResults(store).steps_done([]) == {}
