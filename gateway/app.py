@@ -28,7 +28,7 @@ from gateway.content.media import LessonMedia
 from gateway.content.sync import LessonSync
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
-from gateway.speech.sdless import SdlessRouter, SessionFanout
+from gateway.speech.sdless import SdlessCommands, SdlessEvents, SessionFanout
 from gateway.speech.service import SpeechService
 from gateway.speech.target import XiaozhiDownlink
 from gateway.store import ResultsApi, Store, build_store_components
@@ -108,9 +108,8 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     inbox = TaskInbox(metrics=ctx.metrics)
     # Devices without an SD card (no board presence, a Xiaozhi session): lesson clips go over
     # the voice channel (docs/speech.md); board presence and SPEAK's results pass through it.
-    sdless = SdlessRouter(
+    sdless = SdlessEvents(
         tasks=inbox,
-        resource_dir=settings.runtime.resource_dir,
         max_boards=settings.board.max_devices,
         max_sessions=settings.xiaozhi.max_sessions,
     )
@@ -195,8 +194,12 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     )
     sync = LessonSync(board=board, media=media)
     SyncAdmin(sync, online=board.online_devices, admin=ctx.admin)
-    sdless.connect(board=BoardCommands(board), speech=speech)
-    commands = sdless
+    commands = SdlessCommands(  # a voice-only device's commands answered there (PLAY_MEDIA…)
+        board=BoardCommands(board),
+        speech=speech,
+        events=sdless,
+        resource_dir=settings.runtime.resource_dir,
+    )
     tasks = TaskService(
         ctx=ctx,
         inbox=inbox,

@@ -1,17 +1,18 @@
 """Lessons on a device without an SD card: the asyncio shell of :mod:`gateway.speech.sdless_core`.
 
-:class:`SdlessRouter` sits between the task runtime and the board channel, and between SPEAK
-and the task inbox. Wiring (``gateway.app``), built once::
+Two halves around one :class:`~gateway.speech.sdless_core.SdlessRoutes`, built one after the
+other (no link made later; gateway/app.py)::
 
-    router = SdlessRouter(tasks=inbox, resource_dir=..., max_boards=..., max_sessions=...)
-    board = BoardChannel(..., sink=BoardToTasks(router))      # board presence through it
-    xiaozhi = XiaozhiChannel(..., events=SessionFanout(chat, router))
-    speech = SpeechService(..., sink=router)                  # its clips' results through it
-    router.connect(board=BoardCommands(board), speech=speech)
-    TaskService(..., commands=router)                         # the runtime's CommandSender
+    events = SdlessEvents(tasks=inbox, max_boards=..., max_sessions=...)  # the core's owner
+    board = BoardChannel(..., sink=BoardToTasks(events))       # board presence through it
+    xiaozhi = XiaozhiChannel(..., events=SessionFanout(chat, events))
+    speech = SpeechService(..., sink=events)                   # its clips' results through it
+    commands = SdlessCommands(board=BoardCommands(board), speech=speech, events=events,
+                              resource_dir=...)
+    TaskService(..., commands=commands)                        # the runtime's CommandSender
 
-Per command it asks the core which way the device goes: a board's commands go on to
-``BoardCommands`` untouched; a voice-only device's are answered by the core's effects.
+Per command :class:`SdlessCommands` asks the core which way the device goes: a board's
+commands go on to ``BoardCommands`` untouched; a voice-only device's are answered by the core.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ log = logging.getLogger(__name__)
 
 
 class ClipPlayer(Protocol):
-    """What the router uses of SPEAK (:class:`~gateway.speech.service.SpeechService`)."""
+    """What the commands use of SPEAK (:class:`~gateway.speech.service.SpeechService`)."""
 
-    def play_clip(self, dev: str, *, clip_id: str, path: Path) -> None: ...
+    def play_clip(self, dev: str, *, clip_id: str, path: Path, repeat: int = 1) -> None: ...
 
     def cancel(self, dev: str, speak_id: str) -> None: ...
 
@@ -64,24 +65,79 @@ def resource_file(resource_dir: Path, board_path: str) -> Path | None:
     return target
 
 
-class SdlessRouter:
-    """The runtime's ``CommandSender``, the board sink's ``TaskSinks``, SPEAK's ``SpeechSink``
-    and a listener of Xiaozhi sessions (through :class:`SessionFanout`)."""
+class SdlessEvents:
+    """The event half: the board sink's ``TaskSinks``, SPEAK's ``SpeechSink`` and a listener of
+    Xiaozhi sessions (through :class:`SessionFanout`); everything else passes to ``tasks``."""
+
+    def __init__(self, *, tasks: RouterTasks, max_boards: int, max_sessions: int) -> None:
+        self.tasks = tasks
+        self.core = SdlessRoutes(max_boards=max_boards, max_sessions=max_sessions)
+
+    # -- TaskSinks (the board channel's events) ------------------------------------------------
+    def board_event(self, device: str, event: PlaybackEvent) -> None:
+        self.tasks.board_event(device, event)
+
+    def button(self, device: str, kind: str, key: str | None = None) -> None:
+        self.tasks.button(device, kind, key)
+
+    def presence(self, device: str, online: bool) -> None:
+        self.perform(self.core.board_presence(device, online))
+
+    # -- SpeechSink (SPEAK's results: ours become audio.* events) ------------------------------
+    def speak_started(self, dev: str, speak_id: str) -> None:
+        if self.core.owns_clip(speak_id):
+            self.perform(self.core.clip_started(dev, speak_id))
+        else:
+            self.tasks.speak_started(dev, speak_id)
+
+    def speak_completed(self, dev: str, speak_id: str, duration_ms: int) -> None:
+        if self.core.owns_clip(speak_id):
+            self.perform(self.core.clip_completed(dev, speak_id, duration_ms))
+        else:
+            self.tasks.speak_completed(dev, speak_id, duration_ms)
+
+    def speak_interrupted(self, dev: str, speak_id: str, reason: str) -> None:
+        if self.core.owns_clip(speak_id):
+            self.perform(self.core.clip_interrupted(dev, speak_id, reason))
+        else:
+            self.tasks.speak_interrupted(dev, speak_id, reason)
+
+    # -- Xiaozhi sessions ----------------------------------------------------------------------
+    def session_opened(self, dev: str, session_id: str) -> None:
+        self.perform(self.core.session_opened(dev))
+
+    def session_closed(self, dev: str, session_id: str) -> None:
+        self.perform(self.core.session_closed(dev))
+
+    def perform(self, effects: list[SdlessEffect]) -> None:
+        """The effects that reach the task inbox (the others are the commands' own)."""
+        for effect in effects:
+            match effect:
+                case TellPresence(device=dev, online=online):
+                    self.tasks.presence(dev, online)
+                case ReportPlayback(device=dev, event=event):
+                    self.tasks.board_event(dev, event)
+                case _:
+                    pass
+
+
+class SdlessCommands:
+    """The command half: the task runtime's ``CommandSender`` in front of ``board`` (the board
+    channel's ``BoardCommands``), choosing per device (``speech`` None: every device's go on)."""
 
     def __init__(
-        self, *, tasks: RouterTasks, resource_dir: Path, max_boards: int, max_sessions: int
+        self,
+        *,
+        board: CommandSender,
+        speech: ClipPlayer | None,
+        events: SdlessEvents,
+        resource_dir: Path,
     ) -> None:
-        self.tasks = tasks
+        self.board = board
+        self.speech = speech
+        self.events = events
         self.resource_dir = Path(resource_dir)
-        self.core = SdlessRoutes(max_boards=max_boards, max_sessions=max_sessions)
-        self._board: CommandSender | None = None
-        self._speech: ClipPlayer | None = None
 
-    def connect(self, *, board: CommandSender, speech: ClipPlayer | None) -> None:
-        """The board channel's sender and SPEAK (None: disabled, every device has a board)."""
-        self._board, self._speech = board, speech
-
-    # -- CommandSender -------------------------------------------------------------------------
     def send_command(
         self,
         device: str,
@@ -92,11 +148,9 @@ class SdlessRouter:
         prio: int,
         on_outcome: Callable[[DeliveryResult], None],
     ) -> None:
-        board = self._board
-        if board is None:
-            raise RuntimeError("SdlessRouter.connect was not called")
-        if self._speech is None or self.core.route(device) is MediaRoute.BOARD:
-            board.send_command(
+        core, speech = self.events.core, self.speech
+        if speech is None or core.route(device) is MediaRoute.BOARD:
+            self.board.send_command(
                 device,
                 command_id=command_id,
                 cmd=cmd,
@@ -105,80 +159,29 @@ class SdlessRouter:
                 on_outcome=on_outcome,
             )
             return
-        self._perform(self.core.command(device, command_id, cmd, dict(params)), on_outcome)
-
-    # -- TaskSinks (the board channel's events) ------------------------------------------------
-    def board_event(self, device: str, event: PlaybackEvent) -> None:
-        self.tasks.board_event(device, event)
-
-    def button(self, device: str, kind: str, key: str | None = None) -> None:
-        self.tasks.button(device, kind, key)
-
-    def presence(self, device: str, online: bool) -> None:
-        self._perform(self.core.board_presence(device, online))
-
-    # -- SpeechSink (SPEAK's results: ours become audio.* events) ------------------------------
-    def speak_started(self, dev: str, speak_id: str) -> None:
-        if self.core.owns_clip(speak_id):
-            self._perform(self.core.clip_started(dev, speak_id))
-        else:
-            self.tasks.speak_started(dev, speak_id)
-
-    def speak_completed(self, dev: str, speak_id: str, duration_ms: int) -> None:
-        if self.core.owns_clip(speak_id):
-            self._perform(self.core.clip_completed(dev, speak_id, duration_ms))
-        else:
-            self.tasks.speak_completed(dev, speak_id, duration_ms)
-
-    def speak_interrupted(self, dev: str, speak_id: str, reason: str) -> None:
-        if self.core.owns_clip(speak_id):
-            self._perform(self.core.clip_interrupted(dev, speak_id, reason))
-        else:
-            self.tasks.speak_interrupted(dev, speak_id, reason)
-
-    # -- Xiaozhi sessions ----------------------------------------------------------------------
-    def session_opened(self, dev: str, session_id: str) -> None:
-        self._perform(self.core.session_opened(dev))
-
-    def session_closed(self, dev: str, session_id: str) -> None:
-        self._perform(self.core.session_closed(dev))
-
-    # -- effects -------------------------------------------------------------------------------
-    def _perform(
-        self,
-        effects: list[SdlessEffect],
-        on_outcome: Callable[[DeliveryResult], None] | None = None,
-    ) -> None:
-        for effect in effects:
+        loop = asyncio.get_running_loop()
+        for effect in core.command(device, command_id, cmd, dict(params)):
             match effect:
-                case TellPresence(device=dev, online=online):
-                    self.tasks.presence(dev, online)
-                case ReportPlayback(device=dev, event=event):
-                    self.tasks.board_event(dev, event)
-                case AnswerCommand(outcome=outcome) if on_outcome is not None:
-                    asyncio.get_running_loop().call_soon(on_outcome, outcome)
-                case StartClip(device=dev, clip_id=clip_id, name=name):
-                    self._start(dev, clip_id, name)
-                case CancelClip(device=dev, clip_id=clip_id) if self._speech is not None:
-                    self._speech.cancel(dev, clip_id)
+                case AnswerCommand(outcome=outcome):  # on the loop, as a board's ack comes
+                    loop.call_soon(on_outcome, outcome)
+                case StartClip(device=dev, clip_id=clip_id, name=name, repeat=repeat):
+                    path = resource_file(self.resource_dir, name)
+                    if path is None:
+                        log.warning("%s: lesson clip %s has no file in the resources", dev, name)
+                        loop.call_soon(self.events.speak_interrupted, dev, clip_id, "clip_missing")
+                    else:
+                        speech.play_clip(dev, clip_id=clip_id, path=path, repeat=repeat)
+                case CancelClip(device=dev, clip_id=clip_id):
+                    speech.cancel(dev, clip_id)
                 case _:
-                    pass
-
-    def _start(self, dev: str, clip_id: str, name: str) -> None:
-        path = resource_file(self.resource_dir, name)
-        if path is None or self._speech is None:
-            log.warning("%s: no file for lesson clip %s under the resource directory", dev, name)
-            loop = asyncio.get_running_loop()  # like SPEAK's own results: never inside the call
-            loop.call_soon(self.speak_interrupted, dev, clip_id, "clip_missing")
-            return
-        self._speech.play_clip(dev, clip_id=clip_id, path=path)
+                    self.events.perform([effect])
 
 
 class SessionFanout:
     """The Xiaozhi channel's ``SessionEvents``: everything to ``primary`` (CHAT, or nobody),
-    and sessions opening/closing also to the :class:`SdlessRouter`. Keeps CHAT's hello gate."""
+    and sessions opening/closing also to :class:`SdlessEvents`. Keeps CHAT's hello gate."""
 
-    def __init__(self, primary: SessionEvents | None, router: SdlessRouter) -> None:
+    def __init__(self, primary: SessionEvents | None, router: SdlessEvents) -> None:
         self.primary = primary
         self.router = router
 

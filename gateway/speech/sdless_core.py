@@ -5,9 +5,9 @@ A device is **voice-only** while it has an open Xiaozhi session and no snlp/v1 b
 For such a device the task runtime's board commands are answered here instead of by a board:
 
 - ``PLAY_MEDIA {name, repeat}`` → the clip streamed over the voice channel ``repeat`` times
-  (acked at once); its end is the ``audio.*`` event a board would send: ``audio.started`` at the
-  first ``tts start``, ``audio.completed{duration_ms}`` (all plays summed) after the last,
-  ``audio.failed{reason}`` when a play could not be made or the session went;
+  back to back (acked at once); its end is the ``audio.*`` event a board would send:
+  ``audio.started`` at ``tts start``, ``audio.completed{duration_ms}`` (all plays) at
+  ``tts stop``, ``audio.failed{reason}`` when it could not be made or the session went;
 - ``STOP_MEDIA`` → the clip cancelled (the device gets ``tts stop``) and ``audio.stopped``;
 - ``LISTEN_START`` / ``LISTEN_STOP`` → acked and skipped (the microphone is the voice
   channel's, opened by the runtime's ``MicControl``);
@@ -15,7 +15,9 @@ For such a device the task runtime's board commands are answered here instead of
   (unsupported): the runtime falls back (STOP_MEDIA + replay of the loops left for a pause).
 
 Presence: board presence passes through unchanged; a voice-only device is online while its
-session is open. Events here carry no time: the decisions need none.
+session is open. Events here carry no time: the decisions need none. The methods split into
+the event side (presence, sessions, SPEAK's results: only ``TellPresence`` / ``ReportPlayback``
+come out) and the command side (``command``), so their shells can be built one after another.
 """
 
 from __future__ import annotations
@@ -43,11 +45,12 @@ class TellPresence:
 
 @dataclass(frozen=True, slots=True)
 class StartClip:
-    """Stream the clip at board path ``name`` under ``clip_id``."""
+    """Stream the clip at board path ``name`` ``repeat`` times under ``clip_id``."""
 
     device: str
     clip_id: str
     name: str
+    repeat: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,17 +75,14 @@ class AnswerCommand:
 SdlessEffect = TellPresence | StartClip | CancelClip | ReportPlayback | AnswerCommand
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Play:
     command_id: str
     name: str
-    repeat: int
-    loop: int = 0
-    total_ms: int = 0
 
     @property
     def clip_id(self) -> str:
-        return f"{CLIP_PREFIX}{self.command_id}/{self.loop}"
+        return CLIP_PREFIX + self.command_id
 
 
 class SdlessRoutes:
@@ -169,8 +169,8 @@ class SdlessRoutes:
             return [AnswerCommand(DeliveryResult.REJECTED)]
         effects: list[SdlessEffect] = [AnswerCommand(DeliveryResult.ACKED)]
         effects += self._stop(device, "preempted", cancel=False)  # the new play replaces it
-        play = self._plays[device] = _Play(command_id, name, min(repeat, MAX_REPEAT))
-        return [*effects, StartClip(device, play.clip_id, name)]
+        play = self._plays[device] = _Play(command_id, name)
+        return [*effects, StartClip(device, play.clip_id, name, min(repeat, MAX_REPEAT))]
 
     def _stop(self, device: str, reason: str, *, cancel: bool = True) -> list[SdlessEffect]:
         play = self._plays.pop(device, None)
@@ -186,20 +186,15 @@ class SdlessRoutes:
 
     def clip_started(self, device: str, clip_id: str) -> list[SdlessEffect]:
         play = self._current(device, clip_id)
-        if play is None or play.loop > 0:
-            return []
-        return [self._report(device, play, AudioPhase.STARTED)]
+        return [] if play is None else [self._report(device, play, AudioPhase.STARTED)]
 
     def clip_completed(self, device: str, clip_id: str, duration_ms: int) -> list[SdlessEffect]:
         play = self._current(device, clip_id)
         if play is None:
             return []
-        play.total_ms += max(0, duration_ms)
-        play.loop += 1
-        if play.loop < play.repeat:
-            return [StartClip(device, play.clip_id, play.name)]
         del self._plays[device]
-        return [self._report(device, play, AudioPhase.COMPLETED, duration_ms=play.total_ms)]
+        duration = max(0, duration_ms)
+        return [self._report(device, play, AudioPhase.COMPLETED, duration_ms=duration)]
 
     def clip_interrupted(self, device: str, clip_id: str, reason: str) -> list[SdlessEffect]:
         """Not ours to end (a cancel or replacement of ours already reported): SPEAK could not

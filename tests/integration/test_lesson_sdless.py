@@ -156,3 +156,37 @@ async def test_a_stop_mid_clip_cancels_the_clip(
         assert registry.get_sample_value("snlpgw_speech_completed_total", {"kind": "clip"}) is None
         assert len(device.downlink_audio) < full
         assert not seen.named("window.opened")  # the clip never completed
+
+
+async def test_a_repeater_plays_its_clip_n_times_on_a_device_without_an_sd_card(
+    broker: Broker, tmp_path: Path, device_id: str
+) -> None:
+    """The repeater's ``repeat: 3``: one stream of three plays; the step's duration is all 3."""
+    resources = await asyncio.to_thread(
+        make_resources, tmp_path / "resources", {"01.mp3": "Good morning."}
+    )
+    once = await asyncio.to_thread(
+        expected_frames, resources / "english_learning/shadowing/lessons/unit01/01.mp3"
+    )
+    # the repeater's clips live under its own task
+    repeater = resources / "english_learning/repeater/lessons/unit01"
+    repeater.mkdir(parents=True)
+    (resources / "english_learning/shadowing/lessons/unit01/01.mp3").rename(repeater / "01.mp3")
+    async with sdless_rig(broker, tmp_path, device_id, PocketsphinxEngine, resources) as (
+        gw,
+        seen,
+        device,
+        backend,
+    ):
+        instance_id = await start(backend, device_id, seen, task_id="repeater", params={})
+        await seen.until(lambda: bool(seen.named("instance.completed")), 60)
+        await device.expect("tts", state="stop", timeout_s=30)
+        starts = [m for m in device.inbox if m["type"] == "tts" and m["state"] == "start"]
+        assert len(starts) == 1
+        assert len(device.downlink_audio) == 3 * once
+        decoded = decode(device.downlink_audio)
+        assert len(decoded) == 3 * once * FRAME_BYTES
+        await gw.store.flush()
+        stored = await fetch_instance(gw, instance_id)
+        assert stored["instance"]["state"] == "completed"
+        assert [s["duration_ms"] for s in stored["steps"]] == [3 * once * FRAME_MS]

@@ -68,26 +68,23 @@ def test_bounded_boards_and_sessions() -> None:
 def test_play_media_streams_the_clip_and_completes_with_its_duration() -> None:
     core = voice_only()
     effects = core.command(DEV, "c1", "PLAY_MEDIA", {"name": CLIP, "repeat": 1})
-    assert effects == [ACKED, StartClip(DEV, "sdless/c1/0", CLIP)]
-    assert core.owns_clip("sdless/c1/0")
+    assert effects == [ACKED, StartClip(DEV, "sdless/c1", CLIP, 1)]
+    assert core.owns_clip("sdless/c1")
     assert not core.owns_clip("q1")
-    assert core.clip_started(DEV, "sdless/c1/0") == [report(AudioPhase.STARTED)]
+    assert core.clip_started(DEV, "sdless/c1") == [report(AudioPhase.STARTED)]
     assert core.clip_completed(DEV, "other", 5) == []  # not the current clip
-    done = core.clip_completed(DEV, "sdless/c1/0", 1440)
+    done = core.clip_completed(DEV, "sdless/c1", 1440)
     assert done == [report(AudioPhase.COMPLETED, duration_ms=1440)]
-    assert core.clip_completed(DEV, "sdless/c1/0", 1440) == []  # already ended
+    assert core.clip_completed(DEV, "sdless/c1", 1440) == []  # already ended
 
 
-def test_repeat_n_plays_n_times_and_sums_the_durations() -> None:
+def test_repeat_n_is_one_stream_of_n_plays() -> None:
     core = voice_only()
     assert core.command(DEV, "c1", "PLAY_MEDIA", {"name": CLIP, "repeat": 3})[1:] == [
-        StartClip(DEV, "sdless/c1/0", CLIP)
+        StartClip(DEV, "sdless/c1", CLIP, 3)
     ]
-    assert core.clip_completed(DEV, "sdless/c1/0", 1000) == [StartClip(DEV, "sdless/c1/1", CLIP)]
-    assert core.clip_started(DEV, "sdless/c1/1") == []  # started once, for the first play
-    assert core.clip_completed(DEV, "sdless/c1/1", 1000) == [StartClip(DEV, "sdless/c1/2", CLIP)]
-    assert core.clip_completed(DEV, "sdless/c1/2", -5) == [
-        report(AudioPhase.COMPLETED, duration_ms=2000)
+    assert core.clip_completed(DEV, "sdless/c1", -5) == [
+        report(AudioPhase.COMPLETED, duration_ms=0)
     ]
 
 
@@ -96,10 +93,10 @@ def test_stop_cancels_and_reports_stopped() -> None:
     core.command(DEV, "c1", "PLAY_MEDIA", {"name": CLIP})
     assert core.command(DEV, "s1", "STOP_MEDIA", {}) == [
         ACKED,
-        CancelClip(DEV, "sdless/c1/0"),
+        CancelClip(DEV, "sdless/c1"),
         report(AudioPhase.STOPPED, reason="stopped"),
     ]
-    assert core.clip_interrupted(DEV, "sdless/c1/0", "cancelled") == []  # ours, reported
+    assert core.clip_interrupted(DEV, "sdless/c1", "cancelled") == []  # ours, reported
     assert core.command(DEV, "s2", "STOP_MEDIA", {}) == [ACKED]  # nothing playing
 
 
@@ -109,18 +106,18 @@ def test_a_new_play_preempts_the_one_in_progress() -> None:
     assert core.command(DEV, "c2", "PLAY_MEDIA", {"name": CLIP}) == [
         ACKED,
         report(AudioPhase.STOPPED, reason="preempted"),
-        StartClip(DEV, "sdless/c2/0", CLIP),
+        StartClip(DEV, "sdless/c2", CLIP, 1),
     ]
 
 
 def test_speak_failures_become_audio_failed_and_a_replacement_stopped() -> None:
     core = voice_only()
     core.command(DEV, "c1", "PLAY_MEDIA", {"name": CLIP})
-    assert core.clip_interrupted(DEV, "sdless/c1/0", "clip_missing") == [
+    assert core.clip_interrupted(DEV, "sdless/c1", "clip_missing") == [
         report(AudioPhase.FAILED, reason="clip_missing")
     ]
     core.command(DEV, "c2", "PLAY_MEDIA", {"name": CLIP})
-    assert core.clip_interrupted(DEV, "sdless/c2/0", "replaced") == [
+    assert core.clip_interrupted(DEV, "sdless/c2", "replaced") == [
         report(AudioPhase.STOPPED, ref="c2", reason="preempted")
     ]
 
@@ -149,4 +146,4 @@ def test_unsupported_commands_are_rejected_listen_is_skipped_bad_plays_refused()
     ):
         assert core.command(DEV, "x", "PLAY_MEDIA", params) == [REJECTED]
     effects = core.command(DEV, "c9", "PLAY_MEDIA", {"name": CLIP, "repeat": 10_000})
-    assert effects[-1] == StartClip(DEV, "sdless/c9/0", CLIP)
+    assert effects[-1] == StartClip(DEV, "sdless/c9", CLIP, 100)
