@@ -19,7 +19,7 @@ DEV = "aa_bb"
 CLIP = "/app/task/lessons/l1/01.mp3"
 
 
-class FakeBoard:
+class SdlessFakeBoard:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
 
@@ -96,10 +96,10 @@ class FakeChat:
         self.calls.append("mcp")
 
 
-class Router:
+class SdlessHalves:
     """Both halves, as gateway/app.py builds them."""
 
-    def __init__(self, tmp_path: Path, board: FakeBoard, speech: FakeSpeech | None) -> None:
+    def __init__(self, tmp_path: Path, board: SdlessFakeBoard, speech: FakeSpeech | None) -> None:
         self.inbox = FakeInbox()
         self.events = SdlessEvents(tasks=self.inbox, max_boards=8, max_sessions=8)
         self.commands = SdlessCommands(
@@ -110,13 +110,15 @@ class Router:
         return getattr(self.events, name)
 
 
-def rig(tmp_path: Path, *, speech: bool = True) -> tuple[Router, FakeBoard, FakeSpeech, FakeInbox]:
-    board, sp = FakeBoard(), FakeSpeech()
-    router = Router(tmp_path, board, sp if speech else None)
+def rig(
+    tmp_path: Path, *, speech: bool = True
+) -> tuple[SdlessHalves, SdlessFakeBoard, FakeSpeech, FakeInbox]:
+    board, sp = SdlessFakeBoard(), FakeSpeech()
+    router = SdlessHalves(tmp_path, board, sp if speech else None)
     return router, board, sp, router.inbox
 
 
-def send(router: Router, cmd: str, params: dict[str, object], got: list[Any]) -> None:
+def send(router: SdlessHalves, cmd: str, params: dict[str, object], got: list[Any]) -> None:
     router.commands.send_command(
         DEV, command_id="c1", cmd=cmd, params=params, prio=1, on_outcome=got.append
     )
