@@ -28,6 +28,7 @@ from gateway.content.media import LessonMedia
 from gateway.content.sync import LessonSync
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
+from gateway.speech.sdless import SdlessCommands, SdlessEvents, SessionFanout
 from gateway.speech.service import SpeechService
 from gateway.speech.target import XiaozhiDownlink
 from gateway.store import ResultsApi, Store, build_store_components
@@ -105,6 +106,13 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         audio_links=lambda audio_id: archive.link(audio_id).url,
     )
     inbox = TaskInbox(metrics=ctx.metrics)
+    # Devices without an SD card (no board presence, a Xiaozhi session): lesson clips go over
+    # the voice channel (docs/speech.md); board presence and SPEAK's results pass through it.
+    sdless = SdlessEvents(
+        tasks=inbox,
+        max_boards=settings.board.max_devices,
+        max_sessions=settings.xiaozhi.max_sessions,
+    )
     # Scale-out: one owner per device over the live gateways (cluster.enabled; else all ours).
     ownership = Ownership(settings.gateway_id, enabled=settings.cluster.enabled)
     board = BoardChannel(
@@ -113,7 +121,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         publisher=ctx.mqtt,
         metrics=ctx.metrics,
         alarms=ctx.ops,
-        sink=BoardToTasks(inbox),
+        sink=BoardToTasks(sdless),
         owns=ownership.owns,
         max_devices=settings.board.max_devices,
         max_payload_bytes=settings.mqtt.max_payload_bytes,
@@ -152,7 +160,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         http=ctx.http,
         admin=ctx.admin,
         voice=chat or voice,
-        events=chat,
+        events=SessionFanout(chat, sdless),
         uplink_tap=chat.uplink if chat else None,
         owns=ownership.owns,
         listening_by_default=False,
@@ -163,7 +171,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         speech = SpeechService(
             settings=settings.speech,
             channel=XiaozhiDownlink(xiaozhi),
-            sink=inbox,
+            sink=sdless,
             metrics=ctx.metrics,
         )
     cluster = Cluster(
@@ -186,7 +194,12 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     )
     sync = LessonSync(board=board, media=media)
     SyncAdmin(sync, online=board.online_devices, admin=ctx.admin)
-    commands = BoardCommands(board)
+    commands = SdlessCommands(  # a voice-only device's commands answered there (PLAY_MEDIA…)
+        board=BoardCommands(board),
+        speech=speech,
+        events=sdless,
+        resource_dir=settings.runtime.resource_dir,
+    )
     tasks = TaskService(
         ctx=ctx,
         inbox=inbox,

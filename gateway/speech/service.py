@@ -91,6 +91,7 @@ class _Text:
 @dataclass(frozen=True, slots=True)
 class _Clip:
     path: Path
+    repeat: int = 1
 
 
 @dataclass(eq=False)
@@ -216,10 +217,11 @@ class SpeechService:
             return
         self._begin(item)
 
-    def play_clip(self, dev: str, *, clip_id: str, path: Path) -> None:
-        """Stream the clip file at ``path`` (WAV, MP3, …) to ``dev``: a device without an SD
-        card takes lesson audio this way. Results go to the sink under ``clip_id``."""
-        self._begin(_Utterance(dev, clip_id, _Clip(path)))
+    def play_clip(self, dev: str, *, clip_id: str, path: Path, repeat: int = 1) -> None:
+        """Stream the clip file at ``path`` (WAV, MP3, …) to ``dev``, ``repeat`` times back to
+        back in one bracket (decoded once): a device without an SD card takes lesson audio this
+        way. Results go to the sink under ``clip_id``; ``completed`` has all plays' duration."""
+        self._begin(_Utterance(dev, clip_id, _Clip(path, max(1, repeat))))
 
     def cancel(self, dev: str, speak_id: str) -> None:
         """Stop ``speak_id`` on ``dev`` (unknown or finished: nothing happens)."""
@@ -298,7 +300,7 @@ class SpeechService:
         total = 0
         for n, piece in enumerate(pieces):
             if isinstance(source, _Clip):
-                frames = await self._clip_frames(source.path, target)
+                frames = await self._clip_frames(source.path, target) * source.repeat
             else:
                 frames = await self._phrase_frames(piece or "", source.voice, target)
             reachable = n > 0 or await self.channel.reachable(

@@ -8,8 +8,10 @@ import asyncio
 import inspect
 import json
 import math
+import wave
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
@@ -256,3 +258,21 @@ def test_the_service_is_the_task_runtimes_speak_port() -> None:
         ("voice", "KEYWORD_ONLY"),
     ]
     assert list(inspect.signature(port.cancel).parameters) == ["dev", "speak_id"]
+
+
+async def test_a_clip_repeated_n_times_is_one_bracket_of_n_plays(tmp_path: Path) -> None:
+    """A repeater's PLAY_MEDIA repeat N on a device without an SD card (gateway/speech/sdless.py):
+    the clip decoded once and streamed N times back to back; ``completed`` has all N."""
+    clip = tmp_path / "tone.wav"
+    with wave.open(str(clip), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16_000)
+        out.writeframes(await ToneTts(ms=600).pcm(None, "", "en", 16_000))  # type: ignore[arg-type]
+    channel, sink, engine = FakeDownlink(), Sink(), ToneTts()
+    channel.targets["d"] = DownlinkTarget("s1", 16_000, 60)
+    async with running(channel, sink, engine) as service:
+        service.play_clip("d", clip_id="c", path=clip, repeat=3)
+        assert await sink.end_of("c") == ("completed", "d", "c", 1800)
+    assert channel.states() == ["start", "stop"]
+    assert len(channel.audio) == 30
