@@ -78,8 +78,8 @@ class StoreResults:
         marks = ", ".join("?" for _ in instance_ids)
         sql = (
             # a clip step is done when its clip completed; a STEPS step when it ran to its end
-            "SELECT instance_id, SUM(CASE WHEN completed_ms IS NOT NULL OR step_completed = 1 "
-            "THEN 1 ELSE 0 END) FROM steps "  # noqa: S608  # placeholders only
+            "SELECT instance_id, SUM(CASE WHEN completed_ms IS NOT NULL OR step_completed = 1 "  # noqa: S608  # placeholders only
+            "THEN 1 ELSE 0 END) FROM steps "
             f"WHERE instance_id IN ({marks}) GROUP BY instance_id"
         )
         rows = await self.store.call(lambda db: db.query(sql, instance_ids))
