@@ -139,7 +139,7 @@ def machine_busy() -> tuple[float, float]:
 
 
 @dataclass
-class CpuMeter:
+class InlineCpuMeter:
     broker_pid: int
     start: dict[str, float] = field(default_factory=dict)
     workers: set[int] = field(default_factory=set)
@@ -178,7 +178,7 @@ class CpuMeter:
 
 # -- one device ------------------------------------------------------------------------------
 @dataclass
-class Round:
+class AnsweredRound:
     step: int
     answer_start: float = 0.0  # epoch s: first answer packet sent
     last_packet: float = 0.0  # epoch s: last answer packet sent
@@ -193,7 +193,7 @@ class BenchDevice(XiaozhiDeviceSim):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.current: Round | None = None
+        self.current: AnsweredRound | None = None
 
     def _on_json(self, payload: bytes) -> None:
         super()._on_json(payload)
@@ -217,7 +217,7 @@ class BenchDevice(XiaozhiDeviceSim):
 
 
 @dataclass
-class Lane:
+class DeviceLane:
     """What the backend saw of one device: its task events, woken on arrival."""
 
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -241,7 +241,7 @@ class Lane:
                 await self.changed.wait()
 
 
-async def route(backend: ClientSession, lanes: dict[str, Lane]) -> None:
+async def route(backend: ClientSession, lanes: dict[str, DeviceLane]) -> None:
     while True:
         msg = await backend.queue.get()
         dev = msg.topic.rsplit("/", 1)[-1]
@@ -278,14 +278,14 @@ async def heard_question(device: BenchDevice, after: int) -> tuple[int, int]:
 async def child(
     dev: str,
     device: BenchDevice,
-    lane: Lane,
+    lane: DeviceLane,
     backend: ClientSession,
     *,
     rounds: int,
     seed: int,
     delay_s: float,
     answers: list[list[bytes]],
-) -> list[Round]:
+) -> list[AnsweredRound]:
     """Start the task, then answer each question right after it was said. The k-th question
     is the task's step k (a generate step's rounds are its only steps with a window)."""
     await asyncio.sleep(delay_s)
@@ -293,11 +293,11 @@ async def child(
     request = {"v": 1, "id": f"b{seed}", "action": "start", "app_id": "thinking_games",
                "task_id": TASK, "priority": 3, "params": {"seed": seed}}  # fmt: skip
     await backend.publish(f"snlpgw/v1/ctl/{dev}", json.dumps(request))
-    done: list[Round] = []
+    done: list[AnsweredRound] = []
     last_step = -1
     for _ in range(rounds):
         expected, seen = await heard_question(device, seen)
-        r = Round(step=-1)
+        r = AnsweredRound(step=-1)
         device.current = r
         r.answer_start = time.time()
         await device.stream_opus(answers[expected], speed=1.0)
@@ -324,7 +324,7 @@ async def child(
 
 # -- one case ----------------------------------------------------------------------------------
 @dataclass
-class Fleet:
+class BenchFleet:
     devices: dict[str, BenchDevice]
     boards: dict[str, BoardSimulator]
 
@@ -332,7 +332,7 @@ class Fleet:
 @contextlib.asynccontextmanager
 async def fleet(
     broker: Broker, accounts: dict[str, str], clients: dict[str, str]
-) -> AsyncIterator[Fleet]:
+) -> AsyncIterator[BenchFleet]:
     """Every device online: its board (MQTT, heartbeats) and its Xiaozhi side (MQTT + UDP)."""
     devices: dict[str, BenchDevice] = {}
     boards: dict[str, BoardSimulator] = {}
@@ -375,7 +375,7 @@ async def fleet(
             async with asyncio.TaskGroup() as joining:
                 for dev in devices:
                     joining.create_task(online(dev), name=f"bench.online[{dev}]")
-            yield Fleet(devices, boards)
+            yield BenchFleet(devices, boards)
         finally:
             for run in runs:
                 run.cancel()
@@ -401,8 +401,8 @@ async def one_case(
         )
         clients = {dev: str(uuid.uuid4()) for dev in ids}
         save_bindings(bindings_path(settings.data_dir), {d: Binding(c) for d, c in clients.items()})
-        lanes = {dev: Lane() for dev in ids}
-        meter = CpuMeter(broker_pid=broker.local_pid)
+        lanes = {dev: DeviceLane() for dev in ids}
+        meter = InlineCpuMeter(broker_pid=broker.local_pid)
         async with (
             running_gateway(settings) as gw,
             mqtt_client(broker, backend_creds) as backend,
@@ -440,7 +440,9 @@ async def one_case(
     return {"pattern": pattern, **summarize(n, rounds, results, cpu, snapshot)}
 
 
-async def caught(work: Coroutine[Any, Any, list[Round]]) -> list[Round] | BaseException:
+async def caught(
+    work: Coroutine[Any, Any, list[AnsweredRound]],
+) -> list[AnsweredRound] | BaseException:
     """A device's outcome, its failure included (one device failing must not end the case)."""
     try:
         return await work
@@ -467,7 +469,7 @@ async def warm_up(gw: Gateway) -> None:
 def summarize(
     n: int,
     rounds: int,
-    results: list[list[Round] | BaseException],
+    results: list[list[AnsweredRound] | BaseException],
     cpu: dict[str, float],
     snapshot: dict[str, float],
 ) -> dict[str, Any]:
@@ -514,7 +516,8 @@ def summarize(
             [r.first_frame * 1000 - r.close_ms for r in neutral_rounds if r in heard]  # type: ignore[operator]
         ),
         "answers_per_s_offered": round(answers_s, 2),
-        "asr_cpu_s_per_answer": round(asr_cpu / max(1, len(done)), 3),
+        # per transcribed job (dropped jobs cost nothing; the warm-up jobs ran before)
+        "asr_cpu_s_per_answer": asr_cpu_per_job(asr_cpu, snapshot),
         "speech_metrics": {
             k.removeprefix("snlpgw_"): v
             for k, v in snapshot.items()
@@ -527,6 +530,11 @@ def summarize(
         },
         "cpu": cpu,
     }
+
+
+def asr_cpu_per_job(asr_cpu_s: float, snapshot: dict[str, float]) -> float:
+    jobs = snapshot.get("snlpgw_asr_jobs_done_total", 0.0) - ASR_WORKERS
+    return round(asr_cpu_s / max(1.0, jobs), 3)
 
 
 def stats(samples: list[float]) -> dict[str, float]:
@@ -584,7 +592,7 @@ def capacity_notes(doc: dict[str, Any]) -> list[str]:
     workers = doc["asr_workers"]
     lines = [
         "## Capacity arithmetic\n",
-        "ASR CPU per answer = ASR worker CPU / answers (pocketsphinx, ~1.2 s answers with the "
+        "ASR CPU per answer = ASR worker CPU / jobs transcribed (pocketsphinx, ~1.2 s answers with the "
         "number words as hints). Capacity = answers/s the pool could transcribe if its "
         f"{workers} workers had a core each to themselves ({workers} / CPU per answer); "
         "obtained = ASR worker CPU / wall time (cores the workers actually got on this shared "
@@ -614,7 +622,9 @@ def capacity_notes(doc: dict[str, Any]) -> list[str]:
         f"{doc['asr_timeout_ms']:.0f} ms of the listen end or the job was dropped (the ASR "
         "queue keeps 32 jobs, dropping the oldest): a round that got it took at least that long "
         "or was shed. Feedback heard per case (right / wrong / neutral / none) is in the JSON "
-        "(`feedback_heard`).",
+        "(`feedback_heard`). SPEAK's espeak-ng subprocesses are not itemized (they are in "
+        "the machine's busy share). The reading of the committed run, and what 200 concurrent "
+        "tasks need: docs/tasks.md, *Inline latency budget (measured)*.",
         "",
     ]
     return lines
