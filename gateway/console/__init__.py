@@ -163,7 +163,7 @@ def build_console(
         fleet=fleet,
         approvals=OtaApprovals(ota),
         content=content,
-        lessons=lesson_choices(catalog),
+        lessons=lambda: lesson_choices(catalog),  # the live catalog, as it is now
         running=store.running_instances,
     )
     ConsoleWeb(

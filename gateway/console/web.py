@@ -127,7 +127,7 @@ class ConsoleParts:
     fleet: FleetFacts
     approvals: ActivationApprovals
     content: LessonContent
-    lessons: list[LessonChoice]
+    lessons: Callable[[], list[LessonChoice]]  # read per page: a catalog reload shows at once
     running: Callable[[], Awaitable[list[InstanceRecord]]]
 
 
@@ -485,7 +485,7 @@ class ConsoleWeb:
             who=who,
             dev=dev,
             label=self._label(who.user, dev),
-            lessons=self._p.lessons,
+            lessons=self._p.lessons(),
             live=live,
             result=request.query.get("result"),
             priority=int(PRIORITY[who.user.role]),
@@ -503,7 +503,7 @@ class ConsoleWeb:
         lesson = None
         if action is ControlAction.START:
             key = str(form.get("lesson", ""))
-            lesson = next((c for c in self._p.lessons if c.key == key), None)
+            lesson = next((c for c in self._p.lessons() if c.key == key), None)
             if lesson is None:
                 raise web.HTTPBadRequest(text="lesson: one of the catalog's")
         ok = self._p.steering.steer(
@@ -586,7 +586,7 @@ class ConsoleWeb:
             who=who,
             rows=rows,
             manifests=manifests,
-            lessons=self._p.lessons,
+            lessons=self._p.lessons(),
             waiting=self._p.approvals.waiting(),
             ota=self._p.approvals.enabled,
             result=request.query.get("result"),
@@ -601,7 +601,7 @@ class ConsoleWeb:
         form = await request.post()
         dev = str(form.get("device", ""))
         key = str(form.get("lesson", ""))
-        lesson = next((c for c in self._p.lessons if c.key == key), None)
+        lesson = next((c for c in self._p.lessons() if c.key == key), None)
         if not DEVICE_RE.fullmatch(dev) or lesson is None:
             raise web.HTTPBadRequest(text="device and lesson: one of the catalog's")
         job = self._p.content.start_sync(dev, lesson)

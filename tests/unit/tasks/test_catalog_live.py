@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gateway.console.seams import lesson_choices
 from gateway.tasks.catalog_live import LiveCatalog
 
 
@@ -51,3 +52,16 @@ async def test_reload_swaps_validated_versions(tmp_path: Path) -> None:
     assert old.lessons[0].clips == ("a.mp3", "b.mp3")  # what a running lesson holds
     assert swaps == [1, 2]
     assert len(live) == 1
+
+
+async def test_the_consoles_lesson_choices_follow_a_reload(tmp_path: Path) -> None:
+    """The console reads its start and sync choices per page from the live catalog."""
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps([task(["a.mp3"])]), encoding="utf-8")
+    live, _ = LiveCatalog.load(path)
+    assert [c.key for c in lesson_choices(live)] == ["app/t/l1"]
+    added = {**task(["b.mp3"]), "lessons": [{"lesson_id": "l2", "clips": ["b.mp3"]}]}
+    added["task_id"] = "u"
+    path.write_text(json.dumps([task(["a.mp3"]), added]), encoding="utf-8")
+    assert (await live.reload()).ok
+    assert [c.key for c in lesson_choices(live)] == ["app/t/l1", "app/u/l2"]
