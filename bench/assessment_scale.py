@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from bench.assessment_section import committed_section
 from bench.load.procs import cpu_s, load_conditions, machine_busy
 from bench.stats import RESULTS, record, summary
 from devstack.broker import free_port
@@ -55,7 +56,7 @@ STEP_PERIOD_S = 1.5 + 1.8  # clip + window (listen_ratio 1.2), as bench/load run
 
 
 def _children(pid: int) -> list[int]:
-    found = []
+    found: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         text = (task / "children").read_text().split()
         found.extend(int(x) for x in text)
@@ -215,6 +216,8 @@ def markdown(doc: dict[str, Any]) -> str:
         )
     for note in doc["notes"]:
         lines += ["", note]
+    if lessons := committed_section():
+        lines += ["", *lessons]
     lines.append("")
     return "\n".join(lines)
 

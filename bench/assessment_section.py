@@ -1,0 +1,65 @@
+"""The "with the lessons running" section of bench/results/assessment_scale.md, rendered from
+bench/results/assessment_lessons.json (written by :mod:`bench.assessment_lessons`); apart so
+both benchmarks render it without importing each other."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bench.stats import RESULTS
+
+NAME = "assessment_lessons"
+
+
+def committed_section() -> list[str]:
+    """The section from the committed JSON, or nothing before the first run."""
+    path = RESULTS / f"{NAME}.json"
+    if not path.exists():
+        return []
+    return section(json.loads(path.read_text(encoding="utf-8")))
+
+
+def section(doc: dict[str, Any]) -> list[str]:
+    """The "with the lessons running" section of assessment_scale.md."""
+    cond = doc["conditions"]
+    lines = [
+        "## With the lessons running (bench/assessment_lessons.py)",
+        "",
+        f"Run {doc['started']}. One run carries both figures: the load harness's lessons phase "
+        f"(N shadowing lessons of {doc['clips']} clips x 1500 ms, window 1800 ms, staggered over "
+        "one step; Mosquitto; the gateway in its own process on CPU "
+        f"{doc['cases'][0]['placement']['gateway_cpus']} alone) with **assessment on**: "
+        "`asr.engine=http` against a fresh `snlpgw asr-serve --workers 1` (placed with the "
+        "broker and the board workers on the other CPU), gateway queue "
+        f"{doc['queue_limit']} (oldest shed), 2 requests in flight. Every board answers every "
+        "window with real espeak-ng speech over its own Xiaozhi voice session (encrypted UDP, "
+        "60 ms Opus packets pre-encoded once, sealed per packet at send time; "
+        f"{doc['answer_ms']} ms per answer incl. {doc['lead_ms']} ms lead and {doc['tail_ms']} ms tail "
+        "silence); the gateway decodes, runs its VAD and attributes each utterance to the "
+        "board's lesson by device id.",
+        "",
+        f"Machine before the run: load average {cond['loadavg_1_5_15']}, busy share "
+        f"{cond['busy_share_before_run']} ({cond['cpus']} CPUs shared with other developers). "
+        "*others* = CPU (cores) used by processes outside the run while it was measured.",
+        "",
+        "| lessons | steps | next-clip error p50 | **p99** | max | answers spoken | assessed "
+        "| shed (share) | close→assessment p50 | p99 | assessments/s | per ASR core "
+        "| per ASR CPU-second | ASR CPU s | gateway CPU | others | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in doc["cases"]:
+        nxt, lat = c["completed_to_next_play_error_ms"], c["close_to_assessment_ms"]
+        lines.append(
+            f"| {c['lessons']} | {c['steps_measured']}/{c['steps_expected']} "
+            f"| {nxt.get('p50', '-')} | **{nxt.get('p99', '-')}** | {nxt.get('max', '-')} "
+            f"| {c['speech']['answers_started']} | {c['assessments_published']} "
+            f"| {c['assessments_shed']} ({c['shed_share']:.0%}) | {lat.get('p50', '-')} "
+            f"| {lat.get('p99', '-')} | {c['assessments_per_s']} "
+            f"| {c['assessments_per_s'] / c['asr_workers']:.2f} "
+            f"| {c['assessments_per_asr_cpu_s']} | {c['asr_cpu_s']} "
+            f"| {c.get('gateway_core_share', 0):.0%} | {c.get('others_core_share', 0):.2f} "
+            f"| {c['wall_s']:.1f} |"
+        )
+    lines += ["", *doc["notes"]]
+    return lines
