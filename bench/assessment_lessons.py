@@ -63,7 +63,7 @@ def lowest_priority(pid: int) -> None:
             os.setpriority(os.PRIO_PROCESS, int(tid), 19)
 
 
-async def run_case(n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+async def run_case(n: int, archive: bool, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     async with asr_serve(1, queue_limit=4) as (url, pid):
         engine = HttpAsrEngine(url=url, model="pocketsphinx", timeout_s=60, retries=0)
         warm = await engine.transcribe(audio.synthesize(SENTENCES[0]), tuple(SENTENCES))
@@ -72,7 +72,8 @@ async def run_case(n: int, args: argparse.Namespace, root: Path) -> dict[str, An
         asr_pids = [pid, *_children(pid)]
         for asr in asr_pids:  # it stands in for another host: below the broker and the boards
             lowest_priority(asr)
-        settings = {
+        settings: dict[str, Any] = {
+            "archive": {"enabled": archive},
             "asr": {"engine": "http", "http_url": url, "http_model": "pocketsphinx",
                     "http_timeout_s": 60.0, "http_retries": 0, "workers": 2,
                     "queue_limit": args.queue_limit, "job_timeout_s": 60.0},
@@ -82,9 +83,11 @@ async def run_case(n: int, args: argparse.Namespace, root: Path) -> dict[str, An
         result = await lessons.run(
             n, "staggered", root / f"n{n}", clips=args.clips, clip_ms=1500,
             worker_count=2, settings=settings, speech=speech, asr_pids=asr_pids,
+            profile=args.profile and args.profile.with_suffix(f".n{n}.txt"),
         )  # fmt: skip
     result.pop("samples_ms", None)
     result["asr_workers"] = 1
+    result["archive"] = "on" if archive else "off"
     result["offered_per_s"] = round(
         result["speech"]["answers_started"] / max(0.1, result["wall_s"]), 1
     )
@@ -95,11 +98,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.assessment_lessons")
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     p.add_argument("--lessons", type=ints, default=[200, 1000])
+    p.add_argument(
+        "--archive",
+        default="on",
+        help="archive each answer: on, off, or on,off (each N run both ways; default on)",
+    )
     p.add_argument("--clips", type=int, default=10)
     p.add_argument("--queue-limit", type=int, default=32)
     p.add_argument(
         "--out", type=Path, help="the JSON here, the section on stdout; the results untouched"
     )
+    p.add_argument("--profile", type=Path, help="py-spy collapsed stacks of the gateway here")
     p.add_argument("--note", action="append", default=[], help="a note for the results")
     return p.parse_args(argv)
 
@@ -109,12 +118,13 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     started = datetime.datetime.now(datetime.UTC)
     cases = []
     with tempfile.TemporaryDirectory(prefix="snlp-assess-lessons-") as tmp:
-        for n in args.lessons:
-            case = await run_case(n, args, Path(tmp))
+        for n, archive in [(n, a) for n in args.lessons for a in args.archive.split(",")]:
+            case = await run_case(n, archive == "on", args, Path(tmp) / archive)
             cases.append(case)
-            brief = {k: case[k] for k in ("lessons", "completed_to_next_play_error_ms",
-                                          "close_to_assessment_ms", "assessments_published",
-                                          "assessments_shed", "asr_cpu_s")}  # fmt: skip
+            brief = {k: case[k] for k in ("lessons", "archive", "completed_to_next_play_error_ms",
+                                          "close_to_assessment_ms", "utterances_heard",
+                                          "assessments_published", "assessments_shed",
+                                          "asr_cpu_s")}  # fmt: skip
             sys.stderr.write(f"{json.dumps(brief)}\n")
     return {
         "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),

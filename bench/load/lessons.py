@@ -21,6 +21,7 @@ from bench.load.probe import PROBE_USER, probing, stalls
 from bench.load.procs import (
     CpuSample,
     Meter,
+    cpu_s,
     harness_on,
     place_gateway,
     rss_bytes,
@@ -167,6 +168,8 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             spy = await start_profiler(gw.pid, START_LEAD_S + spread_s + clips * step_s, profile)
             others = [broker.local_pid, *(p.pid for p in procs), *(asr_pids or [])]
             placement = place_gateway(gw.pid, others + ([spy.pid] if spy else []), on=place)
+            if speech:  # the voice sessions' hellos and what follows them, done before go
+                await settled(gw.pid)
             rss_idle = rss_bytes(gw.pid)
             meter = Meter(
                 {"gateway": gw.pid, "broker": broker.local_pid}
@@ -333,6 +336,15 @@ def quantile_stats(figures: dict[str, float], name: str) -> dict[str, float]:
     return {k.split("stat=")[1].strip('"}'): v for k, v in figures.items() if k.startswith(prefix)}
 
 
+async def settled(pid: int, *, share: float = 0.05, limit_s: float = 60.0) -> None:
+    """Until ``pid`` used under ``share`` of a core over a second (at most ``limit_s``)."""
+    for _ in range(int(limit_s)):
+        before = cpu_s(pid)
+        await asyncio.sleep(1.0)
+        if cpu_s(pid) - before < share:
+            return
+
+
 def speaking(speech: dict[str, Any] | None, broker: Broker) -> dict[str, Any]:
     """A board worker's ``speech`` spec section (its hellos go on the gateway's account)."""
     if not speech:
@@ -362,6 +374,9 @@ def speech_figures(
             "answer_ms": spoken[0]["answer_ms"],
             "drain_s": round(max(s["drain_s"] for s in spoken), 1),
         },
+        # utterances the gateway heard and handed to ASR (≤ answers spoken: a window that
+        # closed before its answer ended hears less)
+        "utterances_heard": int(figures.get("snlpgw_asr_jobs_queued_total", 0.0)),
         "assessments_published": int(published),
         "assessments_received": len(latencies),
         "assessments_shed": int(shed),

@@ -42,7 +42,7 @@ def test_tiny_run_speaks_assesses_and_reports_both_figures(tmp_path: Path) -> No
     # Every answer was heard, transcribed and assessed (6 answers cannot fill a queue of 32),
     # and each assessment was matched to its board's answer.
     assert case["assessments_shed"] == 0
-    assert case["assessments_published"] == 6
+    assert case["utterances_heard"] == case["assessments_published"] == 6
     assert case["close_to_assessment_ms"]["count"] == 6
     assert case["window_close_to_assessment_ms"]["count"] == 6
     assert case["assessments_unmatched"] == 0
