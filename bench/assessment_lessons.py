@@ -22,7 +22,7 @@ its own: the latency target is per gateway core); asr-serve is a process of its 
 the broker and the board workers, as it would run on another host in production, and its CPU is
 metered apart. One worker: two cores, and the gateway has one of them.
 
-Run: ``.venv/bin/python -m bench.assessment_lessons`` (about 2 minutes per case); writes
+Run: ``.venv/bin/python -m bench.assessment_lessons`` (about 2 minutes per case; ``--cases``); writes
 bench/results/assessment_lessons.json and re-renders bench/results/assessment_scale.md (its
 section "With the lessons running").
 """
@@ -63,7 +63,19 @@ def lowest_priority(pid: int) -> None:
             os.setpriority(os.PRIO_PROCESS, int(tid), 19)
 
 
-async def run_case(n: int, archive: bool, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+def parse_case(text: str) -> tuple[int, bool, int]:
+    """``N[:on|off][/K]``: N lessons, the archive on (default) or off, every board speaking in
+    one window of K (default 1: every window; board i speaks when (i + clip) % K == 0)."""
+    head, _, every = text.partition("/")
+    n, _, archive = head.partition(":")
+    if archive not in ("", "on", "off"):
+        raise argparse.ArgumentTypeError(f"archive must be on or off: {text!r}")
+    return int(n), archive != "off", int(every or 1)
+
+
+async def run_case(
+    n: int, archive: bool, every: int, args: argparse.Namespace, root: Path
+) -> dict[str, Any]:
     async with asr_serve(1, queue_limit=4) as (url, pid):
         engine = HttpAsrEngine(url=url, model="pocketsphinx", timeout_s=60, retries=0)
         warm = await engine.transcribe(audio.synthesize(SENTENCES[0]), tuple(SENTENCES))
@@ -79,7 +91,7 @@ async def run_case(n: int, archive: bool, args: argparse.Namespace, root: Path) 
                     "queue_limit": args.queue_limit, "job_timeout_s": 60.0},
         }  # fmt: skip
         speech = {"sentences": SENTENCES, "lead_ms": LEAD_MS, "tail_ms": TAIL_MS,
-                  "quiet_s": 3.0, "drain_s": 60.0}  # fmt: skip
+                  "quiet_s": 3.0, "drain_s": 60.0, "every": every}  # fmt: skip
         result = await lessons.run(
             n, "staggered", root / f"n{n}", clips=args.clips, clip_ms=1500,
             worker_count=2, settings=settings, speech=speech, asr_pids=asr_pids,
@@ -88,6 +100,7 @@ async def run_case(n: int, archive: bool, args: argparse.Namespace, root: Path) 
     result.pop("samples_ms", None)
     result["asr_workers"] = 1
     result["archive"] = "on" if archive else "off"
+    result["speak_every"] = every
     result["offered_per_s"] = round(
         result["speech"]["answers_started"] / max(0.1, result["wall_s"]), 1
     )
@@ -96,12 +109,12 @@ async def run_case(n: int, archive: bool, args: argparse.Namespace, root: Path) 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.assessment_lessons")
-    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
-    p.add_argument("--lessons", type=ints, default=[200, 1000])
     p.add_argument(
-        "--archive",
-        default="on",
-        help="archive each answer: on, off, or on,off (each N run both ways; default on)",
+        "--cases",
+        type=lambda s: [parse_case(x) for x in s.split(",") if x],
+        default=[(200, True, 1), (1000, True, 1)],
+        help="N[:on|off][/K] each: N lessons, the answer archive on (default) or off, each "
+        "board speaking in one window of K (default: every window), e.g. 200,1000,1000/5",
     )
     p.add_argument("--clips", type=int, default=10)
     p.add_argument("--queue-limit", type=int, default=32)
@@ -118,8 +131,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     started = datetime.datetime.now(datetime.UTC)
     cases = []
     with tempfile.TemporaryDirectory(prefix="snlp-assess-lessons-") as tmp:
-        for n, archive in [(n, a) for n in args.lessons for a in args.archive.split(",")]:
-            case = await run_case(n, archive == "on", args, Path(tmp) / archive)
+        for i, (n, archive, every) in enumerate(args.cases):
+            case = await run_case(n, archive, every, args, Path(tmp) / str(i))
             cases.append(case)
             brief = {k: case[k] for k in ("lessons", "archive", "completed_to_next_play_error_ms",
                                           "close_to_assessment_ms", "utterances_heard",

@@ -11,9 +11,9 @@ latency of the assessed answers (p50/p99), assessments/s, per ASR core, the shed
 CPU the workers used against the machine's (the machine is shared: a busy share well above the
 workers' own says the run met contention).
 
-Not measured here: the lessons' next-clip gap in the same run (the load harness's boards do
-not speak yet). Run: ``.venv/bin/python -m bench.assessment_scale``; writes
-bench/results/assessment_scale.{json,md}.
+Not measured here: the lessons' next-clip gap in the same run; :mod:`bench.assessment_lessons`
+runs both (its section is appended to the same Markdown). Run:
+``.venv/bin/python -m bench.assessment_scale``; writes bench/results/assessment_scale.{json,md}.
 """
 
 from __future__ import annotations
@@ -264,8 +264,9 @@ async def main(argv: list[str] | None = None) -> None:
         "answer_ms": [round(audio_ms(a)) for a in answers],
         "cases": cases,
         "notes": [
-            "Not in this run: the lessons' next-clip p99 (the load harness's boards do not "
-            "answer with speech yet); see bench/results/load/ for next-clip figures with ASR off.",
+            "Not in this run: the lessons' next-clip p99 (this bench feeds asr-serve without "
+            "lessons). The section below (bench/assessment_lessons.py) runs the lessons, their "
+            "boards' spoken answers and assessment in one run.",
         ],
     }
     text = markdown(doc)

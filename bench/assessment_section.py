@@ -20,6 +20,10 @@ def committed_section() -> list[str]:
     return section(json.loads(path.read_text(encoding="utf-8")))
 
 
+def _every(k: int) -> str:
+    return "every window" if k == 1 else f"1 window of {k}"
+
+
 def section(doc: dict[str, Any]) -> list[str]:
     """The "with the lessons running" section of assessment_scale.md."""
     cond = doc["conditions"]
@@ -58,16 +62,16 @@ def section(doc: dict[str, Any]) -> list[str]:
         f"{cond['busy_share_before_run']} ({cond['cpus']} CPUs shared with other developers). "
         "*others* = CPU (cores) used by processes outside the run while it was measured.",
         "",
-        "| lessons | archive | steps | next-clip error p50 | **p99** | max | answers spoken | heard "
+        "| lessons | speaks in | archive | steps | next-clip error p50 | **p99** | max | answers spoken | heard "
         "| assessed "
         "| shed (share) | close→assessment p50 | p99 | assessments/s | per ASR core "
         "| per ASR CPU-second | ASR CPU s | gateway CPU | gateway CPU ms/step | others | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in doc["cases"]:
         nxt, lat = c["completed_to_next_play_error_ms"], c["close_to_assessment_ms"]
         lines.append(
-            f"| {c['lessons']} | {c.get('archive', doc.get('archive', 'on'))} "
+            f"| {c['lessons']} | {_every(c.get('speak_every', 1))} | {c.get('archive', 'on')} "
             f"| {c['steps_measured']}/{c['steps_expected']} "
             f"| {nxt.get('p50', '-')} | **{nxt.get('p99', '-')}** | {nxt.get('max', '-')} "
             f"| {c['speech']['answers_started']} | {c.get('utterances_heard', '-')} "

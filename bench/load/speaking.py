@@ -97,6 +97,10 @@ class AnswerReader:
         ]
         self.ends: dict[tuple[str, int], float] = {}  # (device, clip) → speech end, monotonic ms
         self.spec = spec
+        self.every: int = speech.get("every", 1)  # speak in one window of ``every``
+        self.index = {
+            dev: int(dev.rsplit("_", 2)[1] + dev.rsplit("_", 2)[2], 16) for dev in spec["devices"]
+        }
         self.sessions: dict[str, tuple[DeviceUdpCrypto, tuple[str, int]]] = {}
         self.reading: dict[str, _Reading] = {}
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -124,7 +128,7 @@ class AnswerReader:
     def listen_started(self, dev: str, clip: int) -> None:
         """A window opened on ``dev`` for clip ``clip`` (0-based): read its sentence now."""
         session = self.sessions.get(dev)
-        if session is None:
+        if session is None or (self.index[dev] + clip) % self.every:
             return
         if dev in self.reading:
             self.busy += 1

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.mark.timeout(600)
 def test_tiny_run_speaks_assesses_and_reports_both_figures(tmp_path: Path) -> None:
     out = tmp_path / "assessment_lessons.json"
-    argv = ["--lessons", "3", "--clips", "2", "--out", str(out)]
+    argv = ["--cases", "3", "--clips", "2", "--out", str(out)]
     done = subprocess.run(
         [sys.executable, "-m", "bench.assessment_lessons", *argv],
         cwd=REPO,
