@@ -91,7 +91,7 @@ async def run_case(
                     "queue_limit": args.queue_limit, "job_timeout_s": 60.0},
         }  # fmt: skip
         speech = {"sentences": SENTENCES, "lead_ms": LEAD_MS, "tail_ms": TAIL_MS,
-                  "quiet_s": 3.0, "drain_s": 60.0, "every": every}  # fmt: skip
+                  "quiet_s": 10.0, "drain_s": 60.0, "every": every}  # fmt: skip
         result = await lessons.run(
             n, "staggered", root / f"n{n}", clips=args.clips, clip_ms=1500,
             worker_count=2, settings=settings, speech=speech, asr_pids=asr_pids,

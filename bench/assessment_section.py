@@ -84,5 +84,6 @@ def section(doc: dict[str, Any]) -> list[str]:
             f"| {c.get('others_core_share', 0):.2f} "
             f"| {c['wall_s']:.1f} |"
         )
-    lines += ["", *doc["notes"]]
+    for note in doc["notes"]:
+        lines += ["", note]
     return lines
