@@ -53,7 +53,8 @@ def section(doc: dict[str, Any]) -> list[str]:
         "received by a backend client, for what is assessed (`window_close_to_assessment_ms` "
         "in the JSON: from the window's close instead); *shed* = the gateway's "
         "`assessments_shed_total` (steps stored with `assessment_shed = queue_full`), share of "
-        "heard; *assessments/s* = assessed / the span they arrived in; *per ASR core* = that / "
+        "heard; *assessments/s* = assessed / the case's wall time (lessons and drain); *per ASR "
+        "core* = that / "
         "ASR workers (1); *per ASR CPU-second* = assessed / CPU the asr-serve process and its "
         "worker used (what a core of their own gives); *gateway CPU ms/step* = gateway CPU / "
         "clip steps.",
@@ -62,13 +63,31 @@ def section(doc: dict[str, Any]) -> list[str]:
         f"{cond['busy_share_before_run']} ({cond['cpus']} CPUs shared with other developers). "
         "*others* = CPU (cores) used by processes outside the run while it was measured.",
         "",
+    ]
+    lines += _table(doc["cases"])
+    for later in doc.get("later_runs", []):
+        c = later["conditions"]
+        lines += [
+            "",
+            f"Re-run {later['started']} (load average before {c['loadavg_1_5_15']}, busy share "
+            f"{c['busy_share_before_run']}):",
+            "",
+            *_table(later["cases"]),
+        ]
+    for note in doc["notes"]:
+        lines += ["", note]
+    return lines
+
+
+def _table(cases: list[dict[str, Any]]) -> list[str]:
+    lines = [
         "| lessons | speaks in | archive | steps | next-clip error p50 | **p99** | max | answers spoken | heard "
         "| assessed "
         "| shed (share) | close→assessment p50 | p99 | assessments/s | per ASR core "
         "| per ASR CPU-second | ASR CPU s | gateway CPU | gateway CPU ms/step | others | wall s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for c in doc["cases"]:
+    for c in cases:
         nxt, lat = c["completed_to_next_play_error_ms"], c["close_to_assessment_ms"]
         lines.append(
             f"| {c['lessons']} | {_every(c.get('speak_every', 1))} | {c.get('archive', 'on')} "
@@ -84,6 +103,4 @@ def section(doc: dict[str, Any]) -> list[str]:
             f"| {c.get('others_core_share', 0):.2f} "
             f"| {c['wall_s']:.1f} |"
         )
-    for note in doc["notes"]:
-        lines += ["", note]
     return lines
