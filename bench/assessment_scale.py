@@ -11,9 +11,9 @@ latency of the assessed answers (p50/p99), assessments/s, per ASR core, the shed
 CPU the workers used against the machine's (the machine is shared: a busy share well above the
 workers' own says the run met contention).
 
-Not measured here: the lessons' next-clip gap in the same run (the load harness's boards do
-not speak yet). Run: ``.venv/bin/python -m bench.assessment_scale``; writes
-bench/results/assessment_scale.{json,md}.
+Not measured here: the lessons' next-clip gap in the same run; :mod:`bench.assessment_lessons`
+runs both (its section is appended to the same Markdown). Run:
+``.venv/bin/python -m bench.assessment_scale``; writes bench/results/assessment_scale.{json,md}.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from bench.assessment_section import committed_section
 from bench.load.procs import cpu_s, load_conditions, machine_busy
 from bench.stats import RESULTS, record, summary
 from devstack.broker import free_port
@@ -55,7 +56,7 @@ STEP_PERIOD_S = 1.5 + 1.8  # clip + window (listen_ratio 1.2), as bench/load run
 
 
 def _children(pid: int) -> list[int]:
-    found = []
+    found: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         text = (task / "children").read_text().split()
         found.extend(int(x) for x in text)
@@ -215,6 +216,8 @@ def markdown(doc: dict[str, Any]) -> str:
         )
     for note in doc["notes"]:
         lines += ["", note]
+    if lessons := committed_section():
+        lines += ["", *lessons]
     lines.append("")
     return "\n".join(lines)
 
@@ -261,8 +264,9 @@ async def main(argv: list[str] | None = None) -> None:
         "answer_ms": [round(audio_ms(a)) for a in answers],
         "cases": cases,
         "notes": [
-            "Not in this run: the lessons' next-clip p99 (the load harness's boards do not "
-            "answer with speech yet); see bench/results/load/ for next-clip figures with ASR off.",
+            "Not in this run: the lessons' next-clip p99 (this bench feeds asr-serve without "
+            "lessons). The section below (bench/assessment_lessons.py) runs the lessons, their "
+            "boards' spoken answers and assessment in one run.",
         ],
     }
     text = markdown(doc)

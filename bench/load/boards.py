@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load.procs import die_with_parent, hold_gc
+from bench.load.speaking import AnswerReader
 from gateway.mqtt import codec
 from gateway.mqtt.client import Client
 from gateway.mqtt.options import ClientOptions
@@ -51,6 +52,7 @@ class LoadBoard(BoardSimulator):
         self._firsts: set[str] = set()
         self.done = asyncio.Event()
         self.clips = 0
+        self.speaker: AnswerReader | None = None  # set: the board answers each window with speech
 
     def _on_command(self, payload: bytes) -> None:
         now = time.monotonic() * 1000
@@ -63,6 +65,8 @@ class LoadBoard(BoardSimulator):
             self.plays.append(now)
         elif first and cmd == "LISTEN_START":
             self.listens.append(now)
+            if self.speaker is not None:
+                self.speaker.listen_started(self.dev, len(self.listens) - 1)
         elif first and cmd == "LISTEN_STOP":
             self.stops.append(now)
             if len(self.stops) >= self.clips:
@@ -122,7 +126,11 @@ async def lag_monitor(samples: list[tuple[float, float]], period_s: float = 0.05
 
 
 async def start_lessons(
-    spec: dict[str, Any], t0: float, refused: list[str], asked: dict[str, float]
+    spec: dict[str, Any],
+    t0: float,
+    refused: list[str],
+    asked: dict[str, float],
+    assessed: list[tuple[str, int, float]],
 ) -> None:
     """The backend: one start request per board at its offset, on the project's lean client
     (paho + aiomqtt here cost the board worker's loop milliseconds during the start burst)."""
@@ -131,6 +139,11 @@ async def start_lessons(
 
     def reply(message: codec.PublishPacket) -> None:
         dev = message.topic.rsplit("/", 1)[1]
+        if message.topic.startswith("snlpgw/v1/assessment/"):
+            if dev in mine:  # (device, step, received at): close → assessment at the backend
+                step = json.loads(message.payload)["step_index"]
+                assessed.append((dev, int(step), time.monotonic() * 1000))
+            return
         if dev in mine and json.loads(message.payload).get("status") != "accepted":
             refused.append(dev)
 
@@ -140,6 +153,8 @@ async def start_lessons(
     client = Client(options, reply)
     await client.connect(spec["host"], spec["port"], wait_s=30)
     await client.subscribe([("snlpgw/v1/reply/+", 1)])
+    if "speech" in spec:
+        await client.subscribe([("snlpgw/v1/assessment/+", 1)])
     window = asyncio.Semaphore(START_WINDOW)
     for i, (dev, offset) in enumerate(zip(spec["devices"], spec["offsets_s"], strict=True)):
         delay = t0 + offset - time.time()
@@ -167,13 +182,19 @@ async def run(spec: dict[str, Any]) -> None:
     lags: list[tuple[float, float]] = []
     refused: list[str] = []
     asked: dict[str, float] = {}  # device → when its start request was published
+    assessed: list[tuple[str, int, float]] = []
+    speaker = AnswerReader(spec) if "speech" in spec else None
     async with asyncio.TaskGroup() as tg:
         for b in boards:
+            b.speaker = speaker
             tg.create_task(b.run(), name=f"load.board[{b.dev}]")
         tg.create_task(lag_monitor(lags), name="load.lag")
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             for board in boards:
                 await board.connected.wait()
+        if speaker is not None:
+            await speaker.open()
+            tg.create_task(speaker.run(), name="load.speaker")
         sys.stdout.write(json.dumps({"ready": len(boards)}) + "\n")
         sys.stdout.flush()
         line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
@@ -181,20 +202,70 @@ async def run(spec: dict[str, Any]) -> None:
         t0 = float(line.split()[1])
         cpu0 = time.process_time()
         lags.clear()
-        tg.create_task(start_lessons(spec, t0, refused, asked), name="load.starter")
+        tg.create_task(start_lessons(spec, t0, refused, asked, assessed), name="load.starter")
         try:
             async with asyncio.timeout(spec["deadline_s"]):
                 for board in boards:
                     await board.done.wait()
         except TimeoutError:
             pass
+        lessons_done = time.monotonic()
+        if speaker is not None:  # the queue drains after the lessons: until quiet, bounded
+            await drained(assessed, spec["speech"]["quiet_s"], spec["speech"]["drain_s"])
         # Report, then exit without tearing down hundreds of clients (the harness needs the
         # figures, not clean goodbyes; the broker closes the sockets).
         result = report(boards, lesson, refused, lags, asked)
         result["cpu_s"] = time.process_time() - cpu0
+        if speaker is not None:
+            result["speech"] = speaker.report()
+            result["speech"]["drain_s"] = time.monotonic() - lessons_done
+            result["speech"].update(assessment_latency(boards, lesson, assessed, speaker.ends))
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()
         os._exit(0)
+
+
+async def drained(assessed: list[tuple[str, int, float]], quiet_s: float, limit_s: float) -> None:
+    """Until no assessment came for ``quiet_s`` (the queue is empty), at most ``limit_s``."""
+    end = time.monotonic() + limit_s
+    seen = -1
+    while len(assessed) != seen and time.monotonic() < end:
+        seen = len(assessed)
+        await asyncio.sleep(quiet_s)
+
+
+def assessment_latency(
+    boards: list[LoadBoard],
+    lesson: dict[str, Any],
+    assessed: list[tuple[str, int, float]],
+    ends: dict[tuple[str, int], float],
+) -> dict[str, Any]:
+    """Per assessment received by the backend client (ms, the boards' clock): from the end of
+    the answer's speech (the utterance's close: the gateway's VAD adds its 300 ms of silence
+    to it) and from the window's close (the board's completed + T, as for the next-clip
+    figure; negative when the assessment came before the window closed)."""
+    by_dev = {b.dev: b for b in boards}
+    from_end: list[float] = []
+    from_window: list[float] = []
+    at_ms: list[float] = []
+    unmatched = 0
+    for dev, step, received in assessed:
+        board, end = by_dev[dev], ends.get((dev, step))
+        if step >= len(board.completed) or end is None:
+            unmatched += 1
+            continue
+        at, duration = board.completed[step]
+        due = at + listen_window_ms(duration, lesson["ratio"], lesson["min_window_ms"])
+        from_end.append(received - end)
+        from_window.append(received - due)
+        at_ms.append(received)
+    return {
+        "assessments_received": len(assessed),
+        "assessments_unmatched": unmatched,
+        "close_to_assessment_ms": from_end,
+        "window_close_to_assessment_ms": from_window,
+        "assessment_received_at_ms": at_ms,
+    }
 
 
 def report(

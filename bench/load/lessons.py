@@ -21,6 +21,7 @@ from bench.load.probe import PROBE_USER, probing, stalls
 from bench.load.procs import (
     CpuSample,
     Meter,
+    cpu_s,
     harness_on,
     place_gateway,
     rss_bytes,
@@ -45,13 +46,20 @@ def device_ids(n: int) -> list[str]:
     return [f"b1_00_00_00_{i >> 8:02x}_{i & 0xFF:02x}" for i in range(n)]
 
 
-def write_catalog(path: Path, clips: int) -> list[str]:
+def write_catalog(path: Path, clips: int, sentences: list[str] | None = None) -> list[str]:
+    """The harness's lesson; with ``sentences`` (the clips' texts, in turn) assessment is on."""
     names = [f"c{i + 1:02d}.mp3" for i in range(clips)]
+    texts = [sentences[i % len(sentences)] for i in range(clips)] if sentences else None
+    assessment = (
+        {"enabled": True, "methods": ["text_similarity_v0"], "defer": True}
+        if texts
+        else {"enabled": False, "methods": [], "defer": True}
+    )
     task = {
         "app_id": APP, "task_id": TASK, "interaction_mode": "SHADOWING",
-        "listen_ratio": RATIO, "min_window_ms": MIN_WINDOW_MS,
-        "assessment": {"enabled": False, "methods": [], "defer": True},
-        "lessons": [{"lesson_id": LESSON, "clips": names, "sentences": [f"s{c}" for c in names]}],
+        "listen_ratio": RATIO, "min_window_ms": MIN_WINDOW_MS, "assessment": assessment,
+        "lessons": [{"lesson_id": LESSON, "clips": names,
+                     "sentences": texts or [f"s{c}" for c in names]}],
     }  # fmt: skip
     path.write_text(json.dumps([task]))
     return [f"/{APP}/{TASK}/lessons/{LESSON}/{name}" for name in names]
@@ -112,12 +120,18 @@ async def sampling(
 async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
               worker_count: int, profile: Path | None = None,
               settings: dict[str, Any] | None = None, place: bool = True,
-              broker_config: str = "") -> dict[str, Any]:  # fmt: skip
+              broker_config: str = "", speech: dict[str, Any] | None = None,
+              asr_pids: list[int] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One lessons case. ``speech`` (``sentences``, ``lead_ms``, ``tail_ms``, ``quiet_s``,
+    ``drain_s``): the boards answer every window with real speech over their Xiaozhi voice
+    sessions (:mod:`bench.load.speaking`) and assessment is on (the ASR engine is the
+    settings'); ``asr_pids``: the ASR service's processes, metered (CPU) and placed with the
+    broker and the workers, off the gateway's CPU."""
     step_s = (clip_ms + listen_window_ms(clip_ms, RATIO, MIN_WINDOW_MS)) / 1000
     spread_s = step_s if pattern == "staggered" else 0.0
     deadline_s = spread_s + clips * step_s + 30.0
     async with local_broker(root / "data", extra_config=broker_config) as broker:
-        paths = write_catalog(root / "catalog.json", clips)
+        paths = write_catalog(root / "catalog.json", clips, speech["sentences"] if speech else None)
         backend_names = [f"load-backend-{w}" for w in range(worker_count)]
         names = (
             dict.fromkeys(device_ids(n), "device")
@@ -144,7 +158,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             specs.append({"worker": w, "host": broker.host, "port": broker.port,
                           "devices": dict(share), "offsets_s": offs, "lesson": lesson,
                           "backend": [f"load-backend-{w}", backends[f"load-backend-{w}"]],
-                          "deadline_s": deadline_s})  # fmt: skip
+                          "deadline_s": deadline_s, **speaking(speech, broker)})  # fmt: skip
         async with (
             gateway_process(root, settings) as gw,
             workers("bench.load.boards", specs, root) as procs,
@@ -152,10 +166,15 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             for proc in procs:
                 await proc.line(180)
             spy = await start_profiler(gw.pid, START_LEAD_S + spread_s + clips * step_s, profile)
-            others = [broker.local_pid, *(p.pid for p in procs)]
+            others = [broker.local_pid, *(p.pid for p in procs), *(asr_pids or [])]
             placement = place_gateway(gw.pid, others + ([spy.pid] if spy else []), on=place)
+            if speech:  # the voice sessions' hellos and what follows them, done before go
+                await settled(gw.pid)
             rss_idle = rss_bytes(gw.pid)
-            meter = Meter({"gateway": gw.pid, "broker": broker.local_pid})
+            meter = Meter(
+                {"gateway": gw.pid, "broker": broker.local_pid}
+                | {f"asr{i}": pid for i, pid in enumerate(asr_pids or [])}
+            )
             t0 = time.time() + START_LEAD_S
             meter.start()
             for proc in procs:
@@ -196,6 +215,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
     rtts = probe.samples
     board_cpu = sum(v for k, v in cpu.items() if k.startswith("boards") and k.endswith("_cpu_s"))
     return {
+        **(speech_figures(found, figures, cpu) if speech else {}),
         "lessons": n,
         "start": pattern,
         "clips": clips,
@@ -314,3 +334,62 @@ def quantile_stats(figures: dict[str, float], name: str) -> dict[str, float]:
     """``{stat: value}`` of one of the gateway's quantile gauges (``snlpgw_<name>{stat=…}``)."""
     prefix = f"snlpgw_{name}{{"
     return {k.split("stat=")[1].strip('"}'): v for k, v in figures.items() if k.startswith(prefix)}
+
+
+async def settled(pid: int, *, share: float = 0.05, limit_s: float = 60.0) -> None:
+    """Until ``pid`` used under ``share`` of a core over a second (at most ``limit_s``)."""
+    for _ in range(int(limit_s)):
+        before = cpu_s(pid)
+        await asyncio.sleep(1.0)
+        if cpu_s(pid) - before < share:
+            return
+
+
+def speaking(speech: dict[str, Any] | None, broker: Broker) -> dict[str, Any]:
+    """A board worker's ``speech`` spec section (its hellos go on the gateway's account)."""
+    if not speech:
+        return {}
+    return {"speech": {**speech, "password": broker.gateway_credentials().password}}
+
+
+def speech_figures(
+    found: list[dict[str, Any]], figures: dict[str, float], cpu: dict[str, float]
+) -> dict[str, Any]:
+    """Assessment figures of a speaking run: close → assessment, shed, ASR CPU."""
+    spoken = [f["speech"] for f in found]
+    latencies = [x for s in spoken for x in s["close_to_assessment_ms"]]
+    from_window = [x for s in spoken for x in s["window_close_to_assessment_ms"]]
+    published = figures.get("snlpgw_assessments_published_total", 0.0)
+    shed = sum(v for k, v in figures.items() if k.startswith("snlpgw_assessments_shed_total"))
+    asr_cpu = sum(v for k, v in cpu.items() if k.startswith("asr") and k.endswith("_cpu_s"))
+    return {
+        "speech": {
+            "answers_started": sum(s["answers_started"] for s in spoken),
+            "answers_overlapping": sum(s["answers_overlapping"] for s in spoken),
+            "sessions_opened": sum(s["sessions_opened"] for s in spoken),
+            "packets_sent": sum(s["packets_sent"] for s in spoken),
+            "send_errors": sum(s["send_errors"] for s in spoken),
+            "answer_ms": spoken[0]["answer_ms"],
+            "drain_s": round(max(s["drain_s"] for s in spoken), 1),
+        },
+        # utterances the gateway heard and handed to ASR (≤ answers spoken: a window that
+        # closed before its answer ended hears less)
+        "utterances_heard": int(figures.get("snlpgw_asr_jobs_queued_total", 0.0)),
+        "assessments_published": int(published),
+        "assessments_received": len(latencies),
+        "assessments_shed": int(shed),
+        "shed_share": round(shed / max(1.0, shed + published), 3),
+        # the answer's speech end (its utterance's close) → the assessment at a backend
+        "close_to_assessment_ms": summary(latencies),
+        "window_close_to_assessment_ms": summary(from_window),
+        "assessments_unmatched": sum(s["assessments_unmatched"] for s in spoken),
+        # over the run's wall time (the lessons and the drain after them: ASR busy all along)
+        "assessments_per_s": round(published / cpu["wall_s"], 2) if cpu["wall_s"] else 0.0,
+        "asr_cpu_s": round(asr_cpu, 2),
+        "assessments_per_asr_cpu_s": round(published / asr_cpu, 2) if asr_cpu else 0.0,
+        "gateway_metrics": {
+            k: v
+            for k, v in figures.items()
+            if k.startswith(("snlpgw_assessments", "snlpgw_asr", "snlpgw_udp", "snlpgw_voice"))
+        },
+    }

@@ -1,0 +1,106 @@
+"""The "with the lessons running" section of bench/results/assessment_scale.md, rendered from
+bench/results/assessment_lessons.json (written by :mod:`bench.assessment_lessons`); apart so
+both benchmarks render it without importing each other."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bench.stats import RESULTS
+
+NAME = "assessment_lessons"
+
+
+def committed_section() -> list[str]:
+    """The section from the committed JSON, or nothing before the first run."""
+    path = RESULTS / f"{NAME}.json"
+    if not path.exists():
+        return []
+    return section(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _every(k: int) -> str:
+    return "every window" if k == 1 else f"1 window of {k}"
+
+
+def section(doc: dict[str, Any]) -> list[str]:
+    """The "with the lessons running" section of assessment_scale.md."""
+    cond = doc["conditions"]
+    lines = [
+        "## With the lessons running (bench/assessment_lessons.py)",
+        "",
+        f"Run {doc['started']}. One run carries both figures: the load harness's lessons phase "
+        f"(N shadowing lessons of {doc['clips']} clips x 1500 ms, window 1800 ms, staggered over "
+        "one step; Mosquitto; the gateway in its own process on CPU "
+        f"{doc['cases'][0]['placement']['gateway_cpus']} alone) with **assessment on**: "
+        "`asr.engine=http` against a fresh `snlpgw asr-serve --workers 1` per case (placed with "
+        "the broker and the board workers on the other CPU, at nice 19: it stands in for an ASR "
+        "host of its own and must not starve the boards that measure), gateway queue "
+        f"{doc['queue_limit']} (oldest shed), 2 requests in flight. Every board answers every "
+        "window with real espeak-ng speech over its own Xiaozhi voice session (encrypted UDP, "
+        "60 ms Opus packets pre-encoded once, sealed per packet at send time; "
+        f"{doc['answer_ms']} ms per answer incl. {doc['lead_ms']} ms lead and {doc['tail_ms']} ms tail "
+        "silence); the gateway decodes, runs its VAD and attributes each utterance to the "
+        "board's lesson by device id. *archive*: each answer also kept as Ogg Opus "
+        "(`archive.enabled`, the default) or not.",
+        "",
+        "Columns: *next-clip error* = PLAY_MEDIA received - (audio.completed published + "
+        "window), at the boards (bench/results/load/load.md; target p99 ≤ 50 ms); *heard* = "
+        "utterances the gateway's VAD closed and handed to ASR (a window that closes before "
+        "its answer is over hears nothing); *close→assessment* = the end of the answer's speech "
+        "(the utterance's close; the VAD adds its 300 ms of silence) → the step's assessment "
+        "received by a backend client, for what is assessed (`window_close_to_assessment_ms` "
+        "in the JSON: from the window's close instead); *shed* = the gateway's "
+        "`assessments_shed_total` (steps stored with `assessment_shed = queue_full`), share of "
+        "heard; *assessments/s* = assessed / the case's wall time (lessons and drain); *per ASR "
+        "core* = that / "
+        "ASR workers (1); *per ASR CPU-second* = assessed / CPU the asr-serve process and its "
+        "worker used (what a core of their own gives); *gateway CPU ms/step* = gateway CPU / "
+        "clip steps.",
+        "",
+        f"Machine before the run: load average {cond['loadavg_1_5_15']}, busy share "
+        f"{cond['busy_share_before_run']} ({cond['cpus']} CPUs shared with other developers). "
+        "*others* = CPU (cores) used by processes outside the run while it was measured.",
+        "",
+    ]
+    lines += _table(doc["cases"])
+    for later in doc.get("later_runs", []):
+        c = later["conditions"]
+        lines += [
+            "",
+            f"Re-run {later['started']} (load average before {c['loadavg_1_5_15']}, busy share "
+            f"{c['busy_share_before_run']}):",
+            "",
+            *_table(later["cases"]),
+        ]
+    for note in doc["notes"]:
+        lines += ["", note]
+    return lines
+
+
+def _table(cases: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| lessons | speaks in | archive | steps | next-clip error p50 | **p99** | max | answers spoken | heard "
+        "| assessed "
+        "| shed (share) | close→assessment p50 | p99 | assessments/s | per ASR core "
+        "| per ASR CPU-second | ASR CPU s | gateway CPU | gateway CPU ms/step | others | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cases:
+        nxt, lat = c["completed_to_next_play_error_ms"], c["close_to_assessment_ms"]
+        lines.append(
+            f"| {c['lessons']} | {_every(c.get('speak_every', 1))} | {c.get('archive', 'on')} "
+            f"| {c['steps_measured']}/{c['steps_expected']} "
+            f"| {nxt.get('p50', '-')} | **{nxt.get('p99', '-')}** | {nxt.get('max', '-')} "
+            f"| {c['speech']['answers_started']} | {c.get('utterances_heard', '-')} "
+            f"| {c['assessments_published']} "
+            f"| {c['assessments_shed']} ({c['shed_share']:.0%}) | {lat.get('p50', '-')} "
+            f"| {lat.get('p99', '-')} | {c['assessments_per_s']} "
+            f"| {c['assessments_per_s'] / c['asr_workers']:.2f} "
+            f"| {c['assessments_per_asr_cpu_s']} | {c['asr_cpu_s']} "
+            f"| {c.get('gateway_core_share', 0):.0%} | {c['gateway_cpu_ms_per_step']} "
+            f"| {c.get('others_core_share', 0):.2f} "
+            f"| {c['wall_s']:.1f} |"
+        )
+    return lines
