@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 
 WIDTH, HEIGHT = 640, 240
-_LEFT, _RIGHT, _TOP, _BOTTOM = 40, 150, 16, 28
+_LEFT, _RIGHT, _TOP, _BOTTOM = 40, 190, 16, 28
+LABEL_MAX = 22  # legend characters shown (the whole label in its tooltip): fits _RIGHT
 # Colour-blind-safe (Okabe-Ito), each with at least 3:1 contrast on white.
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#8A6D00", "#56606B")
 MAX_SERIES = len(COLOURS)
@@ -64,6 +65,10 @@ def progress_svg(series: Series, *, title: str, x_labels: tuple[str, str] = ("",
         ly = _TOP + 14 + i * 20
         lx = WIDTH - _RIGHT + 12
         out.append(f'<rect x="{lx}" y="{ly - 10}" width="12" height="12" fill="{colour}"/>')
-        out.append(f'<text x="{lx + 18}" y="{ly}" font-size="12">{escape(label)}</text>')
+        short = label if len(label) <= LABEL_MAX else label[: LABEL_MAX - 1] + "…"
+        out.append(
+            f'<text x="{lx + 18}" y="{ly}" font-size="12"><title>{escape(label)}</title>'
+            f"{escape(short)}</text>"
+        )
     out.append("</svg>")
     return "".join(out)

@@ -12,7 +12,7 @@ import pytest
 from gateway.console.alarms import RecentAlarms
 from gateway.console.i18n import DEFAULT_LANG, MESSAGES, negotiate, text
 from gateway.console.limiter import LoginLimiter
-from gateway.console.plot import MAX_SERIES, progress_svg
+from gateway.console.plot import LABEL_MAX, MAX_SERIES, progress_svg
 
 
 @pytest.mark.parametrize(
@@ -110,6 +110,19 @@ def test_plot_of_one_point_and_of_nothing() -> None:
     assert dot.get("cx") is not None
     empty = ET.fromstring(progress_svg({}, title="t"))  # noqa: S314 - our own markup
     assert empty.findall(f"{ns}circle") == []
+
+
+def test_a_long_legend_label_is_shortened_and_whole_in_its_tooltip() -> None:
+    long_label = "arithmetic_10/round1-with-a-long-name"
+    series = {long_label: [(1.0, 2.0)], "u1": [(2.0, 1.0)]}
+    svg = ET.fromstring(progress_svg(series, title="t"))  # noqa: S314 - our own markup
+    ns = "{http://www.w3.org/2000/svg}"
+    legend = []
+    for node in svg.findall(f"{ns}text"):
+        tip = node.find(f"{ns}title")
+        if tip is not None:
+            legend.append((tip.text, tip.tail))  # the tooltip, then what is shown
+    assert legend == [(long_label, long_label[: LABEL_MAX - 1] + "…"), ("u1", "u1")]
 
 
 def test_recent_alarms_are_bounded_per_device_and_in_devices() -> None:
