@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load.procs import die_with_parent, hold_gc
-from bench.load.speaking import AnswerReader
+from bench.load.speaking import SpokenAnswerReader
 from gateway.mqtt import codec
 from gateway.mqtt.client import Client
 from gateway.mqtt.options import ClientOptions
@@ -52,7 +52,9 @@ class LoadBoard(BoardSimulator):
         self._firsts: set[str] = set()
         self.done = asyncio.Event()
         self.clips = 0
-        self.speaker: AnswerReader | None = None  # set: the board answers each window with speech
+        self.speaker: SpokenAnswerReader | None = (
+            None  # set: the board answers each window with speech
+        )
 
     def _on_command(self, payload: bytes) -> None:
         now = time.monotonic() * 1000
@@ -183,7 +185,7 @@ async def run(spec: dict[str, Any]) -> None:
     refused: list[str] = []
     asked: dict[str, float] = {}  # device → when its start request was published
     assessed: list[tuple[str, int, float]] = []
-    speaker = AnswerReader(spec) if "speech" in spec else None
+    speaker = SpokenAnswerReader(spec) if "speech" in spec else None
     async with asyncio.TaskGroup() as tg:
         for b in boards:
             b.speaker = speaker

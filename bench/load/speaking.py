@@ -84,7 +84,7 @@ class _Reading:
     sent: int = 0
 
 
-class AnswerReader:
+class SpokenAnswerReader:
     """Every board's voice session of one worker, and the ticker that reads answers into them."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
