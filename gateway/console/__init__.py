@@ -122,6 +122,7 @@ def build_console(
     sync: SyncJobs | None = None,
     board_status: Callable[[str], BoardStatusView | None] | None = None,
     xiaozhi_status: Callable[[str], DeviceStatus | None] | None = None,
+    voice_online: Callable[[str], bool] = lambda _device: False,
 ) -> Console:
     settings = ctx.settings
     cs = settings.console
@@ -151,7 +152,12 @@ def build_console(
     if media is not None and sync is not None:
         content = MediaContent(media, sync, catalog)
     fleet = (
-        StatusFacts(board_status, xiaozhi_status or (lambda _d: None), recent.of)
+        StatusFacts(
+            board_status,
+            xiaozhi_status or (lambda _d: None),
+            recent.of,
+            voice_online=voice_online,
+        )
         if board_status is not None
         else BoardFacts(online, recent.of)
     )

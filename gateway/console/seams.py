@@ -319,12 +319,17 @@ class BoardFacts:
 @dataclass(frozen=True)
 class StatusFacts:
     """The board channel's status of a board (its last heartbeat: fw, rssi, heap, SD free)
-    and, for a Xiaozhi device, its hello features and MCP tools; the recent ops alarms."""
+    and, for a Xiaozhi device, its hello features and MCP tools; the recent ops alarms.
+
+    Online: a board channel that reads online, or an open Xiaozhi voice session
+    (``voice_online``): a Xiaozhi-only board without an SD card never sends board presence, and
+    it is online while its session is open."""
 
     status_of: Callable[[str], BoardStatusView | None]
     xiaozhi_of: Callable[[str], XiaozhiStatus | None] = lambda _device: None
     alarms: Callable[[str], tuple[str, ...]] = lambda _device: ()
     clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+    voice_online: Callable[[str], bool] = lambda _device: False
 
     def facts(self, device: str) -> DeviceFacts:
         board = self.status_of(device)
@@ -334,9 +339,14 @@ class StatusFacts:
             seen.append(self.clock_ms() - int(board.heartbeat_age_s * 1000))
         if xz is not None:
             seen += [int(at * 1000) for at in (xz.hello_at, xz.tools_at) if at is not None]
+        online: bool | None = board.online if board is not None else None
+        if self.voice_online(device):
+            online = True
+        elif online is None and xz is not None:
+            online = False  # heard once (hello), no session open now, no board channel
         return DeviceFacts(
             device,
-            online=board.online if board is not None else None,
+            online=online,
             firmware=board.fw if board is not None else None,
             rssi_dbm=board.rssi if board is not None else None,
             sd_free_mb=board.sd_free_mb if board is not None else None,

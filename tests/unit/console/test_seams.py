@@ -167,6 +167,25 @@ def test_status_facts_from_the_board_and_the_xiaozhi_status() -> None:
     assert hello_only.online is False
 
 
+def test_a_xiaozhi_only_board_is_online_while_its_voice_session_is_open() -> None:
+    """An SD-less Xiaozhi board sends no board presence: its open voice session says online."""
+    open_sessions = {DEV}
+    facts = StatusFacts(
+        lambda _d: None,
+        lambda d: DeviceStatus(features=(), hello_at=10.0) if d == DEV else None,
+        voice_online=open_sessions.__contains__,
+    )
+    assert facts.facts(DEV).online is True
+    open_sessions.clear()  # its session closed: heard before, offline now
+    assert facts.facts(DEV).online is False
+    assert facts.facts(OTHER).online is None  # never heard of: not reported
+    # A board whose channel reads offline while its voice session is open is online.
+    both = StatusFacts(
+        lambda _d: BoardStatusView(device=DEV, online=False), voice_online={DEV}.__contains__
+    )
+    assert both.facts(DEV).online is True
+
+
 class _Sync:
     def __init__(self) -> None:
         self.jobs: dict[str, SyncJob] = {}
