@@ -501,3 +501,47 @@ async def test_operator_sees_board_status_and_lesson_content_and_syncs_a_board(
         await expect(page.get_by_role("heading", name="课程内容")).to_be_visible()
         await expect(page.locator(f"#sync-{rig.dev} .job")).to_have_text("已完成")
         await page.screenshot(path=str(out / "fleet-content.png"), full_page=True)
+
+
+PHONE = {"width": 390, "height": 844}  # a common phone's CSS viewport
+
+
+async def test_every_page_fits_a_phone_screen(
+    broker: Broker, tmp_path: Path, browser: Browser
+) -> None:
+    """Parents read the console on their phones: no page is wider than a phone's screen (a
+    wide table scrolls inside its own box, the page itself never sideways)."""
+    out = shots(tmp_path)
+    async with lesson_rig(broker, tmp_path) as rig:
+        base = await accounts(rig)
+        lesson = await signals_run(rig, 10**12)
+        pages: list[tuple[str, str, str]] = [
+            ("mama", "/", "home-phone.png"),
+            ("mama", f"/child/{rig.dev}", "child-phone.png"),
+            ("mama", f"/child/{rig.dev}/lesson/{lesson}", "lesson-phone.png"),
+            ("mama", f"/steer/{rig.dev}", "steer-phone.png"),
+            ("ops", "/fleet", "fleet-phone.png"),
+        ]
+        for name in ("mama", "ops"):
+            context = await browser.new_context(locale="zh-CN", viewport=PHONE, base_url=base)
+            page = await context.new_page()
+            await page.goto("/login")
+            await page.get_by_label("用户名").fill(name)
+            await page.get_by_label("密码").fill(PASSWORD)
+            await page.keyboard.press("Enter")
+            await expect(page).to_have_url(f"{base}/")
+            for who, path, shot in pages:
+                if who != name:
+                    continue
+                await page.goto(path)
+                await expect(page.locator("main h1")).to_be_visible()
+                width = await page.evaluate("document.documentElement.scrollWidth")
+                # On a failure, say what sticks out (tables scroll inside their own box).
+                wide = await page.evaluate(
+                    "[...document.querySelectorAll('body *')]"
+                    ".filter(e => e.getBoundingClientRect().right > innerWidth + 1"
+                    " && !e.closest('table')).map(e => e.tagName).slice(0, 5)"
+                )
+                assert width <= PHONE["width"], (path, width, wide)
+                await page.screenshot(path=str(out / shot), full_page=True)
+            await context.close()
