@@ -46,7 +46,7 @@ from gateway.archive.links import (
     sign_audio_link,
 )
 from gateway.archive.ogg import demux_ogg_opus, mux_ogg_opus, opus_duration_ms
-from gateway.archive.retention import over_quota, retention_cutoff_ms
+from gateway.archive.retention import QuotaLedger, over_quota, retention_cutoff_ms
 from gateway.http import RouteTable
 from gateway.metrics import Metrics
 from gateway.openapi import QueryParam, RouteDoc
@@ -178,6 +178,7 @@ class AnswerArchive:
         self._idle = asyncio.Event()
         self._idle.set()
         self._lock = asyncio.Lock()  # one writer, sweeper or forget at a time
+        self._quota = QuotaLedger()  # the quota check without a sum per answer
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive")
         metrics = metrics or Metrics()
         self._written = metrics.counter("archive_written", "Answers archived (Ogg Opus)")
@@ -248,6 +249,7 @@ class AnswerArchive:
             for row in rows:
                 await self._on_thread(functools.partial(self.blobs.delete, row.audio_id))
             instances, steps, audio = await self._store.forget_device(device)
+            self._quota.forget(device)
         self._erased.labels("forget").inc(len(rows))
         log.info(
             "forgot device %s: %d instances, %d steps, %d answers", device, instances, steps, audio
@@ -272,6 +274,7 @@ class AnswerArchive:
     async def _erase(self, audio_ids: list[str], reason: str) -> None:
         if not audio_ids:
             return
+        self._quota.forget()  # rare (retention, quota): every device's total is read again
         for audio_id in audio_ids:
             await self._on_thread(functools.partial(self.blobs.delete, audio_id))
         await self._store.delete_audio(audio_ids)
@@ -340,9 +343,17 @@ class AnswerArchive:
         self._written.inc()
         self._bytes.inc(size)
         quota = int(self.settings.device_quota_mb * 1_000_000)
-        if await self._store.audio_bytes(answer.device) > quota:
+        total = self._quota.total(answer.device, row.created_ms)
+        if total is None:  # unknown or stale: one indexed sum (this answer's row included)
+            total = await self._store.audio_bytes(answer.device)
+            self._quota.read(answer.device, total, row.created_ms)
+        else:
+            total += size
+            self._quota.wrote(answer.device, size)
+        if total > quota:  # the rows decide what goes (the ledger only says when to look)
             excess = over_quota(await self._store.audio_of_device(answer.device), quota)
             await self._erase(excess, "quota")
+            self._quota.forget(answer.device)
 
     async def _sweep_loop(self) -> None:
         while True:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.archive.links import LinkCheck, check_audio_link, sign_audio_link
-from gateway.archive.retention import DAY_MS, over_quota, retention_cutoff_ms
+from gateway.archive.retention import DAY_MS, QuotaLedger, over_quota, retention_cutoff_ms
 from gateway.store.records import ArchivedAudio
 
 KEY = b"k" * 32
@@ -50,3 +50,26 @@ def test_the_quota_erases_the_oldest_first() -> None:
     assert over_quota(rows, 100) == ["a", "b"]
     assert over_quota(rows, 0) == ["a", "b", "c"]
     assert over_quota([], 0) == []
+
+
+def test_the_quota_ledger_trusts_a_fresh_total_and_counts_what_was_written() -> None:
+    ledger = QuotaLedger(refresh_ms=1000, max_devices=2)
+    assert ledger.total("a", 0) is None  # never read: read the store
+    ledger.wrote("a", 10)  # unknown device: nothing kept (the next read includes it)
+    assert ledger.total("a", 0) is None
+    ledger.read("a", 100, 0)
+    ledger.wrote("a", 10)
+    assert ledger.total("a", 1000) == 110
+    assert ledger.total("a", 1001) is None  # stale: another gateway may have written
+    ledger.read("b", 5, 0)
+    ledger.read("a", 100, 0)  # a is now the most recently used
+    ledger.read("c", 7, 0)  # past max_devices: b (least recently used) goes
+    assert (ledger.total("a", 0), ledger.total("b", 0), ledger.total("c", 0)) == (100, None, 7)
+    assert ledger.total("a", 0) == 100  # a used, c is now the oldest
+    ledger.read("d", 1, 0)
+    assert (ledger.total("a", 0), ledger.total("c", 0), ledger.total("d", 0)) == (100, None, 1)
+    ledger.forget("a")
+    assert ledger.total("a", 0) is None
+    ledger.forget("nobody")
+    ledger.forget()
+    assert ledger.total("d", 0) is None
