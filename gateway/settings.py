@@ -447,8 +447,9 @@ class ArchiveSettings(_Section):
     link_ttl_s: int = Field(300, ge=1, le=86_400, description="Signed audio link lifetime.")
     link_secret: SecretStr | None = Field(
         None,
-        description="HMAC key of signed audio links (unset: random per process; set the "
-        "same value on every gateway behind one console).",
+        description="HMAC key of signed audio links, the admin API's and the console's (a "
+        "key per use and per device is derived from it; unset: random per process, so links "
+        "die with a restart; set the same value on every gateway behind one balancer).",
     )
 
 

@@ -143,10 +143,12 @@ def build_console(
     server.on_shutdown(hub.close)
     recordings: RecordingLinks = NoRecordings()
     if archive is not None:
+        secret = settings.archive.link_secret
         recordings = ArchiveRecordings(
             archive,
             media,
             ttl_s=settings.archive.link_ttl_s,
+            secret=secret.get_secret_value().encode() if secret is not None else None,
         )
     content: LessonContent = NoContent()
     if media is not None and sync is not None:

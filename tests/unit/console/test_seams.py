@@ -94,6 +94,20 @@ async def test_a_recording_link_is_bound_to_its_device_and_expires(tmp_path: Pat
     assert await links.audio(DEV, AUDIO, q["expires"], q["sig"]) == 403
 
 
+async def test_a_link_made_by_one_gateway_plays_on_another_with_the_same_secret(
+    tmp_path: Path,
+) -> None:
+    """``archive.link_secret`` set alike on every gateway behind one balancer: a page from one
+    gateway, its recording fetched from another (or after a restart); another secret: 403."""
+    url = await recordings(tmp_path).recording(DEV, "i1", 0)
+    assert url is not None
+    q = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+    restarted = recordings(tmp_path)  # a new instance: the same secret
+    assert await restarted.audio(DEV, AUDIO, q["expires"], q["sig"]) == b"OggS..."
+    other = ArchiveRecordings(_Archive(), None, ttl_s=60, secret=b"j" * 32, clock_ms=lambda: NOW_MS)
+    assert await other.audio(DEV, AUDIO, q["expires"], q["sig"]) == 403
+
+
 async def test_no_link_for_a_step_without_audio_or_of_another_device(tmp_path: Path) -> None:
     links = recordings(tmp_path)
     assert await links.recording(DEV, "i1", 1) is None
