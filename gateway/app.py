@@ -263,7 +263,7 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
             sync=sync,
             board_status=board.status_of,
             xiaozhi_status=xiaozhi.control.status.get,
-            voice_online=xiaozhi.has_session,
+            voice_online=lambda dev: xiaozhi.session_id(dev) is not None,
         )
         components.append(console)
     service = Service(ctx, components)

@@ -211,10 +211,6 @@ class XiaozhiChannel:
 
     # -- runtime API -------------------------------------------------------------------------
 
-    def has_session(self, dev: str) -> bool:
-        """``dev`` has a voice session open now (the console's fleet reads it as online)."""
-        return self.core.by_dev(dev) is not None
-
     def session_id(self, dev: str) -> str | None:
         session = self.core.by_dev(dev)
         return session.session_id if session is not None else None
