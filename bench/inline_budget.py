@@ -320,6 +320,11 @@ def summarize(
         "last_answer_packet_to_first_feedback_ms": stats(from_last),
         # listen end -> the step's numbers published (transcript back, or the neutral path)
         "listen_end_to_step_signals_ms": stats(transcribed),
+        # the device workers' own health: how much longer than real time an answer took to
+        # send (a worker short of CPU stretches answers, and the listen end with them)
+        "answer_send_overrun_ms": stats(
+            [(r.last_packet - r.answer_start) * 1000 - r.answer_ms for r in done]
+        ),
         "within_budget_pct": round(
             100 * sum(1 for v in from_close if v <= BUDGET_MS) / max(1, len(from_close)), 1
         ),
@@ -409,18 +414,22 @@ def markdown(doc: dict[str, Any]) -> str:
         )
     rows += [
         "",
-        "Per case: device worker processes; phrases prepared before the devices started and "
+        "Per case: device worker processes; answer send overrun p50 / p99 (an answer's "
+        "send time beyond its real-time duration: device workers short of CPU stretch the "
+        "answers, and the listen end with them; large values make the case a measure of the "
+        "simulators too); phrases prepared before the devices started and "
         "how long that took (at the lowest CPU priority, while nothing else of the case ran); "
         "SPEAK's phrase cache hits / misses during the case (a miss is a synthesis on the "
         "lesson's path); the gateway's start to ready (warm-up included).\n",
-        "| N | starts | device workers | phrases prepared | preparation | cache hits / misses "
-        "| gateway start to ready |",
-        "|---|---|---|---|---|---|---|",
+        "| N | starts | device workers | answer send overrun p50 / p99 | phrases prepared "
+        "| preparation | cache hits / misses | gateway start to ready |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in doc["cases"]:
-        m = c["speech_metrics"]
+        m, o = c["speech_metrics"], c["answer_send_overrun_ms"]
         rows.append(
-            f"| {c['n']} | {c['pattern']} | {c['device_workers']} | {c['phrases_prepared']:.0f} "
+            f"| {c['n']} | {c['pattern']} | {c['device_workers']} "
+            f"| {o.get('p50')} / {o.get('p99')} ms | {c['phrases_prepared']:.0f} "
             f"| {c['phrase_preparation_s']} s | {m.get('speech_cache_hits_total', 0):.0f} / "
             f"{m.get('speech_cache_misses_total', 0):.0f} | {c['gateway_warm_up_s']} s |"
         )

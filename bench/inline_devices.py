@@ -51,6 +51,7 @@ class AnsweredRound:
     close_ms: float | None = None  # the gateway's window.closed actual_close_ms
     signals_ms: float | None = None  # the gateway's step.signals ts: the transcript was back
     question_said: float = 0.0  # epoch s: the question's tts stop at the device
+    answer_ms: float = 0.0  # the answer's audio (speech + tail): its real-time send duration
 
 
 class BenchDevice(XiaozhiDeviceSim):
@@ -164,7 +165,9 @@ async def child(
     last_step = -1
     for _ in range(rounds):
         expected, seen = await heard_question(device, seen)
-        r = AnsweredRound(step=-1, question_said=time.time())
+        r = AnsweredRound(
+            step=-1, question_said=time.time(), answer_ms=60.0 * len(answers[expected])
+        )
         await asyncio.sleep(reaction_s)  # the child thinks, then speaks
         device.current = r
         r.answer_start = time.time()
