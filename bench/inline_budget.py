@@ -2,15 +2,20 @@
 with the embedded engines, at N concurrent arithmetic tasks (STEPS, inline assessment).
 
 Run from the repo root: ``.venv/bin/python -m bench.inline_budget [--cases 1:10,50:4,200:3]``
-(N:rounds). Per case: a fresh local Mosquitto (devstack), the composed gateway in this process
-with its embedded engines (pocketsphinx pool of ``ASR_WORKERS`` processes, espeak-ng SPEAK), and
-N devices, each a board simulator (MQTT) plus a Xiaozhi device simulator (MQTT + AES-CTR UDP)
-on the same broker account. Every device runs ``arithmetic_10`` (cut to the case's rounds) and
-answers each question, as soon as its window opens, with pre-synthesized espeak-ng speech
-("it is seven": each answer synthesized once, Opus-encoded once, reused) followed by
-``TAIL_MS`` of silence, streamed in real time (one 60 ms packet per 60 ms).
+(N:rounds[:staggered|burst]). Per case, each in its own process: a fresh local Mosquitto
+(devstack); the composed gateway (:mod:`bench.inline_gateway`: ``devstack.process``'s gateway
+with its embedded engines, a pocketsphinx pool of ``ASR_WORKERS`` processes and espeak-ng
+SPEAK, warmed up before it says it serves: one transcription per ASR worker and, unless
+``--no-presynth``, the catalog's phrases prepared in the phrase cache); and the N devices in
+``--device-workers`` worker processes (:mod:`bench.inline_devices`), each device a board
+simulator (MQTT) plus a Xiaozhi device simulator (MQTT + AES-CTR UDP) on the same broker
+account. Every device runs ``arithmetic_10`` (cut to the case's rounds) and answers each
+question ``--reaction-ms`` after it was said (a child's reaction; the question's ``tts stop``
+opens the window) with pre-synthesized espeak-ng speech ("it is seven": each answer
+synthesized once, Opus-encoded once, reused) followed by ``TAIL_MS`` of silence, streamed in
+real time (one 60 ms packet per 60 ms).
 
-Measured per answered round, on one wall clock (``time.time()``, one machine):
+Measured per answered round, on one wall clock (``time.time()``, one machine, every process):
 
 * ``from_listen_end``: the gateway's listen end (``window.closed.actual_close_ms``, stamped
   when the VAD's segment end or the window timeout closes the listen window) → the first Opus
@@ -23,9 +28,11 @@ Measured per answered round, on one wall clock (``time.time()``, one machine):
 
 A round "got the neutral line" when the feedback's ``sentence_start`` text is the exercise's
 neutral line (ASR dropped, failed or slower than the interpreter's ``ASR_TIMEOUT_MS``). CPU per
-case: this process (gateway + simulators, which share it), the ASR worker processes, Mosquitto,
-and the whole machine's busy share (shared with other users: see the load average).
-Writes bench/results/inline_budget.json and .md (or ``--out DIR``).
+case, from /proc, from the go to the last device's report: the gateway process, its ASR worker
+processes (its live children), its reaped children (espeak-ng and sox runs of SPEAK), the
+device workers (each its own ``process_time``), Mosquitto, and the whole machine's busy share
+(shared with other users: see the load average). Writes bench/results/inline_budget.json and
+.md (or ``--out DIR``).
 """
 
 from __future__ import annotations
@@ -36,39 +43,36 @@ import contextlib
 import json
 import os
 import platform
-import re
 import shutil
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.load.lessons import provision_all
+from bench.inline_devices import TASK, AnsweredRound
+from bench.inline_gateway import WARM_UP_TIMEOUT_S
+from bench.load.lessons import provision_all, wait_accepted
+from bench.load.stack import split, workers
 from bench.stats import RESULTS, quantile
-from devstack.broker import Broker, local_broker
-from devstack.gateway import Use, gateway_settings, running_gateway
-from gateway.app import Gateway
-from gateway.assessment.jobs import AsrKey
-from gateway.simulators.board import BoardSimulator, SimOptions
-from gateway.simulators.xiaozhi import MqttInfo, XiaozhiDeviceSim, encode_pcm
+from devstack.broker import local_broker
+from devstack.gateway import Use, gateway_sections
+from devstack.process import GatewayProcess
 from gateway.tasks.core.steps import GeneratorDef
 from gateway.tasks.dsl.exercises import make_exercise
 from gateway.tasks.dsl.interpreter import ASR_TIMEOUT_MS
 from gateway.xiaozhi.ota.trust import Binding
 from gateway.xiaozhi.ota.trust_store import bindings_path, save_bindings
-from tests.support.mqtt_client import ClientSession, mqtt_client
-from tests.support.speech import silence, synthesize
 
 REPO = Path(__file__).resolve().parents[1]
-TASK = "arithmetic_10"
-WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 TAIL_MS = 700  # silence after the answer: the VAD closes the segment inside it
 ASR_WORKERS = 2  # the machine has 2 cores
 BUDGET_MS = 1500.0
+REACTION_MS = 600  # the child answers this long after the question was said (default)
+DEVICE_WORKERS = 2  # processes the devices are dealt into
+START_LEAD_S = 1.0  # go → the first start (every worker has read its go)
 # (N, rounds, start pattern): ``staggered`` spreads the starts evenly over one round period
 # (the usual case: children do not press start in the same second), ``burst`` starts them all
 # at once (every answer of a round ends within the same second or two: the worst case).
@@ -80,8 +84,7 @@ CASES = (
     (200, 3, "burst"),
 )
 ROUND_PERIOD_S = 6.0  # question + answer + feedback, measured at N=1
-CONNECT_AT_ONCE = 16
-ROUND_WAIT_S = 60.0
+ROUND_WAIT_S = 60.0  # a device gives up on a round after this (bench.inline_devices)
 
 
 def device_ids(n: int) -> list[str]:
@@ -90,11 +93,6 @@ def device_ids(n: int) -> list[str]:
 
 def neutral_text() -> str:
     return make_exercise(GeneratorDef(kind=TASK), 0).neutral()
-
-
-def answer_packets() -> list[list[bytes]]:
-    """Each answer 0..10 synthesized once and encoded once (speech + tail)."""
-    return [encode_pcm(synthesize(f"it is {w}") + silence(TAIL_MS)) for w in WORDS]
 
 
 def write_catalog(root: Path, rounds: int) -> Path:
@@ -113,46 +111,67 @@ def write_catalog(root: Path, rounds: int) -> Path:
 
 # -- CPU from /proc ---------------------------------------------------------------------------
 TICK = os.sysconf("SC_CLK_TCK")
+SPEAK_COMMANDS = frozenset({"espeak-ng", "sox"})  # SPEAK's short-lived children
+
+
+def proc_stat(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
 
 
 def proc_cpu_s(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+    """utime + stime of ``pid`` (0 when it is gone)."""
+    fields = proc_stat(pid)
+    return (int(fields[11]) + int(fields[12])) / TICK if fields else 0.0
+
+
+def reaped_cpu_s(pid: int) -> float:
+    """cutime + cstime of ``pid``: its children that ended and were waited for."""
+    fields = proc_stat(pid)
+    return (int(fields[13]) + int(fields[14])) / TICK if fields else 0.0
 
 
 def children(pid: int) -> list[int]:
+    """``pid``'s live children, SPEAK's short-lived espeak-ng/sox runs left out (they are in
+    :func:`reaped_cpu_s` once they end)."""
     out: list[int] = []
     with contextlib.suppress(OSError):
         for task in Path(f"/proc/{pid}/task").iterdir():
             out += [int(c) for c in (task / "children").read_text().split()]
-    return out
+    keep = []
+    for child in out:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{child}/comm").read_text().strip() not in SPEAK_COMMANDS:
+                keep.append(child)
+    return keep
 
 
 def machine_busy() -> tuple[float, float]:
     """(busy, total) jiffies of all CPUs since boot."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = values[3] + values[4]
-    return float(sum(values) - idle), float(sum(values))
+    return float(sum(values[:8]) - idle), float(sum(values[:8]))
 
 
 @dataclass
 class InlineCpuMeter:
-    broker_pid: int
-    start: dict[str, float] = field(default_factory=dict)
-    workers: set[int] = field(default_factory=set)
+    """CPU by process group between :meth:`begin` and :meth:`end`: the gateway, its ASR
+    workers (live children: one that ended meanwhile shows in the reaped figure), its reaped
+    children (SPEAK's espeak-ng and sox), the broker, and the machine."""
 
-    def read(self) -> dict[str, float]:
-        me = os.getpid()
-        kids = [p for p in children(me) if p != self.broker_pid]
-        self.workers |= set(kids)
+    gateway_pid: int
+    broker_pid: int
+    start: dict[str, Any] = field(default_factory=dict)
+
+    def read(self) -> dict[str, Any]:
         busy, total = machine_busy()
         return {
             "wall": time.monotonic(),
-            "process": proc_cpu_s(me),
-            "asr_workers": sum(proc_cpu_s(p) for p in self.workers),
+            "gateway": proc_cpu_s(self.gateway_pid),
+            "reaped": reaped_cpu_s(self.gateway_pid),
+            "workers": {pid: proc_cpu_s(pid) for pid in children(self.gateway_pid)},
             "broker": proc_cpu_s(self.broker_pid),
             "busy": busy,
             "total": total,
@@ -161,13 +180,16 @@ class InlineCpuMeter:
     def begin(self) -> None:
         self.start = self.read()
 
-    def end(self) -> dict[str, float]:
+    def end(self, device_workers_cpu_s: float) -> dict[str, float]:
         now, s = self.read(), self.start
         wall = now["wall"] - s["wall"]
+        asr = sum(cpu - s["workers"].get(pid, 0.0) for pid, cpu in now["workers"].items())
         return {
             "wall_s": round(wall, 1),
-            "gateway_and_sims_cpu_s": round(now["process"] - s["process"], 1),
-            "asr_workers_cpu_s": round(now["asr_workers"] - s["asr_workers"], 1),
+            "gateway_cpu_s": round(now["gateway"] - s["gateway"], 1),
+            "asr_workers_cpu_s": round(asr, 1),
+            "speak_subprocesses_cpu_s": round(now["reaped"] - s["reaped"], 1),
+            "device_workers_cpu_s": round(device_workers_cpu_s, 1),
             "broker_cpu_s": round(now["broker"] - s["broker"], 1),
             "machine_busy_pct": round(
                 100 * (now["busy"] - s["busy"]) / max(1.0, now["total"] - s["total"]), 1
@@ -176,306 +198,102 @@ class InlineCpuMeter:
         }
 
 
-# -- one device ------------------------------------------------------------------------------
-@dataclass
-class AnsweredRound:
-    step: int
-    answer_start: float = 0.0  # epoch s: first answer packet sent
-    last_packet: float = 0.0  # epoch s: last answer packet sent
-    first_frame: float | None = None  # epoch s: first feedback frame at the device
-    feedback: str | None = None  # the feedback's sentence_start text
-    close_ms: float | None = None  # the gateway's window.closed actual_close_ms
-    signals_ms: float | None = None  # the gateway's step.signals ts: the transcript was back
-
-
-class BenchDevice(XiaozhiDeviceSim):
-    """The simulator, noting the first feedback frame and text after each answer."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.current: AnsweredRound | None = None
-
-    def _on_json(self, payload: bytes) -> None:
-        super()._on_json(payload)
-        r = self.current
-        if r is not None and r.answer_start and r.feedback is None and self.inbox:
-            msg = self.inbox[-1]
-            if msg.get("type") == "tts" and msg.get("state") == "sentence_start":
-                r.feedback = str(msg.get("text"))
-
-    def _on_datagram(self, datagram: bytes) -> None:
-        before = len(self.downlink_audio)
-        super()._on_datagram(datagram)
-        r = self.current
-        if (
-            r is not None
-            and r.answer_start
-            and r.first_frame is None
-            and len(self.downlink_audio) > before
-        ):
-            r.first_frame = time.time()
-
-
-@dataclass
-class DeviceLane:
-    """What the backend saw of one device: its task events, woken on arrival."""
-
-    events: list[dict[str, Any]] = field(default_factory=list)
-    replies: list[dict[str, Any]] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def until(self, name: str, *, after: int = -1, step: int | None = None) -> dict[str, Any]:
-        """The first event ``name`` of a step past ``after`` (or of ``step``)."""
-        async with asyncio.timeout(ROUND_WAIT_S):
-            while True:
-                for e in self.events:
-                    index = e.get("step_index")
-                    if e.get("event") != name:
-                        continue
-                    if step is not None and index != step:
-                        continue
-                    if index is not None and index <= after:
-                        continue
-                    return e
-                self.changed.clear()
-                await self.changed.wait()
-
-
-async def route(backend: ClientSession, lanes: dict[str, DeviceLane]) -> None:
-    while True:
-        msg = await backend.queue.get()
-        dev = msg.topic.rsplit("/", 1)[-1]
-        lane = lanes.get(dev)
-        if lane is None:
-            continue
-        body = json.loads(msg.payload)
-        (lane.events if "/task/" in msg.topic else lane.replies).append(body)
-        lane.changed.set()
-
-
-QUESTION = re.compile(r"What is (\d+) (plus|minus) (\d+)\?")
-
-
-async def heard_question(device: BenchDevice, after: int) -> tuple[int, int]:
-    """The answer to the next question the device was told (its ``sentence_start`` text, as
-    the child hears it), once it has been said (``tts stop``: the window opens then); and the
-    inbox position after that ``tts stop``."""
-    while True:
-        msg = await device.expect(
-            "tts", state="sentence_start", after=after, timeout_s=ROUND_WAIT_S
-        )
-        at = next(i for i in range(after, len(device.inbox)) if device.inbox[i] is msg)
-        after = at + 1
-        found = QUESTION.fullmatch(str(msg.get("text", "")))
-        if found is None:
-            continue  # the intro or a feedback line
-        a, op, b = int(found[1]), found[2], int(found[3])
-        stop = await device.expect("tts", state="stop", after=after, timeout_s=ROUND_WAIT_S)
-        after = next(i for i in range(after, len(device.inbox)) if device.inbox[i] is stop) + 1
-        return (a + b if op == "plus" else a - b), after
-
-
-async def child(
-    dev: str,
-    device: BenchDevice,
-    lane: DeviceLane,
-    backend: ClientSession,
-    *,
-    rounds: int,
-    seed: int,
-    delay_s: float,
-    answers: list[list[bytes]],
-) -> list[AnsweredRound]:
-    """Start the task, then answer each question right after it was said. The k-th question
-    is the task's step k (a generate step's rounds are its only steps with a window)."""
-    await asyncio.sleep(delay_s)
-    seen = len(device.inbox)
-    request = {"v": 1, "id": f"b{seed}", "action": "start", "app_id": "thinking_games",
-               "task_id": TASK, "priority": 3, "params": {"seed": seed}}  # fmt: skip
-    await backend.publish(f"snlpgw/v1/ctl/{dev}", json.dumps(request))
-    done: list[AnsweredRound] = []
-    last_step = -1
-    for _ in range(rounds):
-        expected, seen = await heard_question(device, seen)
-        r = AnsweredRound(step=-1)
-        device.current = r
-        r.answer_start = time.time()
-        await device.stream_opus(answers[expected], speed=1.0)
-        r.last_packet = time.time()
-        done.append(r)
-        # The window this answer closed: the first one closed after the answer began (one
-        # closed before it was a question this device did not hear in time: its window timed
-        # out). None when not seen: counted as a round without a listen end.
-        with contextlib.suppress(TimeoutError):
-            while True:
-                closed = await lane.until("window.closed", after=last_step)
-                last_step = int(closed["step_index"])
-                if closed["data"]["actual_close_ms"] >= r.answer_start * 1000:
-                    r.step, r.close_ms = last_step, float(closed["data"]["actual_close_ms"])
-                    break
-    with contextlib.suppress(TimeoutError):
-        await lane.until("instance.completed")
-    for r in done:
-        for e in lane.events:
-            if e.get("event") == "step.signals" and e.get("step_index") == r.step:
-                r.signals_ms = float(e["ts"])
-    return done
-
-
 # -- one case ----------------------------------------------------------------------------------
-@dataclass
-class BenchFleet:
-    devices: dict[str, BenchDevice]
-    boards: dict[str, BoardSimulator]
-
-
-@contextlib.asynccontextmanager
-async def fleet(
-    broker: Broker, accounts: dict[str, str], clients: dict[str, str]
-) -> AsyncIterator[BenchFleet]:
-    """Every device online: its board (MQTT, heartbeats) and its Xiaozhi side (MQTT + UDP)."""
-    devices: dict[str, BenchDevice] = {}
-    boards: dict[str, BoardSimulator] = {}
-    for dev, password in accounts.items():
-        device = BenchDevice(mac=dev.replace("_", ":"), board="bench")
-        device.uuid = clients[dev]
-        device.mqtt_info = MqttInfo(
-            endpoint=f"{broker.host}:{broker.port}",
-            client_id=f"GID_bench@@@{dev}@@@{clients[dev]}",
-            username=dev,
-            password=password,
-            publish_topic=f"device-server/{dev}",
-            subscribe_topic=f"devices/p2p/{dev}",
-        )
-        devices[dev] = device
-        boards[dev] = BoardSimulator(
-            dev,
-            host=broker.host,
-            port=broker.port,
-            username=dev,
-            password=password,
-            options=SimOptions(heartbeat_s=5.0),
-        )
-    gate = asyncio.Semaphore(CONNECT_AT_ONCE)
-    async with contextlib.AsyncExitStack() as stack, asyncio.TaskGroup() as tg:
-        runs = [tg.create_task(b.run(), name=f"bench.board[{d}]") for d, b in boards.items()]
-
-        async def online(dev: str) -> None:
-            async with gate:
-                await stack.enter_async_context(devices[dev])
-                await devices[dev].open_audio_channel(timeout_s=30)
-                # The gateway learns a device's UDP address from its first datagram; SPEAK
-                # gives up on a device it cannot reach (``device_unreachable``), so the device
-                # sends a little silence first, as chat_tts_bench does.
-                await devices[dev].stream_opus(encode_pcm(silence(120)), speed=4.0)
-                async with asyncio.timeout(30):
-                    await boards[dev].connected.wait()
-
-        try:
-            async with asyncio.TaskGroup() as joining:
-                for dev in devices:
-                    joining.create_task(online(dev), name=f"bench.online[{dev}]")
-            yield BenchFleet(devices, boards)
-        finally:
-            for run in runs:
-                run.cancel()
+@dataclass(frozen=True)
+class InlineOptions:
+    reaction_ms: int = REACTION_MS
+    device_workers: int = DEVICE_WORKERS
+    presynth: bool = True
 
 
 async def one_case(
-    n: int, rounds: int, pattern: str, root: Path, answers: list[list[bytes]]
+    n: int, rounds: int, pattern: str, root: Path, options: InlineOptions
 ) -> dict[str, Any]:
     spread_s = ROUND_PERIOD_S if pattern == "staggered" else 0.0
+    k = max(1, min(options.device_workers, n))
     async with local_broker(root / "data") as broker:
         ids = device_ids(n)
-        accounts = await asyncio.to_thread(provision_all, broker, dict.fromkeys(ids, "device"))
-        backend_creds = await asyncio.to_thread(broker.provision, "bench-backend", "backend")
-        settings = gateway_settings(
+        backends = [f"inline-backend-{w}" for w in range(k)]
+        accounts = await asyncio.to_thread(
+            provision_all, broker, dict.fromkeys(ids, "device") | dict.fromkeys(backends, "backend")
+        )
+        await wait_accepted(broker, {b: accounts[b] for b in backends})  # written last
+        catalog = write_catalog(root, rounds)
+        settings = gateway_sections(
             broker,
+            gateway_id="inline-gw",
             use=Use.LOAD,
             asr={"engine": "pocketsphinx", "workers": ASR_WORKERS},
-            runtime={
-                "catalog_path": write_catalog(root, rounds),
-                "resource_dir": root / "catalog" / "resources",
-            },
-            store={"sqlite_path": root / "gateway.sqlite3"},
+            runtime={"catalog_path": str(catalog), "resource_dir": str(catalog / "resources")},
+            store={"sqlite_path": str(root / "gateway.sqlite3")},
+            speech={"presynth": options.presynth},
         )
         clients = {dev: str(uuid.uuid4()) for dev in ids}
-        save_bindings(bindings_path(settings.data_dir), {d: Binding(c) for d, c in clients.items()})
-        lanes = {dev: DeviceLane() for dev in ids}
-        meter = InlineCpuMeter(broker_pid=broker.local_pid)
-        async with (
-            running_gateway(settings) as gw,
-            mqtt_client(broker, backend_creds) as backend,
-            fleet(broker, accounts, clients) as online,
-            asyncio.TaskGroup() as tg,
-        ):
-            for dev in ids:
-                for kind in ("task", "reply"):
-                    await backend.subscribe(f"snlpgw/v1/{kind}/{dev}")
-            router = tg.create_task(route(backend, lanes), name="bench.route")
-            await warm_up(gw)
-            meter.begin()
-            kids = [
-                tg.create_task(
-                    caught(
-                        child(
-                            dev,
-                            online.devices[dev],
-                            lanes[dev],
-                            backend,
-                            rounds=rounds,
-                            seed=i,
-                            delay_s=spread_s * i / n,
-                            answers=answers,
-                        )
-                    ),
-                    name=f"bench.child[{dev}]",
-                )
-                for i, dev in enumerate(ids)
-            ]
-            results = [await kid for kid in kids]
-            cpu = meter.end()
-            router.cancel()
-            snapshot = gw.service.metrics.snapshot()
-    return {"pattern": pattern, **summarize(n, rounds, results, cpu, snapshot)}
-
-
-async def caught(
-    work: Coroutine[Any, Any, list[AnsweredRound]],
-) -> list[AnsweredRound] | BaseException:
-    """A device's outcome, its failure included (one device failing must not end the case)."""
-    try:
-        return await work
-    except Exception as exc:
-        return exc
-
-
-async def warm_up(gw: Gateway) -> None:
-    """One transcription per ASR worker, so every worker has started (model loaded) before
-    the measurement: a gateway runs long before its lessons."""
-    pcm = synthesize("it is seven") + silence(TAIL_MS)
-    loop = asyncio.get_running_loop()
-    done: list[asyncio.Future[str | None]] = []
-    for i in range(ASR_WORKERS):
-        future: asyncio.Future[str | None] = loop.create_future()
-        done.append(future)
-        gw.assessment.transcribe(
-            AsrKey("warm-up", i, f"warm-{i}"), pcm, tuple(WORDS), future.set_result
+        save_bindings(
+            bindings_path(Path(settings["data_dir"])), {d: Binding(c) for d, c in clients.items()}
         )
-    async with asyncio.timeout(120):
-        await asyncio.gather(*done)
+        offsets = [spread_s * i / n for i in range(n)]
+        specs = [
+            {
+                "host": broker.host,
+                "port": broker.port,
+                "devices": {d: [accounts[d], clients[d]] for d in share},
+                "seeds": seeds,
+                "offsets_s": offs,
+                "backend": [backends[w], accounts[backends[w]]],
+                "rounds": rounds,
+                "reaction_s": options.reaction_ms / 1000,
+                "tail_ms": TAIL_MS,
+            }
+            for w, (share, seeds, offs) in enumerate(
+                zip(split(ids, k), split(list(range(n)), k), split(offsets, k), strict=True)
+            )
+        ]
+        deadline_s = spread_s + rounds * 3 * ROUND_WAIT_S + 60
+        gw = GatewayProcess(root / "gw", settings, module="bench.inline_gateway")
+        try:
+            began = time.monotonic()
+            await gw.start(timeout_s=WARM_UP_TIMEOUT_S + 60)
+            warm_s = time.monotonic() - began
+            async with workers("bench.inline_devices", specs, root) as procs:
+                for proc in procs:
+                    await proc.line(300)  # every device online
+                meter = InlineCpuMeter(gw.pid, broker.local_pid)
+                before = await asyncio.to_thread(gw.metrics)
+                meter.begin()
+                t0 = time.time() + START_LEAD_S
+                for proc in procs:
+                    proc.go(t0)
+                found = [await proc.line(deadline_s) for proc in procs]
+                cpu = meter.end(sum(f["cpu_s"] for f in found))
+                after = await asyncio.to_thread(gw.metrics)
+        finally:
+            await gw.stop()
+    results = [AnsweredRound(**r) for f in found for r in f["rounds"]]
+    failures = [x for f in found for x in f["failures"]]
+    figures = {k: v - before.get(k, 0.0) if k.endswith("_total") else v for k, v in after.items()}
+    summary = summarize(n, rounds, results, failures, cpu=cpu, snapshot=figures)
+    return {
+        "pattern": pattern,
+        **summary,
+        "device_workers": len(procs),
+        "gateway_warm_up_s": round(warm_s, 1),
+        "phrases_prepared": after.get("snlpgw_speech_prepared_phrases", 0.0),
+        "phrase_preparation_s": round(after.get("snlpgw_speech_prepare_seconds", 0.0), 1),
+    }
 
 
 def summarize(
     n: int,
     rounds: int,
-    results: list[list[AnsweredRound] | BaseException],
+    done: list[AnsweredRound],
+    failed: list[str],
+    *,
     cpu: dict[str, float],
     snapshot: dict[str, float],
 ) -> dict[str, Any]:
+    """``snapshot``: the gateway's metrics over the case (counters as the case's increase)."""
     neutral = neutral_text()
-    failed = [repr(r) for r in results if isinstance(r, BaseException)]
-    done = [r for rs in results if not isinstance(rs, BaseException) for r in rs]
     heard = [r for r in done if r.first_frame is not None and r.close_ms is not None]
     from_close = [r.first_frame * 1000 - r.close_ms for r in heard]  # type: ignore[operator]
     from_last = [(r.first_frame - r.last_packet) * 1000 for r in heard]  # type: ignore[operator]
@@ -502,6 +320,11 @@ def summarize(
         "last_answer_packet_to_first_feedback_ms": stats(from_last),
         # listen end -> the step's numbers published (transcript back, or the neutral path)
         "listen_end_to_step_signals_ms": stats(transcribed),
+        # the device workers' own health: how much longer than real time an answer took to
+        # send (a worker short of CPU stretches answers, and the listen end with them)
+        "answer_send_overrun_ms": stats(
+            [(r.last_packet - r.answer_start) * 1000 - r.answer_ms for r in done]
+        ),
         "within_budget_pct": round(
             100 * sum(1 for v in from_close if v <= BUDGET_MS) / max(1, len(from_close)), 1
         ),
@@ -517,7 +340,9 @@ def summarize(
         ),
         "answers_per_s_offered": round(answers_s, 2),
         # per transcribed job (dropped jobs cost nothing; the warm-up jobs ran before)
-        "asr_cpu_s_per_answer": asr_cpu_per_job(asr_cpu, snapshot),
+        "asr_cpu_s_per_answer": round(
+            asr_cpu / max(1.0, snapshot.get("snlpgw_asr_jobs_done_total", 0.0)), 3
+        ),
         "speech_metrics": {
             k.removeprefix("snlpgw_"): v
             for k, v in snapshot.items()
@@ -530,11 +355,6 @@ def summarize(
         },
         "cpu": cpu,
     }
-
-
-def asr_cpu_per_job(asr_cpu_s: float, snapshot: dict[str, float]) -> float:
-    jobs = snapshot.get("snlpgw_asr_jobs_done_total", 0.0) - ASR_WORKERS
-    return round(asr_cpu_s / max(1.0, jobs), 3)
 
 
 def stats(samples: list[float]) -> dict[str, float]:
@@ -553,18 +373,27 @@ def stats(samples: list[float]) -> dict[str, float]:
 def markdown(doc: dict[str, Any]) -> str:
     rows = [
         "# Inline assessment budget: listen end → first feedback audio at the device\n",
-        "Issue #27 item 3 (budget p99 ≤ 1.5 s, embedded engines). `python -m "
-        "bench.inline_budget`. Per case a fresh Mosquitto, the gateway in the bench's process "
-        f"(pocketsphinx pool of {ASR_WORKERS} worker processes, espeak-ng SPEAK), N devices "
-        "(board simulator + Xiaozhi simulator over encrypted UDP, in the same process) each "
-        "running `arithmetic_10` and answering every question in real time with pre-synthesized "
-        f'espeak-ng speech ("it is seven" + {TAIL_MS} ms silence). Figures are the gateway\'s '
-        "listen end (`window.closed.actual_close_ms`: VAD segment end) → the first Opus frame of "
-        "the feedback decrypted at the device, one wall clock. Machine: "
-        f"{doc['machine']}.\n",
+        "Issue #27 item 3 (budget p99 ≤ 1.5 s, embedded engines). "
+        f"`{doc['command']}`. Per case a fresh Mosquitto; the gateway in a process of its own "
+        f"(pocketsphinx pool of {ASR_WORKERS} worker processes, espeak-ng SPEAK), warmed up "
+        "before the devices start (one transcription per ASR worker; "
+        + (
+            "the catalog's fixed phrases prepared in SPEAK's phrase cache: `speech.presynth`"
+            if doc["presynth"]
+            else "**no** phrase preparation: `--no-presynth`"
+        )
+        + f"); N devices (board simulator + Xiaozhi simulator over encrypted UDP) in "
+        f"{doc['device_workers']} worker processes of their own (fewer when N is smaller), each "
+        "running `arithmetic_10` "
+        f"and answering every question {doc['reaction_ms']} ms after it was said (a child's "
+        "reaction time) in real time with pre-synthesized espeak-ng speech "
+        f'("it is seven" + {TAIL_MS} ms silence). Figures are the gateway\'s listen end '
+        "(`window.closed.actual_close_ms`: VAD segment end) → the first Opus frame of the "
+        "feedback decrypted at the device, one wall clock (`time.time()`, every process on one "
+        f"machine). Machine: {doc['machine']}.\n",
         "| N | starts | rounds | p50 | p95 | p99 | max | ≤ 1.5 s | neutral line | answers/s offered "
-        "| ASR CPU s/answer | from last answer packet p50 / p99 | CPU: gateway+sims / ASR "
-        "workers / broker (s) | machine busy | wall |",
+        "| ASR CPU s/answer | from last answer packet p50 / p99 | CPU: gateway / ASR workers / "
+        "SPEAK subprocesses / device workers / broker (s) | machine busy | wall |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in doc["cases"]:
@@ -579,8 +408,30 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {c['within_budget_pct']} % | {c['neutral_line_rounds']} "
             f"| {c['answers_per_s_offered']} | {c['asr_cpu_s_per_answer']} "
             f"| {g.get('p50')} / {g.get('p99')} ms "
-            f"| {cpu['gateway_and_sims_cpu_s']} / {cpu['asr_workers_cpu_s']} / "
+            f"| {cpu['gateway_cpu_s']} / {cpu['asr_workers_cpu_s']} / "
+            f"{cpu['speak_subprocesses_cpu_s']} / {cpu['device_workers_cpu_s']} / "
             f"{cpu['broker_cpu_s']} | {cpu['machine_busy_pct']} % | {cpu['wall_s']} s |"
+        )
+    rows += [
+        "",
+        "Per case: device worker processes; answer send overrun p50 / p99 (an answer's "
+        "send time beyond its real-time duration: device workers short of CPU stretch the "
+        "answers, and the listen end with them; large values make the case a measure of the "
+        "simulators too); phrases prepared before the devices started and "
+        "how long that took (at the lowest CPU priority, while nothing else of the case ran); "
+        "SPEAK's phrase cache hits / misses during the case (a miss is a synthesis on the "
+        "lesson's path); the gateway's start to ready (warm-up included).\n",
+        "| N | starts | device workers | answer send overrun p50 / p99 | phrases prepared "
+        "| preparation | cache hits / misses | gateway start to ready |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in doc["cases"]:
+        m, o = c["speech_metrics"], c["answer_send_overrun_ms"]
+        rows.append(
+            f"| {c['n']} | {c['pattern']} | {c['device_workers']} "
+            f"| {o.get('p50')} / {o.get('p99')} ms | {c['phrases_prepared']:.0f} "
+            f"| {c['phrase_preparation_s']} s | {m.get('speech_cache_hits_total', 0):.0f} / "
+            f"{m.get('speech_cache_misses_total', 0):.0f} | {c['gateway_warm_up_s']} s |"
         )
     rows.append("")
     rows += capacity_notes(doc)
@@ -622,29 +473,34 @@ def capacity_notes(doc: dict[str, Any]) -> list[str]:
         f"{doc['asr_timeout_ms']:.0f} ms of the listen end or the job was dropped (the ASR "
         "queue keeps 32 jobs, dropping the oldest): a round that got it took at least that long "
         "or was shed. Feedback heard per case (right / wrong / neutral / none) is in the JSON "
-        "(`feedback_heard`). SPEAK's espeak-ng subprocesses are not itemized (they are in "
-        "the machine's busy share). The reading of the committed run, and what 200 concurrent "
+        "(`feedback_heard`). SPEAK subprocesses = the espeak-ng and sox runs of the gateway "
+        "that ended during the case (the CPU of its reaped children). The reading of the committed run, and what 200 concurrent "
         "tasks need: docs/tasks.md, *Inline latency budget (measured)*.",
         "",
     ]
     return lines
 
 
-async def main_async(cases: list[tuple[int, int, str]]) -> dict[str, Any]:
-    answers = answer_packets()
+async def main_async(
+    cases: list[tuple[int, int, str]], options: InlineOptions, command: str
+) -> dict[str, Any]:
     out: list[dict[str, Any]] = []
     for n, rounds, pattern in cases:
         with tempfile.TemporaryDirectory(prefix="snlpgw-inline-") as tmp:
-            out.append(await one_case(n, rounds, pattern, Path(tmp), answers))
+            out.append(await one_case(n, rounds, pattern, Path(tmp), options))
         sys.stderr.write(json.dumps(out[-1]) + "\n")
     return {
         "bench": "inline_budget",
+        "command": command,
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, "
         f"python {platform.python_version()}",
         "budget_ms": BUDGET_MS,
         "asr_workers": ASR_WORKERS,
         "asr_timeout_ms": ASR_TIMEOUT_MS,
         "tail_ms": TAIL_MS,
+        "reaction_ms": options.reaction_ms,
+        "device_workers": options.device_workers,
+        "presynth": options.presynth,
         "cases": out,
     }
 
@@ -667,8 +523,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--cases", type=parse_cases, default=list(CASES), help="N:rounds[:pattern],..."
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
+    parser.add_argument(
+        "--reaction-ms",
+        type=int,
+        default=REACTION_MS,
+        help="each answer starts this long after its question was said",
+    )
+    parser.add_argument(
+        "--device-workers", type=int, default=DEVICE_WORKERS, help="device worker processes"
+    )
+    parser.add_argument(
+        "--no-presynth",
+        action="store_true",
+        help="no phrase preparation (speech.presynth off): phrases synthesized on first use",
+    )
     args = parser.parse_args(argv)
-    doc = asyncio.run(main_async(args.cases))
+    options = InlineOptions(args.reaction_ms, max(1, args.device_workers), not args.no_presynth)
+    command = " ".join(["python -m bench.inline_budget", *(sys.argv[1:] if argv is None else argv)])
+    doc = asyncio.run(main_async(args.cases, options, command))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "inline_budget.json").write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
     (args.out / "inline_budget.md").write_text(markdown(doc), "utf-8")

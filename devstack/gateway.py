@@ -51,6 +51,9 @@ _TUNING: dict[Use, dict[str, dict[str, Any]]] = {
             "gc_freeze": False,
             "gc_thresholds": None,
         },
+        # No phrase preparation: ~140 espeak-ng runs at every test gateway's start would cost
+        # the suite minutes of CPU; the tests of it turn it on.
+        "speech": {"presynth": False},
     },
     # The demo's gateway shares its process with the simulators and lives for one lesson:
     # nothing to gain from a frozen heap, and the test that runs the demo must not leave one.

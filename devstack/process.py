@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.broker import StackError
 from devstack.gateway import REPO_ROOT, running_gateway
+from gateway.app import Gateway
 from gateway.logs import setup_logging
 from gateway.settings import load_settings
 
@@ -173,10 +174,14 @@ def die_with_parent() -> None:
 
 
 async def serve(
-    spec: dict[str, Any], *, on_ready: Callable[[asyncio.AbstractEventLoop], None] | None = None
+    spec: dict[str, Any],
+    *,
+    on_ready: Callable[[asyncio.AbstractEventLoop], None] | None = None,
+    on_started: Callable[[Gateway], Awaitable[None]] | None = None,
 ) -> None:
     """The child's life: the gateway from ``spec``, its ports on stdout once it serves, until
-    SIGTERM/SIGINT. ``on_ready(loop)`` runs just before the ports are printed."""
+    SIGTERM/SIGINT. ``on_started(gateway)`` (a benchmark's warm-up) is awaited once the
+    gateway serves and ``on_ready(loop)`` runs after it, just before the ports are printed."""
     settings = load_settings(**spec["settings"])
     setup_logging(settings.ops.log_level, json_lines=settings.ops.log_json)
     stop = asyncio.Event()
@@ -186,6 +191,8 @@ async def serve(
     async with running_gateway(settings) as gw:
         for dev in spec.get("listen", []):
             gw.xiaozhi.set_listening(dev, True)
+        if on_started is not None:
+            await on_started(gw)
         if on_ready is not None:
             on_ready(loop)
         ready = {"admin_port": gw.service.admin.port, "udp_port": gw.xiaozhi.udp_port}

@@ -28,6 +28,7 @@ from gateway.content.media import LessonMedia
 from gateway.content.sync import LessonSync
 from gateway.service import Component, Context, Service
 from gateway.settings import Settings
+from gateway.speech.phrases import catalog_phrases
 from gateway.speech.sdless import SdlessCommands, SdlessEvents, SessionFanout
 from gateway.speech.service import SpeechService
 from gateway.speech.target import XiaozhiDownlink
@@ -88,6 +89,17 @@ class Gateway:
     speech: SpeechService | None = None
     content_sync: LessonSync | None = None
     console: Console | None = None
+
+
+def prepare_phrases(speech: SpeechService, catalog: LiveCatalog) -> None:
+    """The catalog's fixed phrases synthesized ahead of use (in the background, once SPEAK
+    runs), and again after each catalog reload."""
+
+    def prepare() -> None:
+        speech.prepare(catalog_phrases(catalog, speech.engine.voices()))
+
+    prepare()
+    catalog.add_swap_listener(prepare)
 
 
 def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> Gateway:
@@ -227,6 +239,8 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         sync=sync.from_ctl,
     )
     catalog.add_swap_listener(tasks.catalog_swapped)
+    if speech is not None:
+        prepare_phrases(speech, catalog)
     CatalogAdmin(catalog, admin=ctx.admin)
     # Lessons started/paused/resumed/stopped over the admin API: the control topic's path.
     LessonAdmin(

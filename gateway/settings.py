@@ -577,6 +577,13 @@ class SpeechSettings(_Section):
     cache_bytes: int = Field(
         16 * 1024 * 1024, ge=0, description="Phrase cache budget (Opus bytes, LRU; 0: off)."
     )
+    presynth: bool = Field(
+        True,
+        description="After start and each catalog reload, synthesize the catalog's fixed "
+        "phrases (`speak` steps; the generators' questions, feedback and neutral lines) into "
+        "the phrase cache in the background: one at a time, at the lowest CPU priority, never "
+        "evicting (the shipped catalog: 132 phrases, ~0.4 MiB of `speech.cache_bytes`).",
+    )
     max_utterance_s: float = Field(
         300.0, gt=0, description="Longest text or clip spoken at once (longer: refused)."
     )

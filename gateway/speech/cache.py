@@ -35,6 +35,10 @@ class PhraseCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is kept (not a use: counts nothing, moves nothing)."""
+        return key in self._entries
+
     def get(self, key: PhraseKey) -> tuple[bytes, ...] | None:
         frames = self._entries.get(key)
         if frames is None:

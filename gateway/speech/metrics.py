@@ -61,6 +61,13 @@ class SpeechMetrics:
         self.cache_hits = metrics.counter("speech_cache_hits", "Phrase cache hits")
         self.cache_misses = metrics.counter("speech_cache_misses", "Phrase cache misses")
         self.cache_bytes = metrics.gauge("speech_cache_bytes", "Phrase cache size (Opus bytes)")
+        self.prepared = metrics.gauge(
+            "speech_prepared_phrases",
+            "Phrases in the cache ahead of use after the last preparation (start, catalog reload)",
+        )
+        self.prepare_s = metrics.gauge(
+            "speech_prepare_seconds", "How long the last phrase preparation took"
+        )
         self.speaking = metrics.gauge("speech_devices", "Devices with speech in progress")
         self.synth_ms = metrics.histogram(
             "speech_synthesis_ms",

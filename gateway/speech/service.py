@@ -20,10 +20,14 @@ the sink from the loop, never inside the caller's own call (``call_soon``), in o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -45,6 +49,10 @@ from gateway.xiaozhi import messages
 
 log = logging.getLogger(__name__)
 MAX_TEXT_CHARS = 2000  # a step's line, not a book: longer text is refused before synthesis
+# The downlink audio a hello reply announces unless CHAT holds the reply with its own
+# (gateway/xiaozhi/roster.py): the format phrases are prepared in ahead of use.
+PREPARED_RATE, PREPARED_FRAME_MS = 16_000, 60
+BACKGROUND_NICE = 19  # phrase preparation: the lowest CPU priority (lessons come first)
 
 
 class SpeechSink(Protocol):
@@ -190,21 +198,114 @@ class SpeechService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots = asyncio.Semaphore(settings.synth_concurrency)
         self._ready = asyncio.Event()
+        self._phrases: Sequence[tuple[str, str]] = ()  # the last prepare()'s (voice, text)
+        self._preparing: asyncio.Task[None] | None = None
+        self._background: ThreadPoolExecutor | None = None
+        self.prepared = asyncio.Event()  # set when a preparation has run to its end
 
     async def run(self) -> None:
+        background = ThreadPoolExecutor(
+            1, thread_name_prefix="speech-prepare", initializer=_lower_priority
+        )
         async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as tg:
             self._http, self._tg, self._loop = http, tg, asyncio.get_running_loop()
+            self._background = background
             self._ready.set()
+            self._start_preparing()
             try:
                 await asyncio.Event().wait()
             finally:
                 self._ready.clear()
                 self._tg = None
+                if self._preparing is not None:
+                    self._preparing.cancel()
+                background.shutdown(wait=False, cancel_futures=True)
                 for state in list(self._devices.values()):
                     self._drop_device(state, "service_stopped")
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
+
+    # -- phrases prepared ahead of use ---------------------------------------------------------
+
+    def prepare(self, phrases: Sequence[tuple[str, str]]) -> None:
+        """Synthesize ``(voice, sentence)`` phrases into the phrase cache in the background
+        (after start-up, and again after a catalog reload: a preparation in progress is
+        replaced). One phrase at a time, the synthesis at the lowest CPU priority; a phrase
+        already cached is skipped; it stops before the cache would evict anything (the
+        budget is ``speech.cache_bytes``). Off with ``speech.presynth``."""
+        if not self.settings.presynth:
+            return
+        self._phrases = tuple(phrases)
+        if self._tg is not None:
+            self._start_preparing()
+
+    def _start_preparing(self) -> None:
+        if self._tg is None or not self._phrases:
+            return
+        if self._preparing is not None:
+            self._preparing.cancel()
+        self.prepared.clear()
+        self._preparing = self._tg.create_task(
+            self._prepare_all(self._phrases), name="speech.prepare"
+        )
+
+    async def _prepare_all(self, phrases: Sequence[tuple[str, str]]) -> None:
+        began = self._clock()
+        made = cached = failed = 0
+        full = False
+        for voice, text in phrases:
+            key = PhraseKey(self.engine.name, voice, text, PREPARED_RATE, PREPARED_FRAME_MS)
+            if key in self.cache:
+                cached += 1
+                continue
+            try:
+                frames = await self._synthesize_in_background(text, voice)
+            except SynthesisError as exc:
+                self.metrics.failures.labels(bounded(exc.reason, FAILURES)).inc()
+                failed += 1
+                continue
+            if self.cache.bytes + sum(len(f) for f in frames) > self.cache.max_bytes:
+                full = True
+                log.warning(
+                    "speech: phrase cache full after %d of %d phrases prepared; raise "
+                    "speech.cache_bytes to keep them all",
+                    made + cached,
+                    len(phrases),
+                )
+                break
+            self.cache.put(key, frames)
+            self.metrics.cache_bytes.set(self.cache.bytes)
+            made += 1
+        took_s = self._clock() - began
+        self.metrics.prepared.set(made + cached)
+        self.metrics.prepare_s.set(took_s)
+        log.info(
+            "speech: %d phrases prepared (%d synthesized, %d already cached, %d failed%s) "
+            "in %.1f s",
+            made + cached,
+            made,
+            cached,
+            failed,
+            ", cache full" if full else "",
+            took_s,
+        )
+        self.prepared.set()
+
+    async def _synthesize_in_background(self, text: str, voice: str) -> tuple[bytes, ...]:
+        loop = asyncio.get_running_loop()
+        if isinstance(self.engine, EspeakTts):  # its subprocesses inherit the thread's nice
+            pcm = await loop.run_in_executor(
+                self._background, self.engine.synthesize, text, voice, PREPARED_RATE
+            )
+        else:  # HTTP: the work is the server's
+            http = self._http
+            if http is None:
+                raise SynthesisError("not_running")
+            pcm = await self.engine.pcm(http, text, voice, PREPARED_RATE)
+        return await loop.run_in_executor(
+            self._background, engines.encode, pcm, PREPARED_RATE, PREPARED_FRAME_MS
+        )
 
     # -- SpeakPort -----------------------------------------------------------------------------
 
@@ -458,6 +559,12 @@ class SpeechService:
     def _emit(self, call: Callable[..., None], *args: object) -> None:
         loop = self._loop or asyncio.get_running_loop()
         loop.call_soon(_deliver, call, args)
+
+
+def _lower_priority() -> None:
+    """The preparation thread (and the espeak-ng/sox it starts) at the lowest priority."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
 def _deliver(call: Callable[..., None], args: tuple[object, ...]) -> None:

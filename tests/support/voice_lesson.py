@@ -98,6 +98,7 @@ async def lesson_rig(
     archive: dict[str, Any] | None = None,
     asr_backend: Backend | None = None,  # instead of ``engine`` in a process (e.g. HTTP)
     resource_dir: Path | None = None,
+    speech: dict[str, Any] | None = None,  # speech settings over the test's (e.g. presynth)
 ) -> AsyncIterator[tuple[Gateway, Observed, XiaozhiDeviceSim, ClientSession]]:
     # The production layout: the gateway's data dir holds the broker files, so OTA provisioning
     # rotates real credentials and reloads the real broker; SQLite is the test's own.
@@ -108,6 +109,7 @@ async def lesson_rig(
         asr={"workers": 1},
         store={"sqlite_path": tmp_path / "gateway.sqlite3"},
         archive={"dir": tmp_path / "audio", **(archive or {})},  # the test's own answers
+        **({"speech": speech} if speech else {}),
     )
     gw = build_gateway(
         settings, asr_backend=asr_backend or ProcessBackend(engine, name=engine.__name__.lower())

@@ -337,3 +337,31 @@ def make_exercise(spec: GeneratorDef, seed: int) -> Exercise:
                 chain.current = spec.seed_idiom
                 chain.used.add(spec.seed_idiom)
             return chain
+
+
+def exercise_phrases(spec: GeneratorDef) -> tuple[str, ...]:
+    """The fixed lines a generator's exercise can say, for SPEAK to synthesize ahead of use:
+    every one for a finite set (``arithmetic_10``: each question, each feedback, the neutral
+    line), else the fixed part (``reverse_digits``: the neutral line and the right-answer
+    feedback's first sentence, not every digit string; ``idiom_chain``: the neutral line).
+    Made by the exercise's own methods where they can be, so the list cannot drift from what
+    a lesson says. Pure: no lexicon is loaded."""
+    rng = random.Random(0)
+    match spec.kind:
+        case "arithmetic_10":
+            sums = ArithmeticWithinTen(spec.voice, rng)
+            lines: dict[str, None] = {}
+            for _ in _all_sums():  # each asked once in a lesson of them all
+                question = sums.question()
+                lines[question.text] = None
+                lines[sums.reply(question, question.expected).feedback] = None
+                lines[sums.reply(question, None).feedback] = None
+            lines[sums.neutral()] = None
+            return tuple(lines)
+        case "reverse_digits":
+            # "Yes! 3, 2, 1." is two sentences to SPEAK: the first one recurs
+            right = "对了！" if spec.voice == "zh" else "Yes!"
+            return (_neutral(spec.voice), right)
+        case _:
+            chain = IdiomChain("zh", rng, IdiomLexicon((), frozenset(), {}, {}))
+            return (chain.neutral(),)

@@ -62,3 +62,15 @@ def test_a_zero_budget_keeps_nothing_and_a_negative_one_is_refused() -> None:
     assert len(cache) == 0
     with pytest.raises(ValueError, match="max_bytes"):
         PhraseCache(-1)
+
+
+def test_asking_whether_a_phrase_is_kept_is_not_a_use() -> None:
+    cache = PhraseCache(3)
+    cache.put(key("a"), (b"1",))
+    cache.put(key("b"), (b"2",))
+    assert key("a") in cache
+    assert key("c") not in cache
+    assert (cache.hits, cache.misses) == (0, 0)
+    cache.put(key("c"), (b"3",))
+    cache.put(key("d"), (b"4",))  # "a" is still the least recently used: it goes
+    assert key("a") not in cache

@@ -8,6 +8,7 @@ import asyncio
 import inspect
 import json
 import math
+import os
 import wave
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,6 +20,7 @@ import opuslib
 
 from gateway.metrics import Metrics
 from gateway.settings import SpeechSettings
+from gateway.speech.engines import SynthesisError
 from gateway.speech.service import SpeechService
 from gateway.speech.target import DownlinkTarget
 
@@ -276,3 +278,107 @@ async def test_a_clip_repeated_n_times_is_one_bracket_of_n_plays(tmp_path: Path)
         assert await sink.end_of("c") == ("completed", "d", "c", 1800)
     assert channel.states() == ["start", "stop"]
     assert len(channel.audio) == 30
+
+
+# -- phrases prepared ahead of use ------------------------------------------------------------
+
+
+async def test_prepared_phrases_are_served_from_the_cache() -> None:
+    channel, sink, engine = FakeDownlink(), Sink(), ToneTts(ms=300)
+    channel.targets["d"] = DownlinkTarget("s1", 16_000, 60)  # the format they are made in
+    service = SpeechService(
+        settings=SpeechSettings(tts_lead_s=0.0, presynth=True),
+        channel=channel,
+        sink=sink,
+        metrics=Metrics(),
+        engine=engine,
+    )
+    service.prepare([("en", "Right!"), ("en", "It is 7."), ("en", "Right!")])  # before run()
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(service.run())
+        await asyncio.wait_for(service.prepared.wait(), 10)
+        assert engine.calls == 2  # the repeat was already cached
+        assert len(service.cache) == 2
+        service.speak("d", speak_id="x", text="Right!", voice="en")
+        assert (await sink.end_of("x"))[0] == "completed"
+        assert engine.calls == 2  # no synthesis on first use
+        assert (service.cache.hits, service.cache.misses) == (1, 0)
+        service.prepare([("en", "Right!"), ("en", "Well done.")])  # a catalog reload
+        await asyncio.wait_for(service.prepared.wait(), 10)
+        assert engine.calls == 3  # only the new phrase
+        task.cancel()
+
+
+async def test_preparation_stops_before_the_cache_evicts() -> None:
+    channel, sink, engine = FakeDownlink(), Sink(), ToneTts(ms=600)
+    # room for about one 600 ms phrase (~10 frames of a tone)
+    async with running(channel, sink, engine, presynth=True, cache_bytes=1500) as service:
+        service.prepare([("en", f"phrase {i}.") for i in range(5)])
+        await asyncio.wait_for(service.prepared.wait(), 10)
+        assert 0 < len(service.cache) < 5
+        assert service.cache.evictions == 0
+        assert service.cache.bytes <= 1500
+
+
+async def test_preparation_counts_a_failed_synthesis_and_goes_on() -> None:
+    class Flaky(ToneTts):
+        async def pcm(self, http: aiohttp.ClientSession, text: str, voice: str, rate: int) -> bytes:
+            if text == "bad.":
+                raise SynthesisError("espeak-ng_failed")
+            return await super().pcm(http, text, voice, rate)
+
+    metrics = Metrics()
+    service = SpeechService(
+        settings=SpeechSettings(presynth=True),
+        channel=FakeDownlink(),
+        sink=Sink(),
+        metrics=metrics,
+        engine=Flaky(ms=200),
+    )
+    service.prepare([("en", "bad."), ("en", "good.")])
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(service.run())
+        await asyncio.wait_for(service.prepared.wait(), 10)
+        task.cancel()
+    assert len(service.cache) == 1
+    figures = metrics.snapshot()
+    assert figures['snlpgw_speech_synthesis_failures_total{reason="espeak-ng_failed"}'] == 1
+    assert figures["snlpgw_speech_prepared_phrases"] == 1
+
+
+async def test_preparation_off_prepares_nothing() -> None:
+    channel, sink, engine = FakeDownlink(), Sink(), ToneTts()
+    async with running(channel, sink, engine, presynth=False) as service:
+        service.prepare([("en", "Right!")])
+        await asyncio.sleep(0)
+        assert engine.calls == 0
+        assert not service.prepared.is_set()
+
+
+def test_espeak_is_prepared_at_the_lowest_priority_in_its_own_thread() -> None:
+    """The real engine: its synthesis runs in the preparation thread, niced."""
+    service = SpeechService(
+        settings=SpeechSettings(presynth=True),
+        channel=FakeDownlink(),
+        sink=Sink(),
+        metrics=Metrics(),
+    )
+    niceness: list[int] = []
+
+    async def go() -> None:
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(service.run())
+            await service.wait_ready()
+            assert service._background is not None
+            niceness.append(
+                await asyncio.get_running_loop().run_in_executor(
+                    service._background, os.getpriority, os.PRIO_PROCESS, 0
+                )
+            )
+            service.prepare([("en", "Right!")])
+            await asyncio.wait_for(service.prepared.wait(), 60)
+            task.cancel()
+
+    asyncio.run(go())
+    assert niceness == [19]
+    assert len(service.cache) == 1
