@@ -1,6 +1,8 @@
 """The engine interfaces: synchronous engines run in worker processes, async ones on the loop.
 
-Both take 16 kHz s16le mono PCM plus the lesson's sentences as hints, and return an
+Both take 16 kHz s16le mono PCM plus the lesson's sentences as hints (and, when the task knows
+it, the answer's grammar: pocketsphinx decodes with it, the HTTP engine cannot carry one and
+ignores it), and return an
 ``AsrResult`` or a typed ``AsrFailure``; an exception escaping an engine is turned into
 ``AsrFailure(ENGINE_ERROR)`` by the slot running it.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from gateway.assessment.jobs import AsrFailure, AsrJob, AsrResult
+from gateway.assessment.jobs import AnswerGrammar, AsrFailure, AsrJob, AsrResult
 
 
 class SyncEngine(Protocol):
@@ -18,7 +20,9 @@ class SyncEngine(Protocol):
 
     name: str
 
-    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure: ...
+    def transcribe(
+        self, pcm: bytes, hints: Sequence[str] = (), grammar: AnswerGrammar | None = None
+    ) -> AsrResult | AsrFailure: ...
 
 
 class AsyncEngine(Protocol):
@@ -26,7 +30,9 @@ class AsyncEngine(Protocol):
 
     name: str
 
-    async def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure: ...
+    async def transcribe(
+        self, pcm: bytes, hints: Sequence[str] = (), grammar: AnswerGrammar | None = None
+    ) -> AsrResult | AsrFailure: ...
 
     async def aclose(self) -> None: ...
 

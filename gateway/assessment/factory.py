@@ -36,6 +36,7 @@ def build_pool(
     on_result: OnResult,
     on_drop: OnDrop | None = None,
     backend: Backend | None = None,
+    on_withdrawn: OnDrop | None = None,
 ) -> AsrPool | None:
     """The pool for the service TaskGroup (``run()``), or ``None`` when ASR is off.
 
@@ -48,6 +49,7 @@ def build_pool(
         metrics=AsrMetrics(metrics),
         on_result=on_result,
         on_drop=on_drop,
+        on_withdrawn=on_withdrawn,
         workers=settings.workers,
         queue_limit=settings.queue_limit,
         job_timeout_s=settings.job_timeout_s,

@@ -2,7 +2,9 @@
 
 Multipart ``file`` (WAV), ``model``, ``response_format=json`` and, when the lesson gives them,
 ``prompt`` = its sentences one a line (OpenAI's prompt field; ``snlpgw asr-serve`` uses them as
-the embedded engine does) → ``{"text": ...}``. Each attempt
+the embedded engine does) → ``{"text": ...}``. The contract has no field for an answer grammar
+(:class:`~gateway.assessment.jobs.AnswerGrammar`): a job's grammar is ignored here and its hints
+are sent as for any other job. Each attempt
 has its own timeout; 5xx, timeouts and connection errors are retried up to ``retries`` times
 with a short doubling back-off; 4xx and malformed replies are not retried. Async I/O on the
 loop: no worker process needed.
@@ -22,6 +24,7 @@ import aiohttp
 from gateway.assessment.jobs import (
     SAMPLE_BYTES,
     SAMPLE_RATE,
+    AnswerGrammar,
     AsrFailure,
     AsrJob,
     AsrResult,
@@ -103,7 +106,10 @@ class HttpAsrEngine:
             return AsrFailure(FailureReason.BAD_RESPONSE, "reply has no string 'text'")
         return text.strip()
 
-    async def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
+    async def transcribe(
+        self, pcm: bytes, hints: Sequence[str] = (), grammar: AnswerGrammar | None = None
+    ) -> AsrResult | AsrFailure:
+        """``grammar`` is ignored: the OpenAI-compatible contract cannot carry one."""
         bad = check_pcm(pcm)
         if bad is not None:
             return bad
@@ -146,7 +152,7 @@ class AsyncSlot:
     async def run(self, job: AsrJob, timeout_s: float) -> AsrResult | AsrFailure:
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._engine.transcribe(job.pcm, job.hints)
+                return await self._engine.transcribe(job.pcm, job.hints, job.grammar)
         except TimeoutError:
             return AsrFailure(FailureReason.TIMEOUT, f"no result within {timeout_s:g} s")
         except Exception as exc:  # an engine bug is a typed failure, not a dead pool

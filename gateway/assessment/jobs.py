@@ -30,6 +30,19 @@ class AsrKey:
         return (self.instance_id, self.step_index)
 
 
+class AnswerGrammar(StrEnum):
+    """What kind of answer an utterance is, when the task knows it (inline number tasks).
+
+    An engine that can constrain its search (pocketsphinx: a JSGF grammar,
+    :mod:`gateway.assessment.grammar`) hears only that kind of answer or one of a few common
+    non-answers ("i don't know", "again", ...); one that cannot (the HTTP engine) ignores it
+    and uses the hints. English only: the grammars' words are English.
+    """
+
+    NUMBER = "number"  # a number 0-10, optionally after a short carrier ("it is", ...)
+    DIGITS = "digits"  # digit words said one by one ("three five seven")
+
+
 @dataclass(frozen=True, slots=True)
 class AsrJob:
     key: AsrKey
@@ -37,6 +50,12 @@ class AsrJob:
     # Sentences of the lesson the utterance belongs to; an engine may use them as a language
     # model prior (pocketsphinx does), never as the answer. Empty: generic recognition.
     hints: tuple[str, ...] = ()
+    # The answer's kind, for engines that can constrain recognition to it (None: free speech).
+    grammar: AnswerGrammar | None = None
+    # Nobody waits longer than this (ms after submit): a job still queued then is withdrawn
+    # at dequeue, never transcribed (inline ASR: the task has spoken its neutral line by then).
+    # None: kept until run (post-assessment).
+    max_wait_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,14 @@ from gateway import store as st
 from gateway.assessment.assessor import assess
 from gateway.assessment.engine import Backend
 from gateway.assessment.factory import build_pool
-from gateway.assessment.jobs import AsrFailure, AsrJob, AsrKey, AsrOutcome, OnTranscript
+from gateway.assessment.jobs import (
+    AnswerGrammar,
+    AsrFailure,
+    AsrJob,
+    AsrKey,
+    AsrOutcome,
+    OnTranscript,
+)
 from gateway.assessment.pool import AsrPool
 from gateway.assessment.similarity import MetricValue
 from gateway.service import Context
@@ -83,6 +90,7 @@ class AssessmentPath:
             on_result=self._on_result,
             on_drop=self._on_drop,
             backend=backend,
+            on_withdrawn=self._on_withdrawn,
         )
         self._m_published = ctx.metrics.counter("assessments_published", "Assessments published")
         self._m_stale = ctx.metrics.counter(
@@ -132,16 +140,24 @@ class AssessmentPath:
         self._pool.submit(AsrJob(key, pcm, hints))
 
     def transcribe(
-        self, key: AsrKey, pcm: bytes, hints: tuple[str, ...], on_text: OnTranscript
+        self,
+        key: AsrKey,
+        pcm: bytes,
+        hints: tuple[str, ...],
+        on_text: OnTranscript,
+        *,
+        grammar: AnswerGrammar | None = None,
+        max_wait_ms: float | None = None,
     ) -> bool:
         """ASR only, through the same bounded pool (CHAT's embedded engine): ``on_text`` gets
-        the text or ``None``; nothing is assessed, stored or published. False: ASR is off."""
+        the text or ``None``; nothing is assessed, stored or published. False: ASR is off.
+        ``max_wait_ms``: a job still queued that long after now is withdrawn (``on_text(None)``)."""
         if self._pool is None:
             return False
         self._transcripts[key] = on_text
         while len(self._transcripts) > PENDING_KEPT:
             self._transcripts.popitem(last=False)
-        self._pool.submit(AsrJob(key, pcm, hints))
+        self._pool.submit(AsrJob(key, pcm, hints, grammar, max_wait_ms))
         return True
 
     # -- InlineAssessment (task DSL) -------------------------------------------------------------
@@ -155,9 +171,19 @@ class AssessmentPath:
         pcm: bytes,
         hints: tuple[str, ...],
         on_text: OnTranscript,
+        grammar: AnswerGrammar | None = None,
+        max_wait_ms: float | None = None,
     ) -> bool:
         """Inline assessment's ASR: the same bounded pool; ``on_text`` gets the text or None."""
-        return self.transcribe(AsrKey(instance_id, step_index, utterance_id), pcm, hints, on_text)
+        key = AsrKey(instance_id, step_index, utterance_id)
+        return self.transcribe(key, pcm, hints, on_text, grammar=grammar, max_wait_ms=max_wait_ms)
+
+    def withdraw_inline(self, *, instance_id: str, step_index: int, utterance_id: str) -> None:
+        """The task stopped: its job, if still queued, is never transcribed; nothing is
+        delivered for it."""
+        key = AsrKey(instance_id, step_index, utterance_id)
+        if self._transcripts.pop(key, None) is not None and self._pool is not None:
+            self._pool.withdraw(key)
 
     def record_inline(
         self,
@@ -195,6 +221,12 @@ class AssessmentPath:
         self._publish(context, key, asr_text, values, assessed_at)
 
     # -- pool callbacks (on the loop) ----------------------------------------------------------
+
+    def _on_withdrawn(self, job: AsrJob) -> None:
+        """Expired in the queue (the task gave up on it): the waiter hears None, no alarm."""
+        transcript = self._transcripts.pop(job.key, None)
+        if transcript is not None:
+            transcript(None)
 
     def _on_drop(self, job: AsrJob) -> None:
         transcript = self._transcripts.pop(job.key, None)

@@ -5,6 +5,13 @@ Queue policy (SPEC §6): bounded at ``queue_limit``; overflow drops the *oldest*
 (counted, ``on_drop`` called so the service can raise an ops alarm); a newer utterance for a
 step replaces that step's queued one (the last utterance counts). A job already running is not
 superseded: both outcomes are delivered and the consumer keeps the newest ``utterance_id``.
+
+Withdrawal (inline ASR, nobody waits any more): a job with ``max_wait_ms`` still queued that
+long after its submit is dropped when a slot dequeues it (``expired``; ``on_withdrawn`` is
+told), and ``withdraw(key)`` removes a queued job at once (``withdrawn``: the task stopped; its
+caller knows). Neither is transcribed; both are counted in ``asr_jobs_dropped{reason}``, and
+neither raises the ops alarm (nobody lost an answer they still wait for). Jobs without
+``max_wait_ms`` (post-assessment) are never withdrawn at dequeue.
 """
 
 from __future__ import annotations
@@ -19,13 +26,26 @@ from typing import TypeVar
 
 from gateway.assessment.asr_metrics import AsrMetrics
 from gateway.assessment.engine import Backend, EngineUnavailable, Slot
-from gateway.assessment.jobs import AsrFailure, AsrJob, AsrOutcome, AsrResult, FailureReason
+from gateway.assessment.jobs import (
+    AsrFailure,
+    AsrJob,
+    AsrKey,
+    AsrOutcome,
+    AsrResult,
+    FailureReason,
+)
 from gateway.backoff import BackoffPolicy
 
 log = logging.getLogger(__name__)
 
 OnResult = Callable[[AsrOutcome], None]
 OnDrop = Callable[[AsrJob], None]
+
+# The drop reasons (the label set of asr_jobs_dropped is these four, nothing else).
+DROP_SUPERSEDED = "superseded"
+DROP_OVERFLOW = "overflow"
+DROP_EXPIRED = "expired"  # still queued at its max_wait_ms: the consumer has given up
+DROP_WITHDRAWN = "withdrawn"  # withdrawn by its consumer (the task stopped)
 
 # A slot whose engine cannot start waits 1 s, 2 s, 4 s … up to 30 s before trying again.
 _RESTART_BACKOFF = BackoffPolicy(1.0, 30.0)
@@ -36,6 +56,7 @@ _T = TypeVar("_T")
 class _QueuedJob:
     job: AsrJob
     submitted: float  # monotonic seconds
+    expires: float | None  # monotonic seconds; None: never withdrawn at dequeue
 
 
 class AsrPool:
@@ -46,6 +67,7 @@ class AsrPool:
         metrics: AsrMetrics,
         on_result: OnResult,
         on_drop: OnDrop | None = None,
+        on_withdrawn: OnDrop | None = None,
         workers: int = 1,
         queue_limit: int = 32,
         job_timeout_s: float = 30.0,
@@ -55,6 +77,7 @@ class AsrPool:
         self._metrics = metrics
         self._on_result = on_result
         self._on_drop = on_drop
+        self._on_withdrawn = on_withdrawn
         self._workers = workers
         self._limit = queue_limit
         self._timeout = job_timeout_s
@@ -71,25 +94,43 @@ class AsrPool:
         """Enqueue without blocking or raising; never awaits anything."""
         step = job.key.step
         if self._queue.pop(step, None) is not None:
-            self._metrics.dropped.labels("superseded").inc()
+            self._metrics.dropped.labels(DROP_SUPERSEDED).inc()
         elif len(self._queue) >= self._limit:
             _, oldest = self._queue.popitem(last=False)
-            self._metrics.dropped.labels("overflow").inc()
+            self._metrics.dropped.labels(DROP_OVERFLOW).inc()
             log.warning("ASR queue full (%d): dropped oldest job %s", self._limit, oldest.job.key)
             if self._on_drop is not None:
                 self._safe(self._on_drop, oldest.job)
-        self._queue[step] = _QueuedJob(job, self._clock())
+        now = self._clock()
+        wait = job.max_wait_ms
+        expires = None if wait is None else now + wait / 1000.0
+        self._queue[step] = _QueuedJob(job, now, expires)
         self._metrics.queued.inc()
         self._metrics.depth.set(len(self._queue))
         self._work.set()
 
-    async def _take(self) -> _QueuedJob:
-        while not self._queue:
-            self._work.clear()
-            await self._work.wait()
-        _, pending = self._queue.popitem(last=False)
+    def withdraw(self, key: AsrKey) -> bool:
+        """Remove ``key``'s job if it is still queued (never a running one): True if removed."""
+        queued = self._queue.get(key.step)
+        if queued is None or queued.job.key != key:
+            return False
+        del self._queue[key.step]
+        self._metrics.dropped.labels(DROP_WITHDRAWN).inc()
         self._metrics.depth.set(len(self._queue))
-        return pending
+        return True
+
+    async def _take(self) -> _QueuedJob:
+        while True:
+            while not self._queue:
+                self._work.clear()
+                await self._work.wait()
+            _, pending = self._queue.popitem(last=False)
+            self._metrics.depth.set(len(self._queue))
+            if pending.expires is None or self._clock() < pending.expires:
+                return pending
+            self._metrics.dropped.labels(DROP_EXPIRED).inc()
+            if self._on_withdrawn is not None:
+                self._safe(self._on_withdrawn, pending.job)
 
     def _deliver(self, pending: _QueuedJob, result: AsrResult | AsrFailure) -> None:
         outcome = AsrOutcome(pending.job.key, result, (self._clock() - pending.submitted) * 1000)

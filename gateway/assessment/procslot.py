@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from gateway.assessment.engine import EngineUnavailable, SyncEngine
-from gateway.assessment.jobs import AsrFailure, AsrJob, AsrResult, FailureReason
+from gateway.assessment.jobs import AnswerGrammar, AsrFailure, AsrJob, AsrResult, FailureReason
 
 EngineFactory = Callable[[], SyncEngine]  # must be picklable (spawn): a class or a partial
 
@@ -31,14 +31,14 @@ def _worker_main(conn: Connection, factory: EngineFactory) -> None:  # pragma: n
     conn.send((_READY, engine.name))
     while True:
         try:
-            msg: tuple[bytes, Sequence[str]] | None = conn.recv()
+            msg: tuple[bytes, Sequence[str], AnswerGrammar | None] | None = conn.recv()
         except (EOFError, OSError):
             return
         if msg is None:
             return
-        pcm, hints = msg
+        pcm, hints, grammar = msg
         try:
-            result: AsrResult | AsrFailure = engine.transcribe(pcm, hints)
+            result: AsrResult | AsrFailure = engine.transcribe(pcm, hints, grammar)
         except Exception as exc:  # the engine's bug becomes a typed failure, worker lives on
             result = AsrFailure(FailureReason.ENGINE_ERROR, repr(exc)[:300])
         conn.send(result)
@@ -56,7 +56,7 @@ def _await_reply(conn: Connection, timeout_s: float) -> object:
 
 def _exchange(conn: Connection, job: AsrJob, timeout_s: float) -> object:
     try:
-        conn.send((job.pcm, job.hints))
+        conn.send((job.pcm, job.hints, job.grammar))
     except (OSError, ValueError) as exc:
         return EOFError(repr(exc))
     return _await_reply(conn, timeout_s)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from gateway.assessment.jobs import AnswerGrammar
 from gateway.tasks.core import DeliveryResult, InstanceColumns, PublishTaskEvent, StepColumns
 
 
@@ -107,8 +108,9 @@ OnInlineText = Callable[["str | None"], None]
 class InlineAssessment(Protocol):
     """Inline assessment (task DSL): ASR at once, and the task's numbers stored and published.
 
-    ``transcribe`` hands ``on_text`` the text or None (failed or shed) later, on the loop;
-    False: ASR is off (nothing will come). ``record`` stores and publishes one answered step:
+    ``transcribe`` hands ``on_text`` the text or None (failed, shed, or still queued after
+    ``max_wait_ms``: withdrawn) later, on the loop; False: ASR is off (nothing will come).
+    ``grammar``: the kind of answer, for engines that can constrain recognition to it. ``record`` stores and publishes one answered step:
     its transcript and numbers (the task's metrics and the behaviour signals)."""
 
     def transcribe_now(
@@ -120,7 +122,13 @@ class InlineAssessment(Protocol):
         pcm: bytes,
         hints: tuple[str, ...],
         on_text: OnInlineText,
+        grammar: AnswerGrammar | None = None,
+        max_wait_ms: float | None = None,
     ) -> bool: ...
+
+    def withdraw_inline(self, *, instance_id: str, step_index: int, utterance_id: str) -> None:
+        """The task stopped: a job not yet started is never transcribed (nothing delivered)."""
+        ...
 
     def record_inline(
         self,

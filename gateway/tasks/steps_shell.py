@@ -16,6 +16,7 @@ import time
 import zlib
 from collections.abc import Callable, Mapping
 
+from gateway.assessment.jobs import AnswerGrammar
 from gateway.tasks.actor_parts import Ports
 from gateway.tasks.core import (
     AudioPhase,
@@ -51,7 +52,7 @@ from gateway.tasks.dsl.commands import (
     VoiceBegan,
     VoiceEnded,
 )
-from gateway.tasks.dsl.exercises import exercise_hints, make_exercise
+from gateway.tasks.dsl.exercises import exercise_grammar, exercise_hints, make_exercise
 from gateway.tasks.dsl.interpreter import StepInterpreter
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ class StepsRunner:
         self._methods = methods  # post assessment of plain listen steps
         self._hints = hints
         self._window: tuple[int, float, int] = (0, 0.0, 0)  # step index, opened (epoch ms), ms
+        self._grammar: AnswerGrammar | None = None  # the generator's kind of answer, if any
+        self._asking: tuple[int, str] | None = None  # (step index, utterance) at the inline ASR
         exercise = None
         if task.generator is not None:  # the same instance always asks the same questions
             seed = params.get("seed")
@@ -98,6 +101,7 @@ class StepsRunner:
                 seed = zlib.crc32(instance_id.encode())
             exercise = make_exercise(task.generator, seed)
             self._hints = exercise_hints(task.generator) or hints
+            self._grammar = exercise_grammar(task.generator)
         self.interpreter = StepInterpreter(task, lesson, instance_id=instance_id, exercise=exercise)
 
     @property
@@ -112,6 +116,15 @@ class StepsRunner:
 
     def cancel(self, now: float) -> None:
         self._perform(self.interpreter.cancel(now))
+        self._withdraw()
+
+    def _withdraw(self) -> None:
+        """The task stopped: its inline ASR job, if still queued, is never transcribed."""
+        asking, self._asking = self._asking, None
+        inline = self._ports.inline
+        if asking is not None and inline is not None:
+            index, uid = asking
+            inline.withdraw_inline(instance_id=self.instance_id, step_index=index, utterance_id=uid)
 
     @staticmethod
     def takes(event: RuntimeEvent) -> DslEvent | None:
@@ -209,8 +222,11 @@ class StepsRunner:
         inline = self._ports.inline
 
         def on_text(text: str | None) -> None:
+            if self._asking == (effect.step_index, uid):
+                self._asking = None
             self._post(TranscriptReady(uid, text))
 
+        self._asking = (effect.step_index, uid)
         if (
             not pcm
             or inline is None
@@ -221,6 +237,9 @@ class StepsRunner:
                 pcm=pcm,
                 hints=self._hints,
                 on_text=on_text,
+                grammar=self._grammar,
+                # the interpreter gives up then (neutral line): a job still queued is withdrawn
+                max_wait_ms=self.interpreter.asr_timeout_ms,
             )
         ):
             on_text(None)  # no audio or no ASR: the neutral line, at once

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from gateway.assessment.jobs import AsrFailure, AsrResult
+from gateway.assessment.jobs import AnswerGrammar, AsrFailure, AsrResult
 from gateway.assessment.sphinx import PocketsphinxEngine
 
 RAISE_ON = "later"  # the engine raises on any utterance it hears this word in
@@ -17,8 +17,10 @@ RAISE_ON = "later"  # the engine raises on any utterance it hears this word in
 class RaisingEngine(PocketsphinxEngine):
     """Transcribes for real, then raises when the text contains ``RAISE_ON``."""
 
-    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
-        result = super().transcribe(pcm, hints)
+    def transcribe(
+        self, pcm: bytes, hints: Sequence[str] = (), grammar: AnswerGrammar | None = None
+    ) -> AsrResult | AsrFailure:
+        result = super().transcribe(pcm, hints, grammar)
         if isinstance(result, AsrResult) and RAISE_ON in result.text.split():
             raise RuntimeError("injected ASR engine failure")
         return result
@@ -29,9 +31,11 @@ class SlowSphinxEngine(PocketsphinxEngine):
 
     delay_s = 5.0
 
-    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
+    def transcribe(
+        self, pcm: bytes, hints: Sequence[str] = (), grammar: AnswerGrammar | None = None
+    ) -> AsrResult | AsrFailure:
         time.sleep(self.delay_s)
-        return super().transcribe(pcm, hints)
+        return super().transcribe(pcm, hints, grammar)
 
 
 class SecondEngine(SlowSphinxEngine):

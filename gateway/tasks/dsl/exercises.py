@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol
 
+from gateway.assessment.jobs import AnswerGrammar
 from gateway.tasks.core.steps import GeneratorDef, Voice
 from gateway.tasks.dsl.numbers import spoken_digits, spoken_numbers
 
@@ -315,6 +316,15 @@ def exercise_hints(spec: GeneratorDef) -> tuple[str, ...]:
     """Sentences that make a generator's answers likely for the embedded recogniser."""
     hints = {"reverse_digits": DIGIT_HINTS, "arithmetic_10": NUMBER_HINTS}
     return hints.get(spec.kind, ())
+
+
+def exercise_grammar(spec: GeneratorDef) -> AnswerGrammar | None:
+    """The kind of answer a generator's questions take, for engines that can constrain
+    recognition to it; None for Chinese (the grammars are English) and the idiom chain."""
+    if spec.voice != "en":
+        return None
+    grammars = {"reverse_digits": AnswerGrammar.DIGITS, "arithmetic_10": AnswerGrammar.NUMBER}
+    return grammars.get(spec.kind)
 
 
 def make_exercise(spec: GeneratorDef, seed: int) -> Exercise:

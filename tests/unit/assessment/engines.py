@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from multiprocessing.synchronize import Event, Semaphore
 
-from gateway.assessment.jobs import AsrFailure, AsrResult, audio_ms
+from gateway.assessment.jobs import AnswerGrammar, AsrFailure, AsrResult, audio_ms
 
 
 class CountEngine:
@@ -15,7 +15,9 @@ class CountEngine:
 
     name = "count"
 
-    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
+    def transcribe(
+        self, pcm: bytes, hints: Sequence[str] = (), grammar: AnswerGrammar | None = None
+    ) -> AsrResult | AsrFailure:
         return AsrResult(f"{len(pcm) // 2} samples", self.name, audio_ms(pcm), 0.1)
 
 
@@ -25,7 +27,9 @@ class TrapEngine(CountEngine):
 
     name = "trap"
 
-    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
+    def transcribe(
+        self, pcm: bytes, hints: Sequence[str] = (), grammar: AnswerGrammar | None = None
+    ) -> AsrResult | AsrFailure:
         if pcm == b"EXIT":
             os._exit(3)
         if pcm == b"HANG":
@@ -33,7 +37,7 @@ class TrapEngine(CountEngine):
                 time.sleep(3600)
         if pcm == b"RAIS":
             raise RuntimeError("engine bug")
-        return super().transcribe(pcm, hints)
+        return super().transcribe(pcm, hints, grammar)
 
 
 class SlowEngine(CountEngine):
@@ -46,10 +50,12 @@ class SlowEngine(CountEngine):
         self._release = release
         self._seconds = seconds
 
-    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
+    def transcribe(
+        self, pcm: bytes, hints: Sequence[str] = (), grammar: AnswerGrammar | None = None
+    ) -> AsrResult | AsrFailure:
         self._started.set()
         self._release.wait(self._seconds)
-        return super().transcribe(pcm, hints)
+        return super().transcribe(pcm, hints, grammar)
 
 
 class BrokenEngine(CountEngine):
@@ -68,7 +74,9 @@ class GateEngine(CountEngine):
         self._started = started
         self._release = release
 
-    def transcribe(self, pcm: bytes, hints: Sequence[str] = ()) -> AsrResult | AsrFailure:
+    def transcribe(
+        self, pcm: bytes, hints: Sequence[str] = (), grammar: AnswerGrammar | None = None
+    ) -> AsrResult | AsrFailure:
         self._started.release()
         self._release.wait(60)
-        return super().transcribe(pcm, hints)
+        return super().transcribe(pcm, hints, grammar)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 from gateway.assessment.asr_metrics import AsrMetrics
 from gateway.assessment.engine import Backend
@@ -18,6 +19,7 @@ class Collected:
         self.metrics = metrics
         self.outcomes: asyncio.Queue[AsrOutcome] = asyncio.Queue()  # unbounded: test only
         self.dropped: list[AsrJob] = []
+        self.withdrawn: list[AsrJob] = []  # expired in the queue (on_withdrawn)
         self.pool: AsrPool
 
     async def next(self, timeout_s: float = 60.0) -> AsrOutcome:
@@ -40,6 +42,7 @@ async def running_pool(
     queue_limit: int = 8,
     job_timeout_s: float = 30.0,
     start: bool = True,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[Collected]:
     metrics = Metrics()
     c = Collected(metrics)
@@ -48,6 +51,8 @@ async def running_pool(
         metrics=AsrMetrics(metrics),
         on_result=c.outcomes.put_nowait,
         on_drop=c.dropped.append,
+        on_withdrawn=c.withdrawn.append,
+        clock=clock,
         workers=workers,
         queue_limit=queue_limit,
         job_timeout_s=job_timeout_s,

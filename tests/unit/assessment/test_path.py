@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from gateway.assessment.jobs import AsrFailure, AsrKey, AsrOutcome, AsrResult, FailureReason
+from gateway.assessment.jobs import (
+    AnswerGrammar,
+    AsrFailure,
+    AsrKey,
+    AsrOutcome,
+    AsrResult,
+    FailureReason,
+)
 from gateway.assessment.path import AssessmentPath
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
@@ -87,3 +94,45 @@ async def test_assessment_disabled_submits_nothing() -> None:
         metrics.snapshot()['snlpgw_assessments_skipped_total{reason="assessment_disabled"}'] == 1.0
     )
     assert mqtt.sent == []
+
+
+def _inline(path: AssessmentPath, utterance: str, texts: list[str | None]) -> bool:
+    return path.transcribe_now(
+        instance_id="i1", step_index=2, utterance_id=utterance, pcm=b"\x00\x01" * 1600,
+        hints=(), on_text=texts.append, grammar=AnswerGrammar.NUMBER, max_wait_ms=4_000.0,
+    )  # fmt: skip
+
+
+async def test_an_inline_job_carries_its_grammar_and_wait_into_the_queue() -> None:
+    path, _, _ = _path()
+    assert _inline(path, "u1", [])
+    assert path._pool is not None
+    queued = path._pool._queue[("i1", 2)].job
+    assert (queued.grammar, queued.max_wait_ms) == (AnswerGrammar.NUMBER, 4_000.0)
+
+
+async def test_a_stopped_task_withdraws_its_queued_inline_job_and_hears_nothing() -> None:
+    path, mqtt, metrics = _path()
+    texts: list[str | None] = []
+    assert _inline(path, "u1", texts)
+    path.withdraw_inline(instance_id="i1", step_index=2, utterance_id="u1")
+    assert path._pool is not None
+    assert path._pool.depth == 0
+    assert metrics.snapshot()['snlpgw_asr_jobs_dropped_total{reason="withdrawn"}'] == 1.0
+    path._on_result(AsrOutcome(AsrKey("i1", 2, "u1"), AsrResult("two", "idle", 1.0, 1.0), 1.0))
+    assert texts == []  # forgotten: a late result (e.g. one already running) is not delivered
+    path.withdraw_inline(instance_id="i1", step_index=2, utterance_id="u1")  # twice: no-op
+    assert metrics.snapshot()['snlpgw_asr_jobs_dropped_total{reason="withdrawn"}'] == 1.0
+    assert mqtt.bodies(f"/assessment/{DEV}") == []
+
+
+async def test_an_expired_inline_job_tells_its_waiter_none_without_an_alarm() -> None:
+    path, mqtt, _ = _path()
+    texts: list[str | None] = []
+    assert _inline(path, "u1", texts)
+    assert path._pool is not None
+    job = path._pool._queue[("i1", 2)].job
+    path._on_withdrawn(job)
+    path._on_withdrawn(job)  # told once
+    assert texts == [None]
+    assert mqtt.sent == []  # no ops alarm, nothing published

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from gateway.assessment.jobs import AnswerGrammar
 from gateway.metrics import Metrics
+from gateway.tasks.dsl.interpreter import ASR_TIMEOUT_MS
 from gateway.tasks.inbox import TaskInbox
 from gateway.tasks.service import TaskService
 from tests.support.fake_mqtt import FakePublisher
@@ -57,6 +59,9 @@ class FakeSpeaker:
         self.svc._inbox.speak_interrupted(dev, speak_id, "cancelled")
 
 
+HOLD = "<the engine is still busy: no transcript yet>"
+
+
 @dataclass
 class FakeInline:
     """Inline ASR answering with ``answer(question)`` on the next loop turn."""
@@ -65,15 +70,22 @@ class FakeInline:
     speaker: FakeSpeaker
     recorded: list[dict[str, Any]] = field(default_factory=list)
     pcm: list[bytes] = field(default_factory=list)
+    asked: list[dict[str, Any]] = field(default_factory=list)
+    withdrawn: list[dict[str, Any]] = field(default_factory=list)
 
     def transcribe_now(
-        self, *, pcm: bytes, on_text: Callable[[str | None], None], **_: Any
+        self, *, pcm: bytes, on_text: Callable[[str | None], None], **kw: Any
     ) -> bool:
         self.pcm.append(pcm)
+        self.asked.append(kw)
         questions = [t for _, t, _ in self.speaker.said if t.startswith("What is")]
         text = self.answer(questions[-1])
-        asyncio.get_running_loop().call_soon(on_text, text)
+        if text != HOLD:
+            asyncio.get_running_loop().call_soon(on_text, text)
         return True
+
+    def withdraw_inline(self, **key: Any) -> None:
+        self.withdrawn.append(key)
 
     def record_inline(self, **record: Any) -> None:
         self.recorded.append(record)
@@ -209,3 +221,34 @@ async def test_a_stop_cancels_the_line_being_said(rig: StepsRig) -> None:
     assert rig.speaker.cancelled == [rig.speaker.said[0][0]]
     await asyncio.sleep(0.1)
     assert len(rig.speaker.said) == 1  # nothing said after the stop
+
+
+async def test_the_job_says_its_grammar_and_how_long_it_is_waited_for(rig: StepsRig) -> None:
+    start(rig)
+    await answer_each_window(rig, 1)
+    await rig.mqtt.wait_for(lambda: bool(rig.inline.asked))
+    asked = rig.inline.asked[0]
+    assert asked["grammar"] is AnswerGrammar.NUMBER
+    assert asked["max_wait_ms"] == ASR_TIMEOUT_MS
+    assert (asked["step_index"], asked["utterance_id"]) == (0, "u0")
+
+
+@pytest.mark.parametrize("rig", [lambda _q: HOLD], indirect=True)
+async def test_a_stop_while_transcribing_withdraws_the_job(rig: StepsRig) -> None:
+    start(rig)
+    await answer_each_window(rig, 1)
+    await rig.mqtt.wait_for(lambda: bool(rig.inline.asked))
+    rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "r2", "action": "stop"})
+    await rig.mqtt.wait_for(lambda: bool(events(rig, "instance.cancelled")))
+    asked = rig.inline.asked[0]
+    key = {k: asked[k] for k in ("instance_id", "step_index", "utterance_id")}
+    assert rig.inline.withdrawn == [key]
+
+
+async def test_a_stop_after_the_transcript_came_withdraws_nothing(rig: StepsRig) -> None:
+    start(rig)
+    await answer_each_window(rig, 1)
+    await rig.mqtt.wait_for(lambda: "Right!" in [t for _, t, _ in rig.speaker.said])
+    rig.mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "r2", "action": "stop"})
+    await rig.mqtt.wait_for(lambda: bool(events(rig, "instance.cancelled")))
+    assert rig.inline.withdrawn == []

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from gateway.assessment.jobs import AnswerGrammar
 from gateway.tasks.core.steps import GeneratorDef
 from gateway.tasks.dsl.exercises import (
     DIGIT_HINTS,
@@ -16,6 +17,7 @@ from gateway.tasks.dsl.exercises import (
     Question,
     ReverseDigits,
     chains,
+    exercise_grammar,
     exercise_hints,
     idiom_lexicon,
     make_exercise,
@@ -258,3 +260,24 @@ def test_number_tasks_hint_the_recogniser_with_number_words() -> None:
     assert "it is" not in " ".join(DIGIT_HINTS)
     assert NUMBER_HINTS != DIGIT_HINTS
     assert exercise_hints(GeneratorDef(kind="idiom_chain")) == ()
+
+
+def test_english_number_tasks_name_their_answer_grammar() -> None:
+    assert exercise_grammar(GeneratorDef(kind="arithmetic_10")) is AnswerGrammar.NUMBER
+    assert exercise_grammar(GeneratorDef(kind="reverse_digits")) is AnswerGrammar.DIGITS
+    assert exercise_grammar(GeneratorDef(kind="arithmetic_10", voice="zh")) is None  # English
+    assert exercise_grammar(GeneratorDef(kind="reverse_digits", voice="zh")) is None
+    assert exercise_grammar(GeneratorDef(kind="idiom_chain", voice="zh")) is None
+    assert exercise_grammar(GeneratorDef(kind="idiom_chain")) is None
+
+
+@pytest.mark.parametrize("text", ["i don't know", "again", "what", "yes", "no", "it is", ""])
+def test_a_non_answer_of_the_grammar_has_no_number_so_it_is_not_right(text: str) -> None:
+    exercise = ArithmeticWithinTen("en", random.Random(1))
+    question = exercise.question()
+    reply = exercise.reply(question, text)
+    assert reply.metrics == {"correct": 0.0, "answered": 0.0}
+    assert reply.feedback == f"It is {question.expected}."
+    digits = ReverseDigits("en", random.Random(1))
+    asked = digits.question()
+    assert digits.reply(asked, text).metrics["answered"] == 0.0
