@@ -12,8 +12,11 @@ it published each ``audio.completed`` and when each command reached it; the figu
 
 with ``T`` from the SPEC formula and the duration the board reported: 0 would be a perfect
 gateway and broker; it holds both hops (board → gateway, gateway → board) and timer lateness.
-The last window of a lesson is closed by LISTEN_STOP alone (no next clip). The worker prints
-one JSON document and exits when every lesson has ended or its deadline passed.
+The last window of a lesson is closed by LISTEN_STOP alone (no next clip). The same error is
+also cut at the gateway's own stamp in each PLAY_MEDIA (:func:`stamped`): the gateway's part
+and the delivery part, with this worker's loop lag at each receipt (:func:`worker_lag_at`), so
+a late board worker is told apart from a late gateway. The worker prints one JSON document and
+exits when every lesson has ended or its deadline passed.
 """
 
 from __future__ import annotations
