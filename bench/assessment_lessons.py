@@ -94,7 +94,7 @@ async def run_case(
                   "quiet_s": 10.0, "drain_s": 60.0, "every": every}  # fmt: skip
         result = await lessons.run(
             n, "staggered", root / f"n{n}", clips=args.clips, clip_ms=1500,
-            worker_count=2, settings=settings, speech=speech, asr_pids=asr_pids,
+            worker_count=args.board_workers, settings=settings, speech=speech, asr_pids=asr_pids,
             profile=args.profile and args.profile.with_suffix(f".n{n}.txt"),
         )  # fmt: skip
     result.pop("samples_ms", None)
@@ -118,6 +118,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--clips", type=int, default=10)
     p.add_argument("--queue-limit", type=int, default=32)
+    p.add_argument(
+        "--board-workers", type=int, default=2, help="board worker processes (all on CPU 0)"
+    )
     p.add_argument(
         "--out", type=Path, help="the JSON here, the section on stdout; the results untouched"
     )

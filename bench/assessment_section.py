@@ -65,6 +65,7 @@ def section(doc: dict[str, Any]) -> list[str]:
         "",
     ]
     lines += _table(doc["cases"])
+    lines += _late_table(doc["cases"])
     for later in doc.get("later_runs", []):
         c = later["conditions"]
         lines += [
@@ -76,6 +77,45 @@ def section(doc: dict[str, Any]) -> list[str]:
         ]
     for note in doc["notes"]:
         lines += ["", note]
+    return lines
+
+
+def _late_table(cases: list[dict[str, Any]]) -> list[str]:
+    """Whose lateness the next-clip error is: the gateway's or the board workers' (runs that
+    recorded the split; nothing for older results)."""
+    split = [c for c in cases if "next_play_error_gateway_part_ms" in c]
+    if not split:
+        return []
+    lines = [
+        "",
+        "Who was late: the next-clip error cut at the gateway's own stamp in each PLAY_MEDIA "
+        "(`ts`, its wall clock when it built the command): *gateway part* = stamp - "
+        "(audio.completed published + window) (the completed on its way in, the gateway's "
+        "queue and window timer); *delivery part* = received - stamp (the gateway's publish, "
+        "the broker, the board worker's loop noting the receipt: a lagging board worker shows "
+        "here only, beside the gateway's own publish and the broker); *worker lag at receipt* = "
+        "the board worker's loop lag in the 50 ms around each PLAY_MEDIA's receipt (its share "
+        "of the delivery part); the gateway's own `window_lateness_ms`; the board workers' loop "
+        "lag over the run (50 ms sleeps, how late they woke) and their CPU.",
+        "",
+        "| lessons | next-clip error p99 | gateway part p50 | **p99** | delivery part p50 "
+        "| **p99** | worker lag at receipt p99 | gateway window lateness p99 "
+        "| board worker lag p99 | max | board workers CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in split:
+        gw, hop = c["next_play_error_gateway_part_ms"], c["next_play_error_delivery_part_ms"]
+        lag, late = c["board_worker_loop_lag_ms"], c.get("gateway_window_lateness_ms", {})
+        p99 = late.get("p99")
+        lines.append(
+            f"| {c['lessons']} | {c['completed_to_next_play_error_ms'].get('p99', '-')} "
+            f"| {gw.get('p50', '-')} | **{gw.get('p99', '-')}** | {hop.get('p50', '-')} "
+            f"| **{hop.get('p99', '-')}** "
+            f"| {c.get('next_play_worker_lag_ms', {}).get('p99', '-')} "
+            f"| {'-' if p99 is None else round(p99, 1)} "
+            f"| {lag.get('p99', '-')} | {lag.get('max', '-')} "
+            f"| {c.get('board_workers_cpu_s', '-')} |"
+        )
     return lines
 
 

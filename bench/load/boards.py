@@ -12,16 +12,21 @@ it published each ``audio.completed`` and when each command reached it; the figu
 
 with ``T`` from the SPEC formula and the duration the board reported: 0 would be a perfect
 gateway and broker; it holds both hops (board → gateway, gateway → board) and timer lateness.
-The last window of a lesson is closed by LISTEN_STOP alone (no next clip). The worker prints
-one JSON document and exits when every lesson has ended or its deadline passed.
+The last window of a lesson is closed by LISTEN_STOP alone (no next clip). The same error is
+also cut at the gateway's own stamp in each PLAY_MEDIA (:func:`stamped`): the gateway's part
+and the delivery part, with this worker's loop lag at each receipt (:func:`worker_lag_at`), so
+a late board worker is told apart from a late gateway. The worker prints one JSON document and
+exits when every lesson has ended or its deadline passed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,39 +37,100 @@ from bench.load.speaking import SpokenAnswerReader
 from gateway.mqtt import codec
 from gateway.mqtt.client import Client
 from gateway.mqtt.options import ClientOptions
+from gateway.simulators import board as sim_board
 from gateway.simulators.board import BoardSimulator, SimOptions
 from gateway.tasks.core.rules import listen_window_ms
+from topics.errors import WireError
+from topics.snlp import parse_command
+from topics.snlp_commands import CommandParams, PlayMedia, Sound
 
 CONNECT_TIMEOUT_S = 120.0
 START_WINDOW = 20  # start requests awaiting their PUBACK at once
 
 
+# Commands a lesson sends every step, handled here at less CPU than the simulator (which
+# validates each command with pydantic and parses its JSON three times: ~60 µs of a busy core a
+# command, seven commands a step, 500 boards a worker): a lesson repeats a few distinct params,
+# so each distinct (command, params) is validated by the contract once (the whole command:
+# :func:`topics.snlp.parse_command`) and its params model reused; the envelope's other fields
+# are checked here. Anything else, or anything the contract refuses, takes the simulator's own
+# path (which refuses what is bad).
+_LEAN = frozenset({"PLAY_MEDIA", "LISTEN_START", "LISTEN_STOP", "SOUND", "INDICATE"})
+_ENVELOPE = frozenset({"v", "id", "ts", "cmd", "params", "prio", "ttl_ms"})
+_PLAIN = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # ids JSON writes as they are between quotes
+_PARAMS_KNOWN = 256  # distinct (command, params) validated and kept, at most
+_params_seen: dict[tuple[str, tuple[tuple[str, Any], ...]], CommandParams] = {}
+
+
+def _lean_params(body: dict[str, Any], payload: bytes) -> CommandParams | None:
+    """A routine command's validated params, or None (the simulator's path then)."""
+    cmd, params, ident = body.get("cmd"), body.get("params"), body.get("id")
+    if (
+        cmd not in _LEAN
+        or not isinstance(params, dict)
+        or body.keys() - _ENVELOPE
+        or body.get("v") != 1
+        or not (isinstance(ident, str) and _PLAIN.fullmatch(ident))
+        or type(body.get("ts")) is not int
+        or type(body.get("prio")) is not int
+        or type(body.get("ttl_ms")) is not int
+    ):
+        return None
+    try:
+        key = (cmd, tuple(sorted(params.items())))
+        known = _params_seen.get(key)
+    except TypeError:  # a list or object among the params: not a routine one
+        return None
+    if known is None:
+        try:
+            known = parse_command(payload).params
+        except WireError:
+            return None
+        if len(_params_seen) < _PARAMS_KNOWN:
+            _params_seen[key] = known
+    return known
+
+
 class LoadBoard(BoardSimulator):
-    """Board simulator that timestamps what the latency figure needs (monotonic clock, ms)."""
+    """Board simulator that timestamps what the latency figure needs (monotonic clock, ms), and
+    does a lesson's routine commands at less CPU than the simulator: the same acks and events
+    on the wire, written in the same loop turn as the command's PUBACK (one ``send``, not two:
+    the simulator hands them to a publisher task that writes them a turn later)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.completed: list[tuple[float, int]] = []  # (published at, duration_ms), clip ends
+        self.completed_wall: list[float] = []  # the same instants on the wall clock (ms)
         self.plays: list[float] = []  # first receipt of each PLAY_MEDIA id (not resends)
+        # Per play: (received, wall clock ms; the gateway's stamp "ts", wall ms, when it built
+        # the command: None if absent)
+        self.play_stamps: list[tuple[float, int | None]] = []
         self.stops: list[float] = []  # first receipt of each LISTEN_STOP id
         self.listens: list[float] = []  # first receipt of each LISTEN_START id
-        self.timeline: list[tuple[float, str]] = []  # everything, for a look at a stuck board
+        # everything, for a look at a stuck board: (at, direction, command or event, ref)
+        self.timeline: list[tuple[float, str, object, object]] = []
         self._firsts: set[str] = set()
         self.done = asyncio.Event()
         self.clips = 0
         self.speaker: SpokenAnswerReader | None = (
             None  # set: the board answers each window with speech
         )
+        self._backlog: collections.deque[tuple[str, bytes, int]] = collections.deque()
+        self._flying = 0  # publishes awaiting their PUBACK
+        self._pub: Client | None = None
+        self._ack_topic = f"snlp/v1/{self.dev}/ack"
 
     def _on_command(self, payload: bytes) -> None:
         now = time.monotonic() * 1000
         body = json.loads(payload)
         cmd, ref = body.get("cmd"), str(body.get("id"))
-        self.timeline.append((now, f"< {cmd} {ref}"))
+        self.timeline.append((now, "<", cmd, ref))
         first = ref not in self._firsts
         self._firsts.add(ref)
         if first and cmd == "PLAY_MEDIA":
             self.plays.append(now)
+            ts = body.get("ts")
+            self.play_stamps.append((time.time() * 1000, ts if isinstance(ts, int) else None))
         elif first and cmd == "LISTEN_START":
             self.listens.append(now)
             if self.speaker is not None:
@@ -73,19 +139,89 @@ class LoadBoard(BoardSimulator):
             self.stops.append(now)
             if len(self.stops) >= self.clips:
                 self.done.set()
-        super()._on_command(payload)
+        if not self._lean(cmd, ref, body, payload):
+            super()._on_command(payload)
+
+    def _lean(self, cmd: object, ref: str, body: dict[str, Any], payload: bytes) -> bool:
+        """The simulator's handling of a routine command (dedup, ack, play / sound event);
+        False when it is not one (the caller hands it to the simulator)."""
+        params = _lean_params(body, payload)
+        if params is None:
+            return False
+        assert isinstance(cmd, str)  # one of _LEAN
+        if ref in self._seen:
+            self._ack(ref, cmd, "duplicate")
+            return True
+        self._seen[ref] = cmd
+        while len(self._seen) > 32:  # the simulator's _DEDUP
+            self._seen.popitem(last=False)
+        if cmd in self.options.unsupported:
+            self._ack(ref, cmd, "rejected", "UNSUPPORTED")
+            return True
+        self.executed[ref] += 1
+        self._ack(ref, cmd, "accepted")
+        if isinstance(params, PlayMedia):
+            self._play(ref, params)
+        elif isinstance(params, Sound):
+            self._event("sound.completed", ref, {"type": params.type})
+        return True  # LISTEN_START / LISTEN_STOP / INDICATE: acked, nothing to run
+
+    def _ack(self, ref: str, cmd: str, status: str, code: str | None = None) -> None:
+        """The simulator's ack, its JSON written from a template (the same bytes as its
+        ``json.dumps`` of the envelope: tests/unit/test_load_boards.py) when nothing in it
+        needs escaping; else, or with faults set, the simulator's own."""
+        if code is not None or self._acks_to_drop or not _PLAIN.fullmatch(ref + cmd + status):
+            super()._ack(ref, cmd, status, code)
+            return
+        self.stats[f"ack_{status}"] += 1
+        self.timeline.append((time.monotonic() * 1000, ">", cmd, ref))
+        payload = (
+            f'{{"v": 1, "id": "a{next(self._ids)}", "ts": {sim_board._ms()}, "ref": "{ref}", '
+            f'"cmd": "{cmd}", "status": "{status}", "code": null}}'
+        )
+        self._put(self._ack_topic, payload.encode(), 1)
 
     def _send(self, kind: str, body: dict[str, Any], *, qos: int = 1) -> None:
-        # Noted as the board hands it to its MQTT client (which writes at once unless 16 are
-        # awaiting their PUBACK): no JSON parsed back per publish.
+        # Noted as the board hands it to its MQTT client, which writes it in this loop turn
+        # unless 16 are awaiting their PUBACK: no JSON parsed back per publish.
         now = time.monotonic() * 1000
         self.timeline.append(
-            (now, f"> {body.get('evt') or body.get('cmd') or kind} {body.get('ref')}")
+            (now, ">", body.get("evt") or body.get("cmd") or kind, body.get("ref"))
         )
         data: dict[str, Any] = body.get("data") or {}
         if body.get("evt") == "audio.completed" and data.get("reason") == "eof":
             self.completed.append((now, int(data["duration_ms"])))
+            self.completed_wall.append(time.time() * 1000)
         super()._send(kind, body, qos=qos)
+
+    # Publishing: straight to the client in the caller's turn, in order, at most 16 awaiting
+    # their PUBACK (the simulator's window), the rest queued (bounded as the simulator's).
+
+    def _put(self, topic: str, payload: bytes, qos: int) -> None:
+        if len(self._backlog) >= 1024:
+            self.stats["out_dropped"] += 1
+            return
+        self._backlog.append((topic, payload, qos))
+        self._drain()
+
+    def _drain(self) -> None:
+        client = self._pub
+        while self._backlog and client is not None and self._flying < 16:
+            topic, payload, qos = self._backlog.popleft()
+            self._flying += 1
+            client.publish(topic, payload, qos=qos, on_done=self._landed)
+
+    def _landed(self) -> None:
+        self._flying = max(0, self._flying - 1)
+        self._drain()
+
+    async def _publisher(self, client: Client) -> None:
+        self._pub, self._flying = client, 0
+        try:
+            self._drain()
+            await asyncio.get_running_loop().create_future()  # until the session ends
+        finally:
+            self._pub = None
 
 
 def errors(
@@ -109,6 +245,41 @@ def errors(
         if stop is not None:
             to_stop.append(stop - due)
     return to_play, to_stop
+
+
+def stamped(board: LoadBoard, ratio: float, min_window_ms: int) -> tuple[list[float], list[float]]:
+    """The next-clip error split at the gateway's own stamp (the PLAY_MEDIA's ``ts``: the
+    gateway's wall clock, whole ms, when it built the command), per clip measured by
+    :func:`errors`, ms: (stamp - (completed + T): how late the *gateway* was, with the inbound
+    hop; received - stamp: the gateway's publish, the broker, and this worker's loop, which
+    notes the receipt: the *board worker's* lateness is in this part only). Their sum is the
+    error, to within the stamp's millisecond and the two clocks' reads."""
+    late, delivery = [], []
+    for index, (at, duration) in enumerate(board.completed):
+        i = bisect.bisect_right(board.plays, at)
+        if i >= len(board.plays):
+            continue
+        received, ts = board.play_stamps[i]
+        if ts is None:
+            continue
+        due = board.completed_wall[index] + listen_window_ms(duration, ratio, min_window_ms)
+        late.append(ts - due)
+        delivery.append(received - ts)
+    return late, delivery
+
+
+def worker_lag_at(receipts: list[list[float]], lags: list[tuple[float, float]]) -> list[float]:
+    """Per measured receipt (each board's PLAY_MEDIA receipts, monotonic ms): this worker's loop
+    lag sample that covers it (the first to wake at or after it: how late the loop was in the
+    50 ms around the receipt, which a loop busy when the command came delays by about as much;
+    0 when no sample came after it)."""
+    woke = [at for at, _ in lags]
+    out = []
+    for times in receipts:
+        for at in times:
+            i = bisect.bisect_left(woke, at)
+            out.append(lags[i][1] if i < len(lags) else 0.0)
+    return out
 
 
 def _first_after(times: list[float], at: float) -> float | None:
@@ -172,7 +343,7 @@ async def start_lessons(
     await asyncio.sleep(spec["deadline_s"])
 
 
-async def run(spec: dict[str, Any]) -> None:
+async def run(spec: dict[str, Any], loop_name: str) -> None:
     lesson = spec["lesson"]
     durations = dict.fromkeys(lesson["paths"], lesson["clip_ms"])
     boards = []
@@ -218,6 +389,7 @@ async def run(spec: dict[str, Any]) -> None:
         # figures, not clean goodbyes; the broker closes the sockets).
         result = report(boards, lesson, refused, lags, asked)
         result["cpu_s"] = time.process_time() - cpu0
+        result["loop"] = loop_name
         if speaker is not None:
             result["speech"] = speaker.report()
             result["speech"]["drain_s"] = time.monotonic() - lessons_done
@@ -279,17 +451,22 @@ def report(
 ) -> dict[str, Any]:
     to_play: list[tuple[int, float, float, float | None]] = []
     to_stop: list[float] = []
+    gateway_late: list[float] = []
+    delivery: list[float] = []
     for board in boards:
         p, s = errors(board, lesson["ratio"], lesson["min_window_ms"])
         to_play += p
         to_stop += s
+        late, hop = stamped(board, lesson["ratio"], lesson["min_window_ms"])
+        gateway_late += late
+        delivery += hop
     unfinished = {
         b.dev: {
             "plays": len(b.plays),
             "completed": len(b.completed),
             "stops": len(b.stops),
             "connected": b.connected.is_set(),
-            "timeline": [f"{t - b.timeline[0][0]:.0f} {what}" for t, what in b.timeline],
+            "timeline": _timeline(b),
         }
         for b in boards
         if not b.done.is_set()
@@ -300,12 +477,13 @@ def report(
         "plays": sum(len(b.plays) for b in boards),
         "refused": refused,
         "unfinished": dict(list(unfinished.items())[:3]),
-        "timeline_first_board": [
-            f"{t - boards[0].timeline[0][0]:.0f} {what}" for t, what in boards[0].timeline
-        ],
+        "timeline_first_board": _timeline(boards[0]),
         "completed_to_play_error_ms": [e for _, _, e, _ in to_play],
         "completed_to_play_clip": [i for i, _, _, _ in to_play],
         "completed_to_play_due_ms": [due for _, due, _, _ in to_play],
+        "completed_to_play_stamped_ms": gateway_late,
+        "play_stamped_to_received_ms": delivery,
+        "play_worker_lag_ms": worker_lag_at([b.plays for b in boards], lags),
         "completed_to_listen_ms": [o for _, _, _, o in to_play if o is not None],
         "listen_start_missing": sum(o is None for _, _, _, o in to_play),
         "completed_to_stop_error_ms": to_stop,
@@ -317,11 +495,23 @@ def report(
     }
 
 
+def _timeline(board: LoadBoard) -> list[str]:
+    first = board.timeline[0][0] if board.timeline else 0.0
+    return [f"{t - first:.0f} {way} {what} {ref}" for t, way, what, ref in board.timeline]
+
+
 def main() -> int:
     die_with_parent()
     spec = json.loads(Path(sys.argv[1]).read_text())
     spec["devices"] = dict(spec["devices"])
-    asyncio.run(run(spec))  # exits the process itself once it has reported
+    # The harness's own loop cost is not under test: libuv's loop where installed (the bench
+    # extra), asyncio's otherwise; the results name it (board_loop).
+    try:
+        import uvloop  # noqa: PLC0415 - optional
+    except ImportError:
+        asyncio.run(run(spec, "asyncio"))  # exits the process itself once it has reported
+    else:
+        uvloop.run(run(spec, "uvloop"))
     return 1
 
 

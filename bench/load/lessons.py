@@ -228,6 +228,22 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "steps_measured": len(to_play),
         "steps_expected": n * (clips - 1),
         "completed_to_next_play_error_ms": summary(to_play),
+        # The same error cut at the gateway's own stamp in each PLAY_MEDIA ("ts": its wall
+        # clock when it built the command; bench.load.boards.stamped): the gateway's part (the
+        # board's completed on its way in, the gateway's queue and window timer) and the rest
+        # (the gateway's publish, the broker, the board worker's loop noting the receipt: a
+        # lagging worker shows here, not in the first).
+        "next_play_error_gateway_part_ms": summary(
+            [x for f in found for x in f.get("completed_to_play_stamped_ms", [])]
+        ),
+        "next_play_error_delivery_part_ms": summary(
+            [x for f in found for x in f.get("play_stamped_to_received_ms", [])]
+        ),
+        # Per PLAY_MEDIA received: its board worker's loop lag in the 50 ms around the receipt
+        # (bench.load.boards.worker_lag_at): the board side's share of the delivery part.
+        "next_play_worker_lag_ms": summary(
+            [x for f in found for x in f.get("play_worker_lag_ms", [])]
+        ),
         # After which clip: clip 1's window closes while later lessons are still starting.
         "completed_to_next_play_error_by_clip_ms": {
             str(clip): summary(errors) for clip, errors in sorted(by_clip.items())
@@ -261,6 +277,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         ),
         "placement": placement,
         "board_workers": len(found),
+        "board_loop": sorted({f.get("loop", "asyncio") for f in found}),
         "board_workers_cpu_s": round(board_cpu, 2),
         **{k: v for k, v in cpu.items() if not k.startswith("boards")},
         "samples_ms": to_play,
