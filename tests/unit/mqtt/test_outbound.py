@@ -186,6 +186,30 @@ async def test_control_goes_before_events_and_each_lane_keeps_its_order() -> Non
     await stop(task)
 
 
+async def test_events_leave_a_quarter_of_the_window_to_board_commands() -> None:
+    queue, client, _ = rig(window=4)  # events may take 3 slots
+    put(queue, "e1", "e2", "e3", "e4", "e5", lane=Lane.EVENTS)
+    task = pump(queue, client)
+    await client.wait_calls(3)
+    await settle()
+    assert client.payloads() == [b"e1", b"e2", b"e3"]  # e4 waits: one slot kept free
+    put(queue, "play")  # a board command goes at once, in the caller's turn
+    assert client.payloads()[-1] == b"play"
+    put(queue, "stop")  # the window is full now: it waits, ahead of the events
+    await settle()
+    assert len(client.calls) == 4
+    client.confirm(b"e1")
+    await client.wait_calls(5)
+    assert client.calls[4][1] == b"stop"
+    client.confirm(b"play")  # the slot freed is the kept one: no event takes it
+    await settle()
+    assert len(client.calls) == 5
+    client.confirm(b"e2")
+    await client.wait_calls(6)
+    assert client.calls[5][1] == b"e4"
+    await stop(task)
+
+
 async def test_qos0_takes_no_window_slot_and_counts_when_written() -> None:
     queue, client, counts = rig(window=1)
     queue.put(Outbound("t/m", b"m0", qos=0, lane=Lane.EVENTS))
