@@ -131,7 +131,6 @@ class OutboundQueue:
         connection is gone (what is in flight stays with the session)."""
         self._client = client
         client.on_room = self._wake  # PUBACKs of publishes not ours open room too
-        control, events = self._control, self._events
         try:
             while True:
                 self._ready.clear()
