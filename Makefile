@@ -75,14 +75,22 @@ typecheck: venv
 
 check: lint typecheck
 
+# The suite runs in TEST_WORKERS pytest-xdist workers (docs/testing.md): most integration tests
+# wait on a broker, a socket or a subprocess, so 3 workers keep 2 cores busy without starving
+# the lessons' timers. `--dist loadfile`: a file's tests stay on one worker, in order, and its
+# module-scoped fixtures (a TLS broker, ejabberd, the speech models) start once.
+# pytest-cov combines the workers' coverage.
+TEST_WORKERS ?= 3
+
 test: setup check
-	$(BIN)/pytest -q --cov --cov-report=term-missing:skip-covered --cov-fail-under=100
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile \
+	  --cov --cov-report=term-missing:skip-covered --cov-fail-under=100
 
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
 integration: setup
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration tests/adversarial
 
 bench: setup
 	$(BIN)/python -m bench.codec_bench

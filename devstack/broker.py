@@ -46,16 +46,37 @@ class StackError(RuntimeError):
 
 _EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _PICK_SPAN = 12_000  # ports picked from this far below the ephemeral range up to it
+# "INDEX/COUNT": this process is one of COUNT that pick ports at once (the test suite's parallel
+# workers, tests/conftest.py); each picks only from its own COUNT-th of the range, so a port one
+# worker picked and released (before its broker binds it, or while a broker restarts on it) is
+# never another worker's pick. Not a settings field: pydantic-settings ignores it.
+PORT_SLICE_VAR = "SNLPGW_TEST_PORT_SLICE"
 
 
 def _pick_range() -> tuple[int, int] | None:
     """Ports no port-0 bind and no outgoing connection is given (below the kernel's ephemeral
-    range), or ``None`` where that range is unknown or leaves no room."""
+    range), or ``None`` where that range is unknown or leaves no room; only this process's
+    slice of it when :data:`PORT_SLICE_VAR` names one."""
     try:
         low = int(_EPHEMERAL.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return (max(1024, low - _PICK_SPAN), low - 1) if low > 2048 else None
+    if low <= 2048:
+        return None
+    return _slice((max(1024, low - _PICK_SPAN), low - 1), os.environ.get(PORT_SLICE_VAR, ""))
+
+
+def _slice(span: tuple[int, int], spec: str) -> tuple[int, int]:
+    """``span``'s part ``INDEX`` of ``COUNT`` equal parts (``spec`` = ``"INDEX/COUNT"``); the
+    whole ``span`` when ``spec`` is empty or not such a pair."""
+    index, _, count = spec.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        return span
+    width = (span[1] - span[0] + 1) // int(count)
+    if width < 1:
+        return span
+    start = span[0] + int(index) * width
+    return start, start + width - 1
 
 
 def free_ports(*kinds: int) -> list[int]:

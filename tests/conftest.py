@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from devstack.broker import PORT_SLICE_VAR
 from tests.support.postgres import Postgres, start_postgres
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "allow_task_leak: the test deliberately leaves tasks behind")
+    # Under pytest-xdist (`make test` runs the suite in parallel workers, docs/testing.md) each
+    # worker picks free ports from a range of its own: a port one worker picked and released
+    # before its server binds it (or while a broker restarts on it) is never another's pick.
+    worker, count = (
+        os.environ.get("PYTEST_XDIST_WORKER", ""),
+        os.environ.get("PYTEST_XDIST_WORKER_COUNT", ""),
+    )
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit():
+        os.environ[PORT_SLICE_VAR] = f"{worker[2:]}/{count}"
 
 
 @pytest.fixture(autouse=True)
