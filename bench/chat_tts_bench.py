@@ -28,7 +28,6 @@ from typing import Any
 from bench.stats import quantile, record
 from devstack.broker import local_broker
 from devstack.gateway import Use, gateway_settings, running_gateway
-from gateway.chat import component
 from gateway.simulators.xiaozhi import MqttInfo, XiaozhiDeviceSim, encode_pcm
 from gateway.xiaozhi.ota.trust import Binding
 from gateway.xiaozhi.ota.trust_store import bindings_path, save_bindings
@@ -41,12 +40,16 @@ LEADS_S = (0.2, 0.0, 0.010)  # before (the old hold), none, the new default
 
 
 async def one_lead(lead_s: float, root: Path, reply: list[bytes]) -> dict[str, Any]:
-    component.TTS_LEAD_S = lead_s
     async with local_broker(root / "data") as broker, xiaozhi_server() as peer:
         settings = gateway_settings(
             broker,
             use=Use.LOAD,
-            chat={"upstream_url": peer.url, "silence_timeout_s": 600.0, "reply_timeout_s": 600.0},
+            chat={
+                "upstream_url": peer.url,
+                "silence_timeout_s": 600.0,
+                "reply_timeout_s": 600.0,
+                "tts_lead_s": lead_s,
+            },
         )
         board_uuid = str(uuid.uuid4())
         save_bindings(bindings_path(settings.data_dir), {DEV: Binding(board_uuid)})

@@ -524,6 +524,15 @@ class ChatSettings(_Section):
     downlink_queue_frames: int = Field(
         500, ge=1, description="Downlink frames queued per session (overflow: drop newest)."
     )
+    tts_lead_s: float = Field(
+        0.010,
+        ge=0,
+        le=2.0,
+        description="Audio held after `tts start`: the control message goes through the broker, "
+        "the audio straight over UDP, and the firmware drops audio that arrives before it "
+        "handled `tts start` (measured hop: bench/results/chat_tts.md). Raise it where the "
+        "broker's host is often busy.",
+    )
     voice: str = Field("en-us", description="espeak-ng voice of the embedded engine.")
     voice_task: str = Field(
         "english_learning/shadowing/unit01",

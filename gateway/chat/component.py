@@ -38,9 +38,6 @@ log = logging.getLogger(__name__)
 # DeviceChat objects kept; at the cap the oldest one without a session makes room, and only
 # when every one has a session open does a new device get no CHAT (logged).
 MAX_DEVICES = 10_000
-# Audio held after ``tts start`` so the device handles it before the first frame: the broker hop
-# of the control message (player.py). Measured: bench/results/chat_tts.md.
-TTS_LEAD_S = 0.010
 
 
 class ChatComponent:
@@ -127,7 +124,7 @@ class ChatComponent:
                 bridge=bridge,
                 engine=None if bridge is not None else EmbeddedEngine(asr=self._asr, voice=s.voice),
                 downlink_capacity=s.downlink_queue_frames,
-                tts_lead_s=TTS_LEAD_S,
+                tts_lead_s=s.tts_lead_s,
                 start_task=self._start_task,
                 cues=self._cues,
             )

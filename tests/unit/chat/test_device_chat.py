@@ -209,7 +209,7 @@ async def test_backoff_refuses_at_once_with_a_goodbye() -> None:
 SILENCE_MS = 5_000.0
 
 
-LEAD_S = 0.010  # the component's TTS_LEAD_S
+LEAD_S = 0.010  # chat.tts_lead_s's default
 CUES = {kind: (f"{kind.value}-1".encode(), f"{kind.value}-2".encode()) for kind in CueKind}
 
 
