@@ -24,6 +24,7 @@ async def test_one_devices_flood_of_starts_cannot_fill_the_line_others_wait_in(
     async with lesson_rig(broker, tmp_path, runtime=admission) as rig:
         await rig.board_online()
         hog = new_device_id()  # never connects: a fresh runtime takes it as online
+        assert max(await rig.backend.subscribe(f"snlpgw/v1/reply/{hog}")) < 128
         start = {"v": 1, "action": "start", "app_id": APP, "task_id": TASK, "lesson_id": LESSON,
                  "priority": 2, "source": "test"}  # fmt: skip
         for i in range(FLOOD):  # a hundred slots would reach 10 s ahead, past the 5 s wait
@@ -32,9 +33,19 @@ async def test_one_devices_flood_of_starts_cannot_fill_the_line_others_wait_in(
         reply = await rig.start(priority=2)  # the victim's start, after the whole flood
         assert reply["status"] == "accepted", reply
         await rig.wait_command("PLAY_MEDIA")
-        refused = rig.metric("runtime_admission_refused_total")
-        paced = rig.metric("runtime_admission_paced_total")
-        # Every flood request but the first was refused or waited (ours waited, or went at once):
-        assert refused + paced in (FLOOD - 1, FLOOD)
-        # Most were refused: 8 at a time wait, one more each 100 ms as the line drains.
-        assert refused >= FLOOD // 2
+
+        # Every flood request is answered (refused at once, or accepted at once or after its
+        # wait): nothing is silently lost.
+        def flood_replies() -> list[dict[str, object]] | None:
+            got = [r.body for r in rig.replies if str(r.body.get("ref", "")).startswith("flood-")]
+            return got if len(got) >= FLOOD else None
+
+        answers = await rig.watch.until(flood_replies, "a reply to every flood request")
+        assert len({a["ref"] for a in answers}) == FLOOD
+        refused = [a for a in answers if a["status"] != "accepted"]
+        assert all(a.get("reason") == "overloaded" for a in refused), refused[:3]
+        assert rig.metric("runtime_admission_refused_total") == len(refused)
+        # How many were refused depends on how fast the flood reached the gateway against the
+        # line's 10 a second (a flood slower than that is no flood): on a quiet machine most
+        # are (8 wait, the rest refused at once); the victim got its lesson either way (above).
+        print(f"flood: {len(refused)} refused, {FLOOD - len(refused)} accepted")
