@@ -20,7 +20,8 @@ import tempfile
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import webrtcvad
 from pocketsphinx import Decoder
@@ -108,37 +109,33 @@ class PocketsphinxEngine:
             if arpa is None:
                 return self._generic
             vocab = sorted({w for w in (*GENERIC_WORDS, *lesson_words(hints)) if self._known(w)})
-            with tempfile.TemporaryDirectory(prefix="snlpgw-lm-") as tmp:
-                lm_path = os.path.join(tmp, "lesson.arpa")
-                dict_path = os.path.join(tmp, "lesson.dict")
-                with open(lm_path, "w", encoding="utf-8") as fh:
-                    fh.write(arpa)
-                with open(dict_path, "w", encoding="utf-8") as fh:
-                    fh.writelines(f"{w} {self._generic.lookup_word(w)}\n" for w in vocab)
-                decoder = Decoder(loglevel="FATAL", lm=lm_path, dict=dict_path)
+            decoder = self._small_decoder("lm", arpa, vocab)
             self._lessons[hints] = decoder
             if len(self._lessons) > self._lm_cache:
                 self._lessons.popitem(last=False)
         self._lessons.move_to_end(hints)
         return decoder
 
+    def _small_decoder(
+        self, kind: str, model: str, words: Iterable[str], **options: Any
+    ) -> Decoder:
+        """A decoder over ``words`` (pronunciations from the stock dictionary) with ``model``
+        as its language model (``kind`` "lm": ARPA text) or grammar ("jsgf": JSGF text)."""
+        with tempfile.TemporaryDirectory(prefix="snlpgw-asr-") as tmp:
+            model_path = os.path.join(tmp, f"model.{kind}")
+            dict_path = os.path.join(tmp, "words.dict")
+            with open(model_path, "w", encoding="utf-8") as fh:
+                fh.write(model)
+            with open(dict_path, "w", encoding="utf-8") as fh:
+                fh.writelines(f"{w} {self._generic.lookup_word(w)}\n" for w in words)
+            return Decoder(loglevel="FATAL", dict=dict_path, **{kind: model_path}, **options)
+
     def _grammar_decoder(self, grammar: AnswerGrammar) -> Decoder:
         decoder = self._grammars.get(grammar)
         if decoder is None:
             jsgf = grammar_jsgf(grammar, self._known)
-            with tempfile.TemporaryDirectory(prefix="snlpgw-jsgf-") as tmp:
-                jsgf_path = os.path.join(tmp, "answer.jsgf")
-                dict_path = os.path.join(tmp, "answer.dict")
-                with open(jsgf_path, "w", encoding="utf-8") as fh:
-                    fh.write(jsgf)
-                with open(dict_path, "w", encoding="utf-8") as fh:
-                    fh.writelines(
-                        f"{w} {self._generic.lookup_word(w)}\n"
-                        for w in grammar_words(grammar, self._known)
-                    )
-                decoder = Decoder(
-                    loglevel="FATAL", jsgf=jsgf_path, dict=dict_path, **GRAMMAR_OPTIONS[grammar]
-                )
+            words = grammar_words(grammar, self._known)
+            decoder = self._small_decoder("jsgf", jsgf, words, **GRAMMAR_OPTIONS[grammar])
             self._grammars[grammar] = decoder
         return decoder
 
