@@ -56,11 +56,11 @@ SENTENCES = ["Good morning.", "How are you?", "Thank you.", "I like apples.", "S
 LEAD_MS, TAIL_MS = 150, 450  # the child's reaction; silence for the VAD's 300 ms end
 
 
-def lowest_priority(pid: int) -> None:
-    """Every thread of ``pid`` at nice 19 (a worker it starts later inherits it)."""
+def lowest_priority(pid: int, nice: int = 19) -> None:
+    """Every thread of ``pid`` at ``nice`` (a worker it starts later inherits it)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(ProcessLookupError):
-            os.setpriority(os.PRIO_PROCESS, int(tid), 19)
+            os.setpriority(os.PRIO_PROCESS, int(tid), nice)
 
 
 def parse_case(text: str) -> tuple[int, bool, int]:
@@ -83,7 +83,7 @@ async def run_case(
         await engine.aclose()
         asr_pids = [pid, *_children(pid)]
         for asr in asr_pids:  # it stands in for another host: below the broker and the boards
-            lowest_priority(asr)
+            lowest_priority(asr, args.asr_nice)
         settings: dict[str, Any] = {
             "archive": {"enabled": archive},
             "asr": {"engine": "http", "http_url": url, "http_model": "pocketsphinx",
@@ -117,6 +117,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "board speaking in one window of K (default: every window), e.g. 200,1000,1000/5",
     )
     p.add_argument("--clips", type=int, default=10)
+    p.add_argument(
+        "--asr-nice",
+        type=int,
+        default=19,
+        help="niceness of asr-serve (19: below the broker and the boards that measure; the "
+        "test uses 0, since a CPU hog on a busy CI machine leaves nice 19 nothing)",
+    )
     p.add_argument("--queue-limit", type=int, default=32)
     p.add_argument(
         "--board-workers", type=int, default=2, help="board worker processes (all on CPU 0)"

@@ -593,6 +593,14 @@ class SpeechSettings(_Section):
         "the phrase cache in the background: one at a time, at the lowest CPU priority, never "
         "evicting (the shipped catalog: 132 phrases, ~0.4 MiB of `speech.cache_bytes`).",
     )
+    presynth_nice: int = Field(
+        19,
+        ge=0,
+        le=19,
+        description="CPU niceness of that preparation (19: only what lessons leave idle; on a "
+        "machine that is never idle it may not finish, and phrases are then synthesized on "
+        "first use). The tests that wait for it use 0.",
+    )
     max_utterance_s: float = Field(
         300.0, gt=0, description="Longest text or clip spoken at once (longer: refused)."
     )

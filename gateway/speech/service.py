@@ -52,7 +52,6 @@ MAX_TEXT_CHARS = 2000  # a step's line, not a book: longer text is refused befor
 # The downlink audio a hello reply announces unless CHAT holds the reply with its own
 # (gateway/xiaozhi/roster.py): the format phrases are prepared in ahead of use.
 PREPARED_RATE, PREPARED_FRAME_MS = 16_000, 60
-BACKGROUND_NICE = 19  # phrase preparation: the lowest CPU priority (lessons come first)
 
 
 class SpeechSink(Protocol):
@@ -205,7 +204,10 @@ class SpeechService:
 
     async def run(self) -> None:
         background = ThreadPoolExecutor(
-            1, thread_name_prefix="speech-prepare", initializer=_lower_priority
+            1,
+            thread_name_prefix="speech-prepare",
+            initializer=_lower_priority,
+            initargs=(self.settings.presynth_nice,),
         )
         async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as tg:
             self._http, self._tg, self._loop = http, tg, asyncio.get_running_loop()
@@ -561,10 +563,11 @@ class SpeechService:
         loop.call_soon(_deliver, call, args)
 
 
-def _lower_priority() -> None:
-    """The preparation thread (and the espeak-ng/sox it starts) at the lowest priority."""
+def _lower_priority(nice: int) -> None:
+    """The preparation thread (and the espeak-ng/sox it starts) at ``nice`` (by default the
+    lowest priority: ``speech.presynth_nice``)."""
     with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
 
 
 def _deliver(call: Callable[..., None], args: tuple[object, ...]) -> None:
