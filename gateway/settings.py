@@ -590,7 +590,7 @@ class SpeechSettings(_Section):
         True,
         description="After start and each catalog reload, synthesize the catalog's fixed "
         "phrases (`speak` steps; the generators' questions, feedback and neutral lines) into "
-        "the phrase cache in the background: one at a time, at the lowest CPU priority, never "
+        "the phrase cache in the background: one at a time, at `speech.presynth_nice`, never "
         "evicting (the shipped catalog: 132 phrases, ~0.4 MiB of `speech.cache_bytes`).",
     )
     presynth_nice: int = Field(

@@ -157,15 +157,7 @@ class OutboundQueue:
         """Write queued publishes, CONTROL first, while the window (EVENTS: all of it but the
         quarter kept for CONTROL) and the socket have room."""
         control, events = self._control, self._events
-        window, events_window = self._window, self._events_window
-        while True:
-            if control:
-                if not client.room(window):
-                    return
-            elif not events or not client.room(events_window):
-                return
-            if not client.writable.is_set():
-                return
+        while self._sendable(client) and client.writable.is_set():
             self._send(client, control.popleft() if control else events.popleft())
 
     def _send(self, client: Client, msg: Outbound) -> None:

@@ -233,7 +233,7 @@ class SpeechService:
     def prepare(self, phrases: Sequence[tuple[str, str]]) -> None:
         """Synthesize ``(voice, sentence)`` phrases into the phrase cache in the background
         (after start-up, and again after a catalog reload: a preparation in progress is
-        replaced). One phrase at a time, the synthesis at the lowest CPU priority; a phrase
+        replaced). One phrase at a time, the synthesis at ``speech.presynth_nice``; a phrase
         already cached is skipped; it stops before the cache would evict anything (the
         budget is ``speech.cache_bytes``). Off with ``speech.presynth``."""
         if not self.settings.presynth:
