@@ -522,12 +522,13 @@ async def test_every_page_fits_a_phone_screen(
             ("mama", f"/steer/{rig.dev}", "steer-phone.png"),
             ("ops", "/fleet", "fleet-phone.png"),
         ]
-        for name in ("mama", "ops"):
-            context = await browser.new_context(locale="zh-CN", viewport=PHONE, base_url=base)
+        for name, locale in (("mama", "zh-CN"), ("ops", "zh-CN"), ("mama", "en")):
+            context = await browser.new_context(locale=locale, viewport=PHONE, base_url=base)
             page = await context.new_page()
             await page.goto("/login")
-            await page.get_by_label("用户名").fill(name)
-            await page.get_by_label("密码").fill(PASSWORD)
+            zh = locale.startswith("zh")
+            await page.get_by_label("用户名" if zh else "User name").fill(name)
+            await page.get_by_label("密码" if zh else "Password").fill(PASSWORD)
             await page.keyboard.press("Enter")
             await expect(page).to_have_url(f"{base}/")
             for who, path, shot in pages:
@@ -543,5 +544,6 @@ async def test_every_page_fits_a_phone_screen(
                     " && !e.closest('table')).map(e => e.tagName).slice(0, 5)"
                 )
                 assert width <= PHONE["width"], (path, width, wide)
-                await page.screenshot(path=str(out / shot), full_page=True)
+                name_en = shot if zh else shot.replace("-phone", "-phone-en")
+                await page.screenshot(path=str(out / name_en), full_page=True)
             await context.close()
