@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 from collections import deque
 from collections.abc import Callable
@@ -130,7 +131,8 @@ class OutboundQueue:
         """Publish while connected; raises :class:`~gateway.mqtt.options.MqttError` when the
         connection is gone (what is in flight stays with the session)."""
         self._client = client
-        client.on_room = self._wake  # PUBACKs of publishes not ours open room too
+        # PUBACKs (also of publishes not ours) open room: refilled in the reading callback.
+        client.on_room = functools.partial(self._refill, client)
         try:
             while True:
                 self._ready.clear()
@@ -143,7 +145,13 @@ class OutboundQueue:
             client.on_room = None
             self._client = None
 
-    def _wake(self) -> None:
+    def _refill(self, client: Client) -> None:
+        """PUBACKs were read: refill the window now, in the callback that read them. Waking
+        the pump instead cost a loop turn per refill, and under load a turn is long: with the
+        broker's 20-slot window that capped the gateway at ~20 publishes a turn (at 1,000
+        speaking lessons PLAY_MEDIA waited up to ~2 s behind task events)."""
+        with contextlib.suppress(MqttError):  # gone: the pump ends, what is queued stays
+            self._send_ready(client)
         if self._control or self._events:
             self._ready.set()
 

@@ -31,6 +31,7 @@ class FakeClient:
         self.broker_receive_maximum = 65_535  # the CONNACK's Receive Maximum (none: 65,535)
         self.invalid: set[str] = set()  # topics whose publish raises InvalidPublish
         self.downgrade = False  # the broker offers QoS 0 and no retain
+        self.on_room: Callable[[], None] | None = None  # the queue's refill, as on a Client
 
     def room(self, window: int) -> bool:
         return not self.broken and len(self.pending) < min(window, self.broker_receive_maximum)
@@ -70,9 +71,12 @@ class FakeClient:
                 await self.changed.wait()
 
     def confirm(self, payload: bytes) -> None:
+        """A PUBACK read: its callback, then room, as ``Client.data_received`` does."""
         callback, _ = self.pending.pop(payload)
         assert callback is not None
         callback()
+        if self.on_room is not None:
+            self.on_room()
 
     def fail(self, payload: bytes, failure: Failure, reason: int) -> None:
         _, callback = self.pending.pop(payload)
@@ -364,6 +368,23 @@ async def test_a_put_with_room_is_written_at_once_without_waking_the_pump() -> N
     assert client.payloads() == [b"now", b"also", b"later"]
     assert counts.published == 1
     await stop(task)
+
+
+async def test_a_puback_refills_the_window_in_the_callback_that_read_it() -> None:
+    queue, client, counts = rig(window=2)
+    task = pump(queue, client)
+    await settle()
+    put(queue, "a", "b")
+    put(queue, "c", "d", lane=Lane.EVENTS)
+    assert client.payloads() == [b"a", b"b"]
+    client.confirm(b"a")  # no loop turn between the PUBACK and the next publish
+    assert client.payloads() == [b"a", b"b", b"c"]
+    client.confirm(b"b")
+    client.confirm(b"c")
+    assert client.payloads() == [b"a", b"b", b"c", b"d"]
+    assert counts.published == 3
+    await stop(task)
+    assert client.on_room is None  # the pump's refill leaves with the pump
 
 
 async def test_the_window_never_exceeds_the_brokers_receive_maximum() -> None:
