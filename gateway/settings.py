@@ -293,6 +293,17 @@ class XiaozhiSettings(_Section):
     ota_max_inflight: int = Field(
         16, ge=1, description="OTA requests in progress at once; more get 503."
     )
+    overload_lag_ms: float = Field(
+        10.0,
+        ge=0,
+        description="Voice overload: when every event-loop lag probe of an interval is later "
+        "than this, fewer lesson listen windows are decoded (the rest are archived undecoded, "
+        "their steps stored with assessment_shed=voice_overload); 0 = always decode. CHAT and "
+        "task-DSL windows are always decoded.",
+    )
+    overload_interval_ms: float = Field(
+        500.0, gt=0, description="Voice overload: the interval judged (probes every 50 ms)."
+    )
 
 
 class BoardSettings(_Section):

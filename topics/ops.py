@@ -33,6 +33,7 @@ class Alarm(StrEnum):
     MQTT_SUBSCRIBE_REFUSED = "mqtt_subscribe_refused"
     ARCHIVE_OVERFLOW = "archive_overflow"
     ARCHIVE_FAILED = "archive_failed"
+    VOICE_OVERLOAD = "voice_overload"
 
 
 class OpsMetrics(OwnModel):

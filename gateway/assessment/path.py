@@ -78,6 +78,7 @@ class AssessmentPath:
         # One alarm per interval however many are shed (each shed step is counted and stored):
         # at 1,000 lessons an alarm per shed answer was ~250 QoS 1 publishes a second.
         self._alarm_dropped = RateLimitedAlarm("asr_dropped", ctx.ops.alarm, interval_s=10.0)
+        self._alarm_overload = RateLimitedAlarm("voice_overload", ctx.ops.alarm, interval_s=10.0)
         self._on_text = on_text
         self._pending: OrderedDict[AsrKey, _StepContext] = OrderedDict()
         self._latest: OrderedDict[tuple[str, int], str] = OrderedDict()
@@ -138,6 +139,32 @@ class AssessmentPath:
         while len(self._latest) > PENDING_KEPT:
             self._latest.popitem(last=False)
         self._pool.submit(AsrJob(key, pcm, hints))
+
+    def shed_utterance(
+        self,
+        *,
+        device: str,
+        instance_id: str,
+        step_index: int,
+        reason: str,
+        methods: tuple[str, ...],
+    ) -> None:
+        """A step's answer not assessed now (a window captured under voice overload): stored
+        with ``assessment_shed = reason``, counted and alarmed like the queue's sheds."""
+        if self._pool is None:
+            self._m_skipped.labels("asr_off").inc()
+            return
+        if not methods:
+            self._m_skipped.labels("assessment_disabled").inc()
+            return
+        self._m_shed.labels(reason).inc()  # a reason of ours, never a device's
+        if self._store is not None:
+            self._store.submit_step(
+                st.StepRecord(
+                    instance_id=instance_id, step_index=step_index, assessment_shed=reason
+                )
+            )
+        self._alarm_overload(device=device, instance_id=instance_id, step_index=step_index)
 
     def transcribe(
         self,

@@ -31,7 +31,7 @@ from gateway.service import Context
 from gateway.settings import ChatSettings
 from gateway.tasks.ports import AnswerKeeper
 from gateway.xiaozhi.messages import DeviceHello
-from gateway.xiaozhi.pipeline import VoiceSink
+from gateway.xiaozhi.voice_ports import VoiceSink
 
 log = logging.getLogger(__name__)
 

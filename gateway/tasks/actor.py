@@ -62,6 +62,7 @@ from gateway.tasks.dsl.commands import (
     VoiceBegan,
     VoiceEnded,
 )
+from gateway.tasks.ports import SHED_VOICE_OVERLOAD
 from gateway.tasks.steps_shell import StepsRunner
 
 INBOX_LIMIT = 256
@@ -118,6 +119,8 @@ class DeviceActor:
         self._gap_from: dict[str, float] = {}
         self._steps: StepsRunner | None = None  # a STEPS task's interpreter, while it runs
         self._dsl_ids = itertools.count(1)
+        # The open lesson window's (instance, step, assessment methods).
+        self._window_at: tuple[str, int, tuple[str, ...]] | None = None
 
     def idle(self) -> bool:
         """No instance and nothing waiting in the inbox: forgetting it loses nothing."""
@@ -294,9 +297,17 @@ class DeviceActor:
         p = self._ports
         self._m.commands.labels(labels.bounded(effect.cmd, labels.COMMANDS)).inc()
         if effect.cmd == "LISTEN_START":
-            p.mic.set_listening(self.device, True)
+            inst = self.runtime.instance  # the window's step, known now (not at its close,
+            # when the runtime may have moved on or ended the instance)
+            self._window_at = (
+                (inst.id, inst.step.step_index, self._plan_of(inst.id)[0])
+                if inst and inst.step
+                else None
+            )
+            p.mic.set_listening(self.device, True, sheddable=True)
         elif effect.cmd == "LISTEN_STOP":
             p.mic.set_listening(self.device, False)
+            self._shed_captured()
         ref = effect.command_id
         p.commands.send_command(
             self.device,
@@ -306,6 +317,35 @@ class DeviceActor:
             prio=effect.prio,
             on_outcome=functools.partial(self._on_outcome, ref),
         )
+
+    def _shed_captured(self) -> None:
+        """The window just closed was captured, not decoded (voice overload): its packets go
+        to the learning record and its step is stored shed, to be reassessed later."""
+        at, self._window_at = self._window_at, None
+        captured = self._ports.mic.take_captured(self.device)
+        if not captured or at is None:
+            return
+        instance_id, step_index, methods = at
+        if self._ports.archive is not None:
+            self._ports.archive.submit(
+                device=self.device, instance_id=instance_id, step_index=step_index,
+                packets=captured,
+            )  # fmt: skip
+        self._ports.assessment.shed_utterance(
+            device=self.device,
+            instance_id=instance_id,
+            step_index=step_index,
+            reason=SHED_VOICE_OVERLOAD,
+            methods=methods,
+        )
+
+    def _plan_of(self, instance_id: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The running instance's assessment methods and ASR hints (none for another one)."""
+        inst = self.runtime.instance
+        if inst is None or inst.id != instance_id:
+            return (), ()
+        record = inst.record
+        return self._ports.plan(record.app_id, record.task_id, record.lesson_id)
 
     def _cue(self, effect: SoundCue | IndicateCue) -> None:
         """SOUND / INDICATE: sent like any command; whatever becomes of it changes nothing."""
@@ -407,12 +447,7 @@ class DeviceActor:
             self._log.warning("utterance %s has no audio; not assessed", effect.utterance_id)
             return
         prompt, expected = self._texts.get((effect.instance_id, effect.step_index), (None, None))
-        inst = self.runtime.instance
-        methods: tuple[str, ...] = ()
-        hints: tuple[str, ...] = ()
-        if inst is not None and inst.id == effect.instance_id:
-            record = inst.record
-            methods, hints = self._ports.plan(record.app_id, record.task_id, record.lesson_id)
+        methods, hints = self._plan_of(effect.instance_id)
         self._m.utterances.inc()
         self._ports.assessment.submit_utterance(
             device=self.device,

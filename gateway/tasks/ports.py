@@ -32,9 +32,14 @@ class MicControl(Protocol):
     """Tells the voice channel whether anyone needs this device's microphone audio now.
 
     Turning listening off flushes an utterance still open, so it reaches the sink.
+    ``sheddable``: a lesson window the channel may open capture-only under voice overload
+    (gateway.xiaozhi.overload); its packets come back once from :meth:`take_captured`.
     """
 
-    def set_listening(self, device: str, listening: bool) -> None: ...
+    def set_listening(self, device: str, listening: bool, *, sheddable: bool = False) -> None: ...
+
+    def take_captured(self, device: str) -> tuple[bytes, ...] | None:
+        """The Opus packets of the device's last capture-only window (None: it was decoded)."""
 
 
 class ModeListener(Protocol):
@@ -73,8 +78,24 @@ class AnswerKeeper(Protocol):
     ) -> None: ...
 
 
+# A step's assessment_shed when its window was only captured (voice overload): its audio is
+# archived undecoded, for `snlpgw reassess`.
+SHED_VOICE_OVERLOAD = "voice_overload"
+
+
 class UtteranceSink(Protocol):
     """The assessment side path: ASR on an utterance, then metrics, store and publish."""
+
+    def shed_utterance(
+        self,
+        *,
+        device: str,
+        instance_id: str,
+        step_index: int,
+        reason: str,
+        methods: tuple[str, ...],
+    ) -> None:
+        """A step's answer that will not be assessed now (``reason``): stored and counted."""
 
     def submit_utterance(
         self,

@@ -5,9 +5,9 @@ from gateway.xiaozhi.channel import XiaozhiChannel
 from gateway.xiaozhi.downlink import SpeakResult
 from gateway.xiaozhi.mcp import McpError, McpTimeout
 from gateway.xiaozhi.ota.provisioning import Provisioner
-from gateway.xiaozhi.pipeline import VoiceSink, utterance_id
 from gateway.xiaozhi.roster import HelloGate, SessionEvents, SessionLink
 from gateway.xiaozhi.speaking import NoSession
+from gateway.xiaozhi.voice_ports import VoiceSink, utterance_id
 
 __all__ = [
     "HelloGate",

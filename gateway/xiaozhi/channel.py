@@ -28,7 +28,7 @@ from gateway.xiaozhi.mcp import McpClient
 from gateway.xiaozhi.ota.admin import serve_ota
 from gateway.xiaozhi.ota.endpoint import OtaEndpoint
 from gateway.xiaozhi.ota.provisioning import Provisioner
-from gateway.xiaozhi.pipeline import Segmenter, VoiceSink, packets_to_keep
+from gateway.xiaozhi.overload import DecodeAdmissionConfig, VoiceGovernor
 from gateway.xiaozhi.pump import AudioPump
 from gateway.xiaozhi.roster import SessionEvents, SessionRoster, UplinkTap
 from gateway.xiaozhi.sessions import SessionCore
@@ -36,6 +36,7 @@ from gateway.xiaozhi.speaking import NoSession, SessionSpeaker
 from gateway.xiaozhi.stats import ChannelStats
 from gateway.xiaozhi.udp import COALESCE_S, UdpEndpoint
 from gateway.xiaozhi.udp_socket import open_socket
+from gateway.xiaozhi.voice_ports import Segmenter, VoiceSink, packets_to_keep
 from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
 
 
@@ -107,6 +108,9 @@ class XiaozhiChannel:
             notify=self._pump.notify,
             packets_kept=packets_to_keep(settings.archive),  # the archive's, per utterance
         )
+        self.overload = VoiceGovernor(
+            DecodeAdmissionConfig(xz.overload_lag_ms, xz.overload_interval_ms), metrics
+        )
         self._roster = SessionRoster(
             core=self.core,
             new_live=new_live,
@@ -175,8 +179,9 @@ class XiaozhiChannel:
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._pump.run(), name="xiaozhi.audio")
-                tg.create_task(self._sweep_idle(), name="xiaozhi.idle-sweeper")
+                tg.create_task(self._roster.sweep_idle(), name="xiaozhi.idle-sweeper")
                 tg.create_task(self.control.tools.run(), name="xiaozhi.mcp-tools")
+                tg.create_task(self.overload.run(), name="xiaozhi.overload")
         finally:
             self._roster.apply(self.core.stop())
             udp.close()
@@ -219,15 +224,21 @@ class XiaozhiChannel:
         """The open session's live state for a datagram's ssrc."""
         return self._roster.route(ssrc)
 
-    def set_listening(self, dev: str, listening: bool) -> None:
+    def set_listening(self, dev: str, listening: bool, *, sheddable: bool = False) -> None:
         """Whether ``dev``'s microphone audio is needed (decode + VAD) or only accounted.
-
         Remembered per device (also before its session exists). Turning it off flushes an
-        utterance still open, so it reaches the :class:`VoiceSink`."""
+        utterance still open, so it reaches the :class:`VoiceSink`. ``sheddable``: a lesson
+        window, which voice overload may open capture-only (:mod:`overload`)."""
         if self.core.set_listening(dev, listening) is not None:
             live = self._roster.of(dev)
             if live is not None:
-                live.pipeline.set_listening(listening)
+                decode = not (listening and sheddable) or self.overload.admit()
+                live.pipeline.set_listening(listening, decode=decode)
+
+    def take_captured(self, dev: str) -> tuple[bytes, ...] | None:
+        """The Opus packets of ``dev``'s last capture-only window, once (None: decoded)."""
+        live = self._roster.of(dev)
+        return live.pipeline.take_captured() if live is not None else None
 
     def send_stt(self, dev: str, text: str) -> None:
         """Show the user's recognised words on the device (``stt``)."""
@@ -276,19 +287,6 @@ class XiaozhiChannel:
         )
 
     # -- internals ---------------------------------------------------------------------------
-
-    async def _sweep_idle(self) -> None:
-        opened = self._roster.opened
-        while True:
-            deadline = self.core.next_deadline()
-            if deadline is None:
-                opened.clear()
-                await opened.wait()
-                continue
-            delay = deadline - self._clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            self._roster.apply(self.core.expire(self._clock()))
 
     def _require(self, dev: str) -> LiveSession:
         live = self._roster.of(dev)

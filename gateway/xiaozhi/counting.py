@@ -2,7 +2,7 @@
 
 Every 60 ms frame of every listening session counts (frames decoded, concealed, ...); a
 Prometheus counter's ``inc`` takes a lock each time. :class:`CounterBatch` hands the pipelines
-:class:`~gateway.xiaozhi.pipeline.PipelineCounters` (and the UDP endpoint its traffic
+:class:`~gateway.xiaozhi.voice_ports.PipelineCounters` (and the UDP endpoint its traffic
 counters) whose calls only add into plain integers, and passes the sums on once per
 event-loop iteration.
 """
@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import fields
 
-from gateway.xiaozhi.pipeline import PipelineCounters
+from gateway.xiaozhi.voice_ports import PipelineCounters
 
 
 class _Sum:

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from codec.opus import OpusStreamDecoder
 from codec.udp import DownlinkSender, UplinkReceiver
 from gateway.xiaozhi.binding import AddressBinding
-from gateway.xiaozhi.pipeline import AudioPipeline, PipelineCounters, Segmenter, VoiceSink
+from gateway.xiaozhi.pipeline import AudioPipeline
 from gateway.xiaozhi.ratelimit import TokenBucket
 from gateway.xiaozhi.sessions import Session
+from gateway.xiaozhi.voice_ports import PipelineCounters, Segmenter, VoiceSink
 
 
 @dataclass(eq=False)

@@ -10,6 +10,11 @@ session's own (``run``): a device that floods fills (and overflows) only its own
 gets only its own turns. The queue is bounded; overflow drops the
 oldest frame, counts it, and turns it into a concealed gap so stream time stays exact.
 
+A listening stretch may be *capture-only* (``set_listening(True, decode=False)``: a lesson
+window the overload governor did not admit, :mod:`overload`): its frames are neither queued nor
+decoded; their Opus packets are kept (at most ``packets_kept``, the archive's longest answer)
+and handed over once by :meth:`AudioPipeline.take_captured` after the stretch ends.
+
 Stream time comes from sequence numbers: frame ``seq`` covers ``[(seq-1)·60, seq·60)`` ms of the
 session, so utterance boundaries do not depend on arrival pacing. Frames that arrive while the
 runtime is not listening are counted and never queued or decoded; the segmenter restarts at
@@ -21,86 +26,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable
 
-from codec.opus import DecoderCounters
 from codec.vad import SpeechStarted, VadEvent
+from gateway.xiaozhi.voice_ports import (
+    FRAME_MS,
+    Decoder,
+    PipelineCounters,
+    Segmenter,
+    VoiceSink,
+)
 
 log = logging.getLogger(__name__)
-
-FRAME_MS = 60
-
-
-class Segmenter(Protocol):
-    """codec's ``VadSegmenter`` (one per listening stretch; times relative to its first sample)."""
-
-    def push(self, pcm: bytes) -> list[VadEvent]: ...
-
-    def flush(self) -> list[VadEvent]: ...
-
-
-class ArchiveOptions(Protocol):
-    """What :func:`packets_to_keep` reads of the ``archive`` settings."""
-
-    @property
-    def enabled(self) -> bool: ...
-
-    @property
-    def max_utterance_s(self) -> float: ...
-
-
-def packets_to_keep(archive: ArchiveOptions) -> int:
-    """Opus packets a session keeps for the archive: its longest utterance and a frame either
-    side (0 when the archive is off: nothing kept)."""
-    return int(archive.max_utterance_s * 1000 / FRAME_MS) + 2 if archive.enabled else 0
-
-
-def utterance_id(session_id: str, start_ms: float) -> str:
-    """A stable id for one utterance: the same for its start and stop callbacks."""
-    return f"{session_id}:{int(start_ms)}"
-
-
-class Decoder(Protocol):
-    """codec's ``OpusStreamDecoder``: PCM for the lost frames then the packet; its running
-    ``counters`` (decoded, concealed incl. rejected packets, decode errors) feed the metrics."""
-
-    counters: DecoderCounters
-
-    def decode(self, packet: bytes, lost_before: int = 0) -> bytes: ...
-
-
-class VoiceSink(Protocol):
-    """What the runtime receives from a device's microphone (times are session stream ms).
-    ``packets``: the device's own Opus packets covering the utterance (the learning record's
-    archive keeps them; empty when the pipeline keeps none)."""
-
-    def speech_started(self, dev: str, session_id: str, at_ms: float) -> None: ...
-
-    def speech_stopped(
-        self,
-        dev: str,
-        session_id: str,
-        pcm: bytes,
-        start_ms: float,
-        end_ms: float,
-        *,
-        packets: Sequence[bytes] = (),
-    ) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineCounters:
-    """Callbacks into the channel's metrics (kept as plain callables so tests need no registry)."""
-
-    frames_decoded: Callable[[int], None]
-    frames_concealed: Callable[[int], None]
-    frames_skipped: Callable[[int], None]
-    queue_dropped: Callable[[int], None]
-    decode_errors: Callable[[int], None]
-    segments: Callable[[int], None]
-    decoder_resets: Callable[[int], None]
 
 
 class AudioPipeline:
@@ -148,6 +85,11 @@ class AudioPipeline:
         self._recent: deque[tuple[int, bytes]] | None = (
             deque(maxlen=packets_kept) if packets_kept > 0 else None
         )
+        self._packets_kept = packets_kept
+        # A capture-only stretch's packets while it runs (None: decoding or not listening),
+        # then the last such stretch's until taken (None: nothing to take).
+        self._capturing: list[bytes] | None = None
+        self._captured: tuple[bytes, ...] | None = None
 
     def receive(self, opus: bytes, seq: int, lost_before: int) -> None:
         """One accepted uplink frame (the UDP endpoint's hot path): O(1), never blocks. A frame
@@ -158,6 +100,12 @@ class AudioPipeline:
             return
         if self.tap is not None:
             self.tap(self.dev, self.session_id, opus)
+        capturing = self._capturing
+        if capturing is not None:
+            if len(capturing) < self._packets_kept:
+                capturing.append(opus)
+            self._counters.frames_captured(1)
+            return
         queue = self._queue
         queue.append((opus, seq, lost_before))  # a plain tuple: a NamedTuple costs ~9x to build
         if len(queue) > self._capacity:
@@ -169,16 +117,30 @@ class AudioPipeline:
         elif self._ready is not None:
             self._ready.set()
 
-    def set_listening(self, listening: bool) -> None:
+    def set_listening(self, listening: bool, *, decode: bool = True) -> None:
         """Turning listening off first processes the frames that arrived while it was on and
         closes an utterance still open (it reaches the sink); turning it on starts a fresh
-        segmenter at the next frame."""
-        if listening == self.listening:
+        segmenter at the next frame. ``decode`` False: the stretch is capture-only (module
+        docstring); a capture-only stretch that ends keeps its packets for :meth:`take_captured`."""
+        capture = listening and not decode
+        if listening == self.listening and capture == (self._capturing is not None):
             return
-        if not listening:
+        if self._capturing is not None:
+            self._captured, self._capturing = tuple(self._capturing), None
+        elif self.listening:
             self.finish()
+        if listening and not self.listening:
+            self._captured = None  # a new stretch: what an old one left is stale
+        if capture:
+            self._capturing = []
         self.listening = listening
         self._segmenter = None
+
+    def take_captured(self) -> tuple[bytes, ...] | None:
+        """The last capture-only stretch's Opus packets, once (None: the stretch was decoded,
+        or they were taken)."""
+        captured, self._captured = self._captured, None
+        return captured
 
     @property
     def queued(self) -> int:

@@ -120,6 +120,19 @@ class SessionRoster:
         # no method of ours around it; ``_live`` is never rebound).
         self.route: Callable[[int], LiveSession | None] = self._live.get
 
+    async def sweep_idle(self) -> None:
+        """Close the sessions idle past the core's deadline (a task of the channel's)."""
+        while True:
+            deadline = self._core.next_deadline()
+            if deadline is None:
+                self.opened.clear()
+                await self.opened.wait()
+                continue
+            delay = deadline - self._clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self.apply(self._core.expire(self._clock()))
+
     def of(self, dev: str) -> LiveSession | None:
         session = self._core.by_dev(dev)
         return self._live.get(session.ssrc) if session is not None else None

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge
 
 from gateway.metrics import Metrics, Quantiles
-from gateway.xiaozhi.pipeline import PipelineCounters
+from gateway.xiaozhi.voice_ports import PipelineCounters
 
 
 @dataclass
@@ -27,6 +27,7 @@ class ChannelStats:
     frames_decoded: Counter = field(init=False)
     frames_concealed: Counter = field(init=False)
     frames_skipped: Counter = field(init=False)
+    frames_captured: Counter = field(init=False)
     decode_errors: Counter = field(init=False)
     decoder_resets: Counter = field(init=False)
     audio_queue_dropped: Counter = field(init=False)
@@ -73,6 +74,10 @@ class ChannelStats:
         self.frames_skipped = m.counter(
             "xiaozhi_opus_frames_skipped", "Frames not decoded because nobody was listening"
         )
+        self.frames_captured = m.counter(
+            "xiaozhi_opus_frames_captured",
+            "Frames kept undecoded for the archive (a lesson window opened under voice overload)",
+        )
         self.audio_queue_dropped = m.counter(
             "xiaozhi_audio_queue_dropped", "Uplink frames dropped on queue overflow (oldest)"
         )
@@ -101,4 +106,5 @@ class ChannelStats:
             decode_errors=self.decode_errors.inc,
             segments=self.speech_segments.inc,
             decoder_resets=self.decoder_resets.inc,
+            frames_captured=self.frames_captured.inc,
         )

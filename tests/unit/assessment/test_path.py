@@ -32,7 +32,19 @@ class IdleBackend:
         return None
 
 
-def _path(heard: list[object] | None = None) -> tuple[AssessmentPath, FakePublisher, Metrics]:
+class StepRows:
+    """The store's step writes."""
+
+    def __init__(self) -> None:
+        self.rows: list[object] = []
+
+    def submit_step(self, record: object) -> None:
+        self.rows.append(record)
+
+
+def _path(
+    heard: list[object] | None = None, store: StepRows | None = None, asr: str = "pocketsphinx"
+) -> tuple[AssessmentPath, FakePublisher, Metrics]:
     """``heard`` collects what the path tells the task runtime (``on_text``)."""
     metrics, mqtt = Metrics(), FakePublisher()
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
@@ -40,10 +52,10 @@ def _path(heard: list[object] | None = None) -> tuple[AssessmentPath, FakePublis
     sink = heard if heard is not None else []
     path = AssessmentPath(
         ctx=ctx,
-        settings=AsrSettings(),
-        store=None,
+        settings=AsrSettings(engine=asr),  # type: ignore[arg-type]
+        store=store,  # type: ignore[arg-type]
         on_text=lambda *a: sink.append(a),
-        backend=IdleBackend(),  # type: ignore[arg-type]
+        backend=None if asr == "none" else IdleBackend(),  # type: ignore[arg-type]
     )
     return path, mqtt, metrics
 
@@ -136,3 +148,33 @@ async def test_an_expired_inline_job_tells_its_waiter_none_without_an_alarm() ->
     path._on_withdrawn(job)  # told once
     assert texts == [None]
     assert mqtt.sent == []  # no ops alarm, nothing published
+
+
+async def test_a_window_shed_under_voice_overload_is_stored_counted_and_alarmed() -> None:
+    rows = StepRows()
+    path, mqtt, metrics = _path(store=rows)
+    for step in (1, 2):
+        path.shed_utterance(device=DEV, instance_id="i1", step_index=step,
+                            reason="voice_overload", methods=("text_similarity_v0",))  # fmt: skip
+    assert [(r.instance_id, r.step_index, r.assessment_shed) for r in rows.rows] == [  # type: ignore[attr-defined]
+        ("i1", 1, "voice_overload"), ("i1", 2, "voice_overload"),
+    ]  # fmt: skip
+    assert all(r.asr_text is None and r.metrics == () for r in rows.rows)  # type: ignore[attr-defined]
+    snap = metrics.snapshot()
+    assert snap['snlpgw_assessments_shed_total{reason="voice_overload"}'] == 2.0
+    (alarm,) = mqtt.bodies("/ops/gw/events")  # one alarm per 10 s however many are shed
+    assert alarm["alarm"] == "voice_overload"
+    assert mqtt.bodies(f"/assessment/{DEV}") == []
+
+
+async def test_a_shed_window_without_assessment_is_only_counted_as_skipped() -> None:
+    rows = StepRows()
+    path, _, metrics = _path(store=rows)
+    path.shed_utterance(device=DEV, instance_id="i1", step_index=1, reason="voice_overload",
+                        methods=())  # fmt: skip
+    off, _, off_metrics = _path(store=rows, asr="none")
+    off.shed_utterance(device=DEV, instance_id="i1", step_index=1, reason="voice_overload",
+                       methods=("text_similarity_v0",))  # fmt: skip
+    assert rows.rows == []
+    assert metrics.snapshot()['snlpgw_assessments_skipped_total{reason="assessment_disabled"}'] == 1
+    assert off_metrics.snapshot()['snlpgw_assessments_skipped_total{reason="asr_off"}'] == 1

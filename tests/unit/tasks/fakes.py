@@ -69,10 +69,22 @@ class FakeBoard:
 
 @dataclass
 class FakeMic:
-    calls: list[tuple[str, bool]] = field(default_factory=list)
+    """Records listening changes; ``capture``: the packets the next closed sheddable window
+    hands back (as a channel under voice overload does), None: windows are decoded."""
 
-    def set_listening(self, device: str, listening: bool) -> None:
+    calls: list[tuple[str, bool]] = field(default_factory=list)
+    sheddable: list[bool] = field(default_factory=list)
+    capture: tuple[bytes, ...] | None = None
+    _captured: dict[str, tuple[bytes, ...]] = field(default_factory=dict)
+
+    def set_listening(self, device: str, listening: bool, *, sheddable: bool = False) -> None:
         self.calls.append((device, listening))
+        self.sheddable.append(sheddable)
+        if listening and sheddable and self.capture is not None:
+            self._captured[device] = self.capture
+
+    def take_captured(self, device: str) -> tuple[bytes, ...] | None:
+        return self._captured.pop(device, None)
 
 
 @dataclass
@@ -91,8 +103,13 @@ class FakeRecorder:
 class FakeAssessment:
     submitted: list[dict[str, Any]] = field(default_factory=list)
 
+    shed: list[dict[str, Any]] = field(default_factory=list)
+
     def submit_utterance(self, **job: Any) -> None:
         self.submitted.append(job)
+
+    def shed_utterance(self, **job: Any) -> None:
+        self.shed.append(job)
 
 
 @contextlib.asynccontextmanager

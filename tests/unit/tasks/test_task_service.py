@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -213,6 +213,46 @@ async def test_an_utterance_cut_by_the_window_close_keeps_its_step(rig: TaskServ
     assert [e["step_index"] for e in started] == [0]
     assert [e["step_index"] for e in stopped] == [0]
     assert stopped[0]["instance_id"] == started[0]["instance_id"]
+
+
+@dataclass
+class KeptAnswers:
+    """The learning record's archive: what it was handed."""
+
+    kept: list[tuple[str, int, tuple[bytes, ...]]] = field(default_factory=list)
+
+    def submit(
+        self, *, device: str, instance_id: str, step_index: int, packets: Sequence[bytes]
+    ) -> None:
+        self.kept.append((instance_id, step_index, tuple(packets)))
+
+
+async def test_a_window_captured_under_voice_overload_is_archived_and_stored_shed(
+    fast_catalog: Path,
+) -> None:
+    mqtt, board, assessment = FakePublisher(), FakeBoard(), FakeAssessment()
+    mic, archive = FakeMic(capture=(b"o1", b"o2")), KeptAnswers()
+    async with running_tasks(
+        fast_catalog, mqtt, Metrics(), board, min_window_ms=100,
+        mic=mic, recorder=FakeRecorder(), assessment=assessment, archive=archive,
+    ):  # fmt: skip
+        mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "r1", "action": "start",
+                     "app_id": "english_learning", "task_id": "shadowing",
+                     "lesson_id": "unit01"})  # fmt: skip
+        await mqtt.wait_for(lambda: any(e["event"] == "instance.completed"
+                                        for e in mqtt.bodies("/task/" + DEV)))  # fmt: skip
+        instance_id = str(mqtt.bodies("/task/" + DEV)[0]["instance_id"])
+    assert (DEV, True) in mic.calls
+    assert all(shed for (_, on), shed in zip(mic.calls, mic.sheddable, strict=True) if on)
+    # Every window was captured: its packets kept for its own step, the step shed, the
+    # clips still played on the timer (four steps, four windows).
+    assert archive.kept == [(instance_id, i, (b"o1", b"o2")) for i in range(4)]
+    assert [(j["instance_id"], j["step_index"], j["reason"]) for j in assessment.shed] == [
+        (instance_id, i, "voice_overload") for i in range(4)
+    ]
+    assert assessment.shed[0]["methods"] == ("text_similarity_v0",)
+    assert assessment.submitted == []
+    assert len(board.times_of("PLAY_MEDIA")) == 4
 
 
 async def test_full_actor_table_evicts_idle_then_refuses(rig: TaskServiceRig) -> None:

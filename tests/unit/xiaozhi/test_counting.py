@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.xiaozhi.counting import CounterBatch
-from gateway.xiaozhi.pipeline import PipelineCounters
+from gateway.xiaozhi.voice_ports import PipelineCounters
 
 
 class CountingSink:

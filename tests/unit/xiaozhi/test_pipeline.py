@@ -12,7 +12,8 @@ import pytest
 from codec.opus import DecoderCounters, OpusStreamDecoder
 from codec.vad import SpeechStarted, SpeechStopped, VadEvent, VadSegmenter
 from gateway.settings import ArchiveSettings
-from gateway.xiaozhi.pipeline import AudioPipeline, PipelineCounters, packets_to_keep, utterance_id
+from gateway.xiaozhi.pipeline import AudioPipeline
+from gateway.xiaozhi.voice_ports import PipelineCounters, packets_to_keep, utterance_id
 from tests.support import speech
 from tests.support.opus_stream import encode
 
@@ -35,6 +36,7 @@ class Tally:
             segments=bump("segments"),  # type: ignore[arg-type]
             decode_errors=bump("errors"),  # type: ignore[arg-type]
             decoder_resets=bump("resets"),  # type: ignore[arg-type]
+            frames_captured=bump("captured"),  # type: ignore[arg-type]
         )
 
 
@@ -201,6 +203,48 @@ def test_listening_off_flushes_the_open_utterance_to_the_sink() -> None:
     p.set_listening(False)  # no change, nothing more
     assert len(sink.events) == 2
     assert utterance_id("s", 0.0) == utterance_id("s", 0.4) == "s:0"
+
+
+def test_a_capture_only_stretch_keeps_packets_undecoded_and_hands_them_over_once() -> None:
+    notified: list[AudioPipeline] = []
+    p, decoder, sink, tally = pipeline(packets_kept=3, listening=False, notify=notified.append)
+    p.set_listening(True, decode=False)
+    for seq in range(1, 6):  # five frames, three kept (the archive's longest answer)
+        p.receive(bytes([seq]), seq, 0)
+    assert (p.queued, decoder.calls, notified, sink.events) == (0, [], [], [])
+    assert p.take_captured() is None  # still capturing: nothing to take yet
+    p.set_listening(False)
+    assert p.take_captured() == (b"\x01", b"\x02", b"\x03")
+    assert p.take_captured() is None  # once
+    assert tally.values == {"captured": 5}
+    p.receive(b"late", 6, 0)  # nobody listens: skipped, not captured
+    assert tally.values == {"captured": 5, "skipped": 1}
+
+
+def test_capture_packets_left_untaken_are_dropped_when_a_new_stretch_starts() -> None:
+    p, _, _, _ = pipeline(packets_kept=3, listening=False)
+    p.set_listening(True, decode=False)
+    p.receive(b"a", 1, 0)
+    p.set_listening(False)
+    p.set_listening(True)  # a decoded stretch: the old capture is stale
+    p.set_listening(False)
+    assert p.take_captured() is None
+
+
+def test_switching_between_decoding_and_capture_while_listening() -> None:
+    p, decoder, sink, _ = pipeline(packets_kept=3)
+    p.receive(b"x", 1, 0)
+    p.set_listening(True, decode=False)  # decoding → capture: the queued frame is decoded first
+    assert [c[0] for c in decoder.calls] == [b"x"]
+    assert sink.events[-1][0] == "stop"  # and the open utterance closed
+    p.set_listening(True, decode=False)  # no change
+    p.receive(b"c", 2, 0)
+    p.set_listening(True)  # capture → decoding: what was captured waits to be taken
+    p.receive(b"d", 3, 0)
+    assert p.queued == 1
+    assert p.take_captured() == (b"c",)
+    p.set_listening(True)  # no change: nothing flushed
+    assert p.queued == 1
 
 
 def test_sink_failure_is_contained() -> None:
