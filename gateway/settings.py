@@ -106,6 +106,15 @@ class MqttSettings(_Section):
         description="Publishes awaiting the broker's PUBACK at once (sent in order); never "
         "more than the broker's Receive Maximum (Mosquitto: max_inflight_messages).",
     )
+    publish_links: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="Publish-only broker connections beside the main one: each adds "
+        "max_inflight publishes in flight (the broker's Receive Maximum caps each "
+        "connection); a topic always uses the same connection, so its order is kept. "
+        "About 3 for 1,000 lessons on one gateway (docs/scale-out.md).",
+    )
     max_payload_bytes: int = Field(
         8192, ge=512, description="Inbound payloads over this are dropped."
     )

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,6 +49,7 @@ from gateway.mqtt import codec
 from gateway.mqtt import session as core
 from gateway.mqtt.client import Client
 from gateway.mqtt.edge import Handler, Inbound
+from gateway.mqtt.links import STABLE_S, PublishLink
 from gateway.mqtt.options import ClientOptions, ConnectRefused, MqttError, PublishRefused
 from gateway.mqtt.outbound import Lane, Outbound, OutboundCounters, OutboundQueue, lane_for
 from gateway.mqtt.tls import BrokerTls
@@ -59,8 +61,6 @@ _OPS_PREFIX = "snlpgw/v1/ops/"
 
 # A full lane logs its 1st loss, then every 100th (each is counted), not a line per publish.
 _LOG_EVERY = 100
-# A connection that stayed up this long starts the reconnect back-off again from its minimum.
-STABLE_S = 10.0
 # One ops alarm per kind at most this often (each failure is counted and logged regardless).
 ALARM_EVERY_S = 60.0
 # PUBACK / DISCONNECT reason codes as metric labels (a fixed set; any other is "other").
@@ -158,20 +158,45 @@ class MqttConnection:
             "mqtt_connection_losses", "Broker connections lost or refused", ["how"]
         )
         # Bounded lanes (see outbound.py); presence is re-sent on every connect.
+        counters = OutboundCounters(
+            dropped=self._dropped,
+            refused=self._refused,
+            published=self.m_out.inc,
+            failed=self._failed,
+            invalid=self._invalid,
+            fallback=lambda kind: self.m_fallbacks.labels(kind).inc(),
+        )
         self._outbox = OutboundQueue(
             control_limit=settings.control_queue,
             events_limit=settings.outbound_queue,
             window=settings.max_inflight,
-            counters=OutboundCounters(
-                dropped=self._dropped,
-                refused=self._refused,
-                published=self.m_out.inc,
-                failed=self._failed,
-                invalid=self._invalid,
-                fallback=lambda kind: self.m_fallbacks.labels(kind).inc(),
-            ),
+            counters=counters,
         )
-        self.m_out_queue.set_function(lambda: len(self._outbox))  # read when scraped
+        # Publish-only connections beside this one (links.py), each with lanes of its own; a
+        # topic always goes through the same one of these outboxes (its order is kept).
+        self._links = [
+            PublishLink(
+                settings=settings,
+                options=ClientOptions(
+                    client_id=f"{client_id}.p{k}",
+                    keepalive_s=settings.keepalive_s,
+                    username=settings.username,
+                    password=password,
+                ),
+                counters=counters,
+                tls=self._tls,
+                on_message=self._on_message,
+                on_change=self._links_changed,
+            )
+            for k in range(1, settings.publish_links + 1)
+        ]
+        self._outboxes = [self._outbox, *(link.outbox for link in self._links)]
+        self.m_links = metrics.gauge(
+            "mqtt_publish_links_connected", "Publish links connected (mqtt.publish_links)"
+        )
+        self.m_out_queue.set_function(  # read when scraped
+            lambda: sum(len(outbox) for outbox in self._outboxes)
+        )
 
     # -- component API ---------------------------------------------------------------------
 
@@ -239,7 +264,10 @@ class MqttConnection:
             return False
         lane = lane_for(topic)
         msg = Outbound(topic, data, qos, retain, correlation_data, expiry_s, lane, on_sent)
-        return self._outbox.put(msg)
+        outboxes = self._outboxes
+        if len(outboxes) == 1:
+            return self._outbox.put(msg)
+        return outboxes[zlib.crc32(encoded) % len(outboxes)].put(msg)
 
     @property
     def max_packet_bytes(self) -> int:
@@ -251,9 +279,15 @@ class MqttConnection:
     def health(self) -> dict[str, object]:
         """Readiness for /healthz: connected, and every subscription granted."""
         refused = [f for f, _ in self._refused_filters]
+        links = sum(link.connected for link in self._links)
         body: dict[str, object] = {
-            "ok": self.connected and not refused and self._presence_refused is None
+            "ok": self.connected
+            and not refused
+            and self._presence_refused is None
+            and links == len(self._links)
         }
+        if self._links:
+            body["publish_links"] = f"{links}/{len(self._links)} connected"
         if refused:
             body["refused_subscriptions"] = refused
         if self._presence_refused is not None:
@@ -315,7 +349,19 @@ class MqttConnection:
     # -- service task ----------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Connect, serve, reconnect; returns only when cancelled."""
+        """Connect, serve, reconnect (each publish link too); returns only when cancelled."""
+        if not self._links:
+            await self._run_main()
+            return
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._run_main(), name="mqtt.main")
+            for link in self._links:
+                tg.create_task(link.run(), name=f"mqtt.{link.client_id[-3:]}")
+
+    def _links_changed(self) -> None:
+        self.m_links.set(sum(link.connected for link in self._links))
+
+    async def _run_main(self) -> None:
         while True:
             try:
                 await self._serve_once()

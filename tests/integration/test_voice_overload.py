@@ -10,8 +10,6 @@ to 0 and frozen, as after a run of overloaded intervals, to test what follows fr
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import wave
 from pathlib import Path
 
 import pytest
@@ -22,24 +20,11 @@ from gateway.assessment.reassess import EngineIdentity, ReassessSelection, reass
 from gateway.assessment.sphinx import PocketsphinxEngine
 from gateway.store.assessments import assessments_of
 from gateway.xiaozhi.overload import DecodeAdmissionConfig
+from tests.integration.test_learning_record import decoded_ms
 from tests.support.broker import Broker
-from tests.support.speech import RATE
 from tests.support.voice_lesson import SCRIPT, child, fetch_instance, lesson_rig, start
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-def opusdec_ms(data: bytes, tmp_path: Path) -> float:
-    """The duration opusdec (an independent decoder) decodes an archived answer to."""
-    src, out = tmp_path / "answer.opus", tmp_path / "answer.wav"
-    src.write_bytes(data)
-    subprocess.run(
-        ["opusdec", "--quiet", "--rate", str(RATE), str(src), str(out)],
-        check=True,
-        capture_output=True,
-    )
-    with wave.open(str(out)) as wav:
-        return float(wav.getnframes() * 1000 / wav.getframerate())
 
 
 async def test_windows_captured_under_overload_keep_time_archive_and_reassess(
@@ -81,7 +66,7 @@ async def test_windows_captured_under_overload_keep_time_archive_and_reassess(
             audio_id = steps[i]["audio_id"]
             packets = await gw.archive.packets(audio_id)
             assert len(packets) >= 17
-            assert opusdec_ms(await gw.archive.get(audio_id), tmp_path) == 60.0 * len(packets)
+            assert decoded_ms(await gw.archive.get(audio_id), tmp_path) == 60.0 * len(packets)
         snap = gw.service.metrics.snapshot()
         assert snap['snlpgw_xiaozhi_lesson_windows_total{mode="captured"}'] == 4.0
         assert snap['snlpgw_assessments_shed_total{reason="voice_overload"}'] == 4.0

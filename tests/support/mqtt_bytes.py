@@ -152,6 +152,22 @@ def connect_keepalive(p: ClientPacket) -> int:
     return int(struct.unpack_from("!H", p.body, 8)[0])
 
 
+def connect_client_id(p: ClientPacket) -> str:
+    """The client id of a CONNECT (MQTT 5: the first field after the properties)."""
+    body = p.body
+    pos, length, shift = 10, 0, 0
+    while True:
+        byte = body[pos]
+        pos += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    pos += length
+    (n,) = struct.unpack_from("!H", body, pos)
+    return body[pos + 2 : pos + 2 + n].decode()
+
+
 def _connect_props(body: bytes) -> dict[int, int]:
     if body[6] != 5:
         return {}

@@ -38,10 +38,12 @@ class FakeBroker:
     packets: list[b.ClientPacket] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
+    by_client: list[tuple[str, b.ClientPacket]] = field(default_factory=list)  # (client id, packet)
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.append(writer)
         buf = bytearray()
+        client_id = ""
         try:
             while True:
                 wait = None if self.keepalive_s is None else 1.5 * self.keepalive_s
@@ -55,6 +57,9 @@ class FakeBroker:
                     return
                 buf += data
                 for p in b.read_packets(buf):
+                    if p.kind == 1:
+                        client_id = b.connect_client_id(p)
+                    self.by_client.append((client_id, p))
                     if not await self._handle(p, writer):
                         return
         finally:
@@ -308,3 +313,52 @@ async def test_a_refused_login_says_why_and_which_setting_once_per_back_off(
         assert "mqtt.password_file" in line
         assert "reconnecting in" in line
     assert not conn.connected
+
+
+# -- publish links: more windows, one topic on one connection -------------------------------
+
+
+async def test_publish_links_spread_topics_keep_each_topics_order_and_reconnect() -> None:
+    dropped: list[int] = []
+
+    def drop_once(p: b.ClientPacket) -> int | None:
+        # t/5 leaves on the first link (crc32 of the topic, modulo 3 connections).
+        if p.kind == 3 and p.topic == "t/5" and p.body.endswith(b"#5") and not dropped:
+            dropped.append(1)
+            return 0x89  # server busy: about the broker, not the packet (resent, not poison)
+        return None
+
+    fake = FakeBroker(fault=drop_once)
+    topics = [f"t/{i}" for i in range(24)]
+    async with running(fake, publish_links=2) as (conn, metrics):
+        await connected(conn)
+        await eventually(lambda: conn.health()["ok"] is True)
+        assert conn.health()["publish_links"] == "2/2 connected"
+        assert metrics.snapshot()["snlpgw_mqtt_publish_links_connected"] == 2.0
+        for n in range(20):
+            for topic in topics:
+                assert conn.publish(topic, f"{topic}#{n}".encode(), qos=1)
+        await eventually(lambda: sum(len(o) for o in conn._outboxes) == 0)
+        await eventually(lambda: conn.health()["ok"] is True)
+    connects = {cid: p for cid, p in fake.by_client if p.kind == 1}
+    assert sorted(connects) == ["t", "t.p1", "t.p2"]
+    assert [c for c, p in fake.by_client if p.kind == 1].count("t.p1") == 2  # it came back
+    for cid in ("t.p1", "t.p2"):  # publish-only: clean start, no will, nothing subscribed
+        flags = b.connect_flags(connects[cid])
+        assert flags & 0x02  # Clean Start
+        assert not flags & 0x04  # no will
+        assert not [p for c, p in fake.by_client if c == cid and p.kind == 8]
+    carriers: dict[str, set[str]] = {}
+    for topic in topics:
+        sent = [(c, p.body) for c, p in fake.by_client if p.kind == 3 and p.topic == topic]
+        carriers[topic] = {c for c, _ in sent}
+        payloads: list[str] = []
+        for _, body in sent:  # the payload repeats the topic; a resend may repeat one
+            text = body.rsplit(topic.encode(), 1)[1].decode()
+            if text not in payloads:
+                payloads.append(text)
+        assert payloads == [f"#{n}" for n in range(20)], topic  # all, in order
+    assert all(len(c) == 1 for c in carriers.values())  # one topic, one connection
+    assert {c for cs in carriers.values() for c in cs} == {"t", "t.p1", "t.p2"}
+    assert dropped == [1]
+    assert len(fake.connects) == 4
