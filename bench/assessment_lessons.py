@@ -63,19 +63,22 @@ def lowest_priority(pid: int, nice: int = 19) -> None:
             os.setpriority(os.PRIO_PROCESS, int(tid), nice)
 
 
-def parse_case(text: str) -> tuple[int, bool, int]:
-    """``N[:on|off][/K]``: N lessons, the archive on (default) or off, every board speaking in
-    one window of K (default 1: every window; board i speaks when (i + clip) % K == 0)."""
+def parse_case(text: str) -> tuple[int, bool, int, int]:
+    """``N[:on|off][/K][+L]``: N lessons, the archive on (default) or off, every board speaking
+    in one window of K (default 1: every window; board i speaks when (i + clip) % K == 0), the
+    gateway with L publish links (``mqtt.publish_links``, default 0)."""
+    text, _, links = text.partition("+")
     head, _, every = text.partition("/")
     n, _, archive = head.partition(":")
     if archive not in ("", "on", "off"):
         raise argparse.ArgumentTypeError(f"archive must be on or off: {text!r}")
-    return int(n), archive != "off", int(every or 1)
+    return int(n), archive != "off", int(every or 1), int(links or 0)
 
 
 async def run_case(
-    n: int, archive: bool, every: int, args: argparse.Namespace, root: Path
+    case: tuple[int, bool, int, int], args: argparse.Namespace, root: Path
 ) -> dict[str, Any]:
+    n, archive, every, links = case
     async with asr_serve(1, queue_limit=4) as (url, pid):
         engine = HttpAsrEngine(url=url, model="pocketsphinx", timeout_s=60, retries=0)
         warm = await engine.transcribe(audio.synthesize(SENTENCES[0]), tuple(SENTENCES))
@@ -86,6 +89,7 @@ async def run_case(
             lowest_priority(asr, args.asr_nice)
         settings: dict[str, Any] = {
             "archive": {"enabled": archive},
+            "mqtt": {"publish_links": links},
             "asr": {"engine": "http", "http_url": url, "http_model": "pocketsphinx",
                     "http_timeout_s": 60.0, "http_retries": 0, "workers": 2,
                     "queue_limit": args.queue_limit, "job_timeout_s": 60.0},
@@ -101,6 +105,7 @@ async def run_case(
     result["asr_workers"] = 1
     result["archive"] = "on" if archive else "off"
     result["speak_every"] = every
+    result["publish_links"] = links
     result["offered_per_s"] = round(
         result["speech"]["answers_started"] / max(0.1, result["wall_s"]), 1
     )
@@ -112,9 +117,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--cases",
         type=lambda s: [parse_case(x) for x in s.split(",") if x],
-        default=[(200, True, 1), (1000, True, 1)],
-        help="N[:on|off][/K] each: N lessons, the answer archive on (default) or off, each "
-        "board speaking in one window of K (default: every window), e.g. 200,1000,1000/5",
+        default=[(200, True, 1, 0), (1000, True, 1, 0), (1000, True, 1, 3)],
+        help="N[:on|off][/K][+L] each: N lessons, the answer archive on (default) or off, each "
+        "board speaking in one window of K (default: every window), L publish links (default "
+        "0), e.g. 200,1000,1000+3,1000/5",
     )
     p.add_argument("--clips", type=int, default=10)
     p.add_argument(
@@ -141,8 +147,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     started = datetime.datetime.now(datetime.UTC)
     cases = []
     with tempfile.TemporaryDirectory(prefix="snlp-assess-lessons-") as tmp:
-        for i, (n, archive, every) in enumerate(args.cases):
-            case = await run_case(n, archive, every, args, Path(tmp) / str(i))
+        for i, spec in enumerate(args.cases):
+            case = await run_case(spec, args, Path(tmp) / str(i))
             cases.append(case)
             brief = {k: case[k] for k in ("lessons", "archive", "completed_to_next_play_error_ms",
                                           "close_to_assessment_ms", "utterances_heard",

@@ -52,8 +52,10 @@ def section(doc: dict[str, Any]) -> list[str]:
         "(the utterance's close; the VAD adds its 300 ms of silence) → the step's assessment "
         "received by a backend client, for what is assessed (`window_close_to_assessment_ms` "
         "in the JSON: from the window's close instead); *shed* = the gateway's "
-        "`assessments_shed_total` (steps stored with `assessment_shed = queue_full`), share of "
-        "heard; *assessments/s* = assessed / the case's wall time (lessons and drain); *per ASR "
+        "`assessments_shed_total`: steps stored with `assessment_shed = queue_full` (the ASR "
+        "queue) or `voice_overload` (windows the gateway captured undecoded under load, "
+        "gateway/xiaozhi/overload.py; their audio archived for `snlpgw reassess`), share of "
+        "shed + assessed; *assessments/s* = assessed / the case's wall time (lessons and drain); *per ASR "
         "core* = that / "
         "ASR workers (1); *per ASR CPU-second* = assessed / CPU the asr-serve process and its "
         "worker used (what a core of their own gives); *gateway CPU ms/step* = gateway CPU / "
@@ -108,7 +110,7 @@ def _late_table(cases: list[dict[str, Any]]) -> list[str]:
         lag, late = c["board_worker_loop_lag_ms"], c.get("gateway_window_lateness_ms", {})
         p99 = late.get("p99")
         lines.append(
-            f"| {c['lessons']} | {c['completed_to_next_play_error_ms'].get('p99', '-')} "
+            f"| {_lessons(c)} | {c['completed_to_next_play_error_ms'].get('p99', '-')} "
             f"| {gw.get('p50', '-')} | **{gw.get('p99', '-')}** | {hop.get('p50', '-')} "
             f"| **{hop.get('p99', '-')}** "
             f"| {c.get('next_play_worker_lag_ms', {}).get('p99', '-')} "
@@ -130,12 +132,13 @@ def _table(cases: list[dict[str, Any]]) -> list[str]:
     for c in cases:
         nxt, lat = c["completed_to_next_play_error_ms"], c["close_to_assessment_ms"]
         lines.append(
-            f"| {c['lessons']} | {_every(c.get('speak_every', 1))} | {c.get('archive', 'on')} "
+            f"| {_lessons(c)} | {_every(c.get('speak_every', 1))} | {c.get('archive', 'on')} "
             f"| {c['steps_measured']}/{c['steps_expected']} "
             f"| {nxt.get('p50', '-')} | **{nxt.get('p99', '-')}** | {nxt.get('max', '-')} "
             f"| {c['speech']['answers_started']} | {c.get('utterances_heard', '-')} "
             f"| {c['assessments_published']} "
-            f"| {c['assessments_shed']} ({c['shed_share']:.0%}) | {lat.get('p50', '-')} "
+            f"| {c['assessments_shed']} ({c['shed_share']:.0%}{_overload(c)}) "
+            f"| {lat.get('p50', '-')} "
             f"| {lat.get('p99', '-')} | {c['assessments_per_s']} "
             f"| {c['assessments_per_s'] / c['asr_workers']:.2f} "
             f"| {c['assessments_per_asr_cpu_s']} | {c['asr_cpu_s']} "
@@ -144,3 +147,16 @@ def _table(cases: list[dict[str, Any]]) -> list[str]:
             f"| {c['wall_s']:.1f} |"
         )
     return lines
+
+
+def _lessons(case: dict[str, Any]) -> str:
+    links = case.get("publish_links", 0)
+    return f"{case['lessons']}" + (f" (+{links} publish links)" if links else "")
+
+
+def _overload(case: dict[str, Any]) -> str:
+    """The voice-overload share of the shed (windows captured undecoded), where recorded."""
+    shed = case.get("gateway_metrics", {}).get(
+        "snlpgw_assessments_shed_total{reason=voice_overload}"
+    )
+    return f"; {int(shed)} voice overload" if shed else ""

@@ -23,7 +23,8 @@ def test_tiny_run_speaks_assesses_and_reports_both_figures(tmp_path: Path) -> No
     out = tmp_path / "assessment_lessons.json"
     # --asr-nice 0: the test waits for every assessment; at the bench's nice 19 asr-serve only
     # gets what the machine leaves idle, and a CPU hog on the CI machine leaves none.
-    argv = ["--cases", "3", "--clips", "2", "--asr-nice", "0", "--out", str(out)]
+    # 3+1: the gateway publishes over one publish link beside its main connection.
+    argv = ["--cases", "3+1", "--clips", "2", "--asr-nice", "0", "--out", str(out)]
     done = subprocess.run(
         [sys.executable, "-m", "bench.assessment_lessons", *argv],
         cwd=REPO,
@@ -35,6 +36,7 @@ def test_tiny_run_speaks_assesses_and_reports_both_figures(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr[-3000:]
     (case,) = json.loads(out.read_text())["cases"]
     assert case["lessons"] == case["lessons_completed"] == 3
+    assert case["publish_links"] == 1
     assert case["steps_measured"] == case["steps_expected"] == 3
     assert case["completed_to_next_play_error_ms"]["count"] == 3
     speech = case["speech"]
