@@ -78,6 +78,10 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "export_csv": ("导出 CSV", "Export CSV"),
     "details": ("详情", "Details"),
     "no_numbers": ("无", "none"),
+    "not_assessed_busy": (
+        "当时未评测：网关繁忙，录音已保存",
+        "Not assessed at the time: the gateway was busy; the recording is kept",
+    ),
     "state_running": ("进行中", "running"),
     "state_paused": ("已暂停", "paused"),
     "state_completed": ("已完成", "completed"),

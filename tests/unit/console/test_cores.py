@@ -7,12 +7,14 @@ import re
 import xml.etree.ElementTree as ET
 from importlib.resources import files
 
+import jinja2
 import pytest
 
 from gateway.console.alarms import RecentAlarms
 from gateway.console.i18n import DEFAULT_LANG, MESSAGES, negotiate, text
 from gateway.console.limiter import LoginLimiter
 from gateway.console.plot import LABEL_MAX, MAX_SERIES, progress_svg
+from gateway.store import StepRecord, StoredMetric
 
 
 @pytest.mark.parametrize(
@@ -144,3 +146,26 @@ def test_recent_alarms_are_bounded_per_device_and_in_devices() -> None:
     assert recent.of("d3")[0] == "z" * 64
     with pytest.raises(ValueError, match="at least 1"):
         RecentAlarms(per_device=0)
+
+
+@pytest.mark.parametrize("lang", ["zh-CN", "en"])
+def test_a_step_shed_under_load_says_why_it_has_no_numbers(lang: str) -> None:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("gateway.console", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    steps = [
+        StepRecord("i1", 0, expected_text="Good morning.", assessment_shed="voice_overload"),
+        StepRecord("i1", 1, expected_text="How are you?"),  # nothing said: no numbers, no why
+        StepRecord("i1", 2, expected_text="Bye.", metrics=(StoredMetric("text_similarity_v0", 1),)),
+    ]
+    html = env.get_template("steps.html").render(
+        t=lambda key: text(key, lang), rows=[(s, None, None) for s in steps],
+        with_signals=False, with_audio=False,
+    )  # fmt: skip
+    cells = re.findall(r"<td>(.*?)</td>", html, re.S)
+    numbers = [c for c in cells if "text_similarity" in c or text("no_numbers", lang) in c
+               or text("not_assessed_busy", lang) in c]  # fmt: skip
+    assert [text("not_assessed_busy", lang) in c for c in numbers] == [True, False, False]
+    assert "text_similarity_v0: 1.00" in numbers[2]
