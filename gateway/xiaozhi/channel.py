@@ -229,6 +229,8 @@ class XiaozhiChannel:
         Remembered per device (also before its session exists). Turning it off flushes an
         utterance still open, so it reaches the :class:`VoiceSink`. ``sheddable``: a lesson
         window, which voice overload may open capture-only (:mod:`overload`)."""
+        if listening:
+            self._roster.window_started(dev)
         if self.core.set_listening(dev, listening) is not None:
             live = self._roster.of(dev)
             if live is not None:
@@ -237,8 +239,7 @@ class XiaozhiChannel:
 
     def take_captured(self, dev: str) -> tuple[bytes, ...] | None:
         """The Opus packets of ``dev``'s last capture-only window, once (None: decoded)."""
-        live = self._roster.of(dev)
-        return live.pipeline.take_captured() if live is not None else None
+        return self._roster.take_captured(dev)
 
     def send_stt(self, dev: str, text: str) -> None:
         """Show the user's recognised words on the device (``stt``)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,6 +35,7 @@ from gateway.xiaozhi.stats import ChannelStats
 
 log = logging.getLogger(__name__)
 
+CAPTURES_LEFT = 64  # devices whose session closed during a capture-only window, kept at most
 UplinkTap = Callable[[str, str, bytes], None]  # dev, session_id, an accepted frame's Opus
 Publish = Callable[[str, bytes], None]  # dev, payload → the device's downlink topic
 
@@ -119,6 +121,22 @@ class SessionRoster:
         # The datagram router's lookup by ssrc: the dict's own ``get`` (one C call a datagram,
         # no method of ours around it; ``_live`` is never rebound).
         self.route: Callable[[int], LiveSession | None] = self._live.get
+        # A capture-only window's packets whose session closed before the window did (the
+        # device left or said hello again mid-answer), until the window's close takes them or
+        # the device's next window starts; the oldest go past CAPTURES_LEFT.
+        self._left: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+
+    def take_captured(self, dev: str) -> tuple[bytes, ...] | None:
+        """The device's last capture-only window's packets, once (its session's, or what a
+        session that closed during the window left)."""
+        live = self.of(dev)
+        captured = live.pipeline.take_captured() if live is not None else None
+        left = self._left.pop(dev, None)
+        return captured if captured is not None else left
+
+    def window_started(self, dev: str) -> None:
+        """A new listening stretch: what an earlier window left is stale."""
+        self._left.pop(dev, None)
 
     async def sweep_idle(self) -> None:
         """Close the sessions idle past the core's deadline (a task of the channel's)."""
@@ -226,6 +244,11 @@ class SessionRoster:
         live = self._live.pop(session.ssrc, None)
         if live is not None:
             live.pipeline.finish()  # what the device already said still reaches the runtime
+            live.pipeline.set_listening(False)  # a capture-only window's packets: kept
+            if (left := live.pipeline.take_captured()) is not None:
+                self._left[session.dev] = left
+                while len(self._left) > CAPTURES_LEFT:
+                    self._left.popitem(last=False)
             self._pump.forget(live.pipeline)
         self._stats.goodbyes.labels(closed.side, reason).inc()
         self._stats.sessions_open.set(len(self._core))

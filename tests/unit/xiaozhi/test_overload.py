@@ -16,6 +16,7 @@ from gateway.xiaozhi.overload import (
     LagProbe,
     VoiceGovernor,
 )
+from gateway.xiaozhi.roster import CAPTURES_LEFT
 from tests.unit.xiaozhi.fakes import sample
 from tests.unit.xiaozhi.test_udp_shell import DEV, HOME, UdpRig, seal
 
@@ -156,3 +157,32 @@ async def test_the_governor_puts_its_verdicts_on_the_metrics() -> None:
         probing = tg.create_task(governor.run())  # on: its probe runs (probes every 50 ms)
         await asyncio.sleep(0.01)
         probing.cancel()
+
+
+def test_a_capture_left_by_a_closed_session_is_kept_once_and_bounded() -> None:
+    rig = UdpRig()
+    rig.channel.overload.admission.share = 0.0
+    _, device = rig.open(DEV)
+    rig.channel.set_listening(DEV, True, sheddable=True)
+    rig.feed(seal(device, b"opus-0"), HOME)
+    assert rig.channel.close_session(DEV)  # the device leaves mid-answer
+    rig.channel.set_listening(DEV, False)  # then the window closes
+    assert rig.channel.take_captured(DEV) == (b"opus-0",)
+    assert rig.channel.take_captured(DEV) is None
+    _, device = rig.open(DEV)
+    rig.channel.set_listening(DEV, True, sheddable=True)
+    rig.feed(seal(device, b"opus-1"), HOME)
+    rig.channel.close_session(DEV)
+    rig.channel.set_listening(DEV, True, sheddable=True)  # a new window: the old one is stale
+    assert rig.channel.take_captured(DEV) is None
+    for i in range(CAPTURES_LEFT + 6):  # many devices leaving mid-window: the oldest go
+        dev = f"aa_bb_cc_dd_{i // 256:02x}_{i % 256:02x}"
+        _, device = rig.open(dev)
+        rig.channel.set_listening(dev, True, sheddable=True)
+        rig.feed(seal(device, f"o{i}".encode()), HOME)
+        rig.channel.close_session(dev)
+    assert rig.channel.take_captured("aa_bb_cc_dd_00_00") is None
+    assert rig.channel.take_captured(f"aa_bb_cc_dd_00_{CAPTURES_LEFT + 5:02x}") == (
+        f"o{CAPTURES_LEFT + 5}".encode(),
+    )
+    assert len(rig.channel._roster._left) == CAPTURES_LEFT - 1
