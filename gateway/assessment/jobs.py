@@ -11,6 +11,12 @@ SAMPLE_BYTES = 2  # s16le mono
 
 OnTranscript = Callable[[str | None], None]  # the text, or None (failed or dropped)
 
+# A step's assessment_shed when its window was only captured: its audio is archived undecoded,
+# for `snlpgw reassess`. voice_overload: the gateway's loop could not decode it (voice
+# overload); asr_saturated: the ASR could not have taken its answer (gateway.assessment.claims).
+SHED_VOICE_OVERLOAD = "voice_overload"
+SHED_ASR_SATURATED = "asr_saturated"
+
 
 def audio_ms(pcm: bytes) -> float:
     return len(pcm) / SAMPLE_BYTES / SAMPLE_RATE * 1000

@@ -7,7 +7,15 @@ step replaces its queued one). When it is full, the *oldest* queued job is shed:
 stored with ``assessment_shed = "queue_full"`` (no transcript, no metrics), counted in
 ``assessments_shed_total{reason}`` and alarmed (``asr_dropped``) — never silently lost. The
 oldest goes because it has waited longest (its answer is the stalest for anyone listening live)
-and because it bounds every kept job's wait to ``queue_limit`` service times. Results arrive whenever they arrive — after the
+and because it bounds every kept job's wait to ``queue_limit`` service times.
+
+Decode on demand: a lesson window is decoded only when its answer can be assessed. When it
+opens, :meth:`claim_answer` asks whether the ASR can take its answer (the queue's free places
+and the ASR's measured throughput over the window's length, :mod:`gateway.assessment.claims`);
+a refused window is only captured by the voice channel (its Opus packets archived, no decode,
+no VAD) and its step is stored with ``assessment_shed = "asr_saturated"``, counted like the
+others. Decoding answers that the full queue would shed anyway was a third of the gateway's
+CPU at 1,000 speaking lessons, and it made the lessons' timers late. Results arrive whenever they arrive — after the
 next clip started, or after the lesson ended — and are applied to the step they belong to.
 Several utterances in one window: only the latest one submitted for a step is applied; an
 earlier one finishing later is discarded (counted). A failed job gives ``asr_text = null`` and
@@ -25,9 +33,11 @@ from dataclasses import dataclass
 
 from gateway import store as st
 from gateway.assessment.assessor import assess
+from gateway.assessment.claims import AnswerClaims
 from gateway.assessment.engine import Backend
 from gateway.assessment.factory import build_pool
 from gateway.assessment.jobs import (
+    SHED_VOICE_OVERLOAD,
     AnswerGrammar,
     AsrFailure,
     AsrJob,
@@ -103,6 +113,13 @@ class AssessmentPath:
         self._m_skipped = ctx.metrics.counter(
             "assessments_skipped", "Utterances not assessed", ["reason"]
         )
+        self._claims = AnswerClaims()  # lesson windows whose answers the ASR can take
+        self._m_claims = ctx.metrics.counter(
+            "assessment_claims",
+            "Lesson windows opened, by whether the ASR queue kept a place for their answer "
+            "(refused: captured undecoded, stored asr_saturated)",
+            ["outcome"],
+        )
 
     async def run(self) -> None:
         if self._pool is None:
@@ -111,6 +128,21 @@ class AssessmentPath:
             await self._pool.run()
 
     # -- UtteranceSink -----------------------------------------------------------------------
+
+    def claim_answer(self, device: str) -> bool:
+        """A lesson window of ``device`` opens: True (decode it) while the ASR can take its
+        answer (:mod:`gateway.assessment.claims`), which then holds a claim until
+        :meth:`release_answer`; True when ASR is off (no queue to shed from)."""
+        if self._pool is None:
+            return True
+        free = self._settings.queue_limit - self._pool.depth
+        kept = self._claims.claim(device, time.monotonic(), free)
+        self._m_claims.labels("kept" if kept else "refused").inc()
+        return kept
+
+    def release_answer(self, device: str) -> None:
+        """``device``'s window closed: its answer is in the queue now, or there was none."""
+        self._claims.release(device, time.monotonic())
 
     def submit_utterance(
         self,
@@ -149,8 +181,8 @@ class AssessmentPath:
         reason: str,
         methods: tuple[str, ...],
     ) -> None:
-        """A step's answer not assessed now (a window captured under voice overload): stored
-        with ``assessment_shed = reason``, counted and alarmed like the queue's sheds."""
+        """A step's answer not assessed now (a window captured under voice overload, or one the
+        ASR could not have taken): stored with ``assessment_shed = reason``, counted, alarmed."""
         if self._pool is None:
             self._m_skipped.labels("asr_off").inc()
             return
@@ -164,7 +196,9 @@ class AssessmentPath:
                     instance_id=instance_id, step_index=step_index, assessment_shed=reason
                 )
             )
-        self._alarm_overload(device=device, instance_id=instance_id, step_index=step_index)
+        # voice_overload: the gateway's loop; asr_saturated: ASR capacity, like the queue's sheds.
+        alarm = self._alarm_overload if reason == SHED_VOICE_OVERLOAD else self._alarm_dropped
+        alarm(device=device, instance_id=instance_id, step_index=step_index)
 
     def transcribe(
         self,
@@ -278,6 +312,7 @@ class AssessmentPath:
         )
 
     def _on_result(self, outcome: AsrOutcome) -> None:
+        self._claims.completed(time.monotonic())
         key = outcome.key
         transcript = self._transcripts.pop(key, None)
         if transcript is not None:

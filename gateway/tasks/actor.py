@@ -28,6 +28,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from gateway import labels
+from gateway.assessment.jobs import SHED_ASR_SATURATED, SHED_VOICE_OVERLOAD
 from gateway.logs import DeviceLog
 from gateway.tasks.actor_parts import ActorMetrics, Ports
 from gateway.tasks.core import (
@@ -62,7 +63,7 @@ from gateway.tasks.dsl.commands import (
     VoiceBegan,
     VoiceEnded,
 )
-from gateway.tasks.ports import SHED_VOICE_OVERLOAD
+from gateway.tasks.ports import UtteranceSink
 from gateway.tasks.steps_shell import StepsRunner
 
 INBOX_LIMIT = 256
@@ -121,6 +122,9 @@ class DeviceActor:
         self._dsl_ids = itertools.count(1)
         # The open lesson window's (instance, step, assessment methods).
         self._window_at: tuple[str, int, tuple[str, ...]] | None = None
+        # The open window's claim on the ASR: None not asked (no voice session, the loop did not
+        # admit it, or the task assesses nothing), True kept (released at its close), False refused.
+        self._claimed: bool | None = None
 
     def idle(self) -> bool:
         """No instance and nothing waiting in the inbox: forgetting it loses nothing."""
@@ -299,15 +303,19 @@ class DeviceActor:
         if effect.cmd == "LISTEN_START":
             inst = self.runtime.instance  # the window's step, known now (not at its close,
             # when the runtime may have moved on or ended the instance)
+            methods = self._plan_of(inst.id)[0] if inst else ()
             self._window_at = (
-                (inst.id, inst.step.step_index, self._plan_of(inst.id)[0])
-                if inst and inst.step
-                else None
+                (inst.id, inst.step.step_index, methods) if inst and inst.step else None
             )
-            p.mic.set_listening(self.device, True, sheddable=True)
+            self._claimed = None
+            claim = functools.partial(self._claim, p.assessment) if methods else None
+            p.mic.set_listening(self.device, True, sheddable=True, claim=claim)
         elif effect.cmd == "LISTEN_STOP":
             p.mic.set_listening(self.device, False)
-            self._shed_captured()
+            claimed, self._claimed = self._claimed, None
+            if claimed:
+                p.assessment.release_answer(self.device)
+            self._shed_captured(claimed)
         ref = effect.command_id
         p.commands.send_command(
             self.device,
@@ -318,9 +326,15 @@ class DeviceActor:
             on_outcome=functools.partial(self._on_outcome, ref),
         )
 
-    def _shed_captured(self) -> None:
-        """The window just closed was captured, not decoded (voice overload): its packets go
-        to the learning record and its step is stored shed, to be reassessed later."""
+    def _claim(self, assessment: UtteranceSink) -> bool:
+        """Asked by the voice channel as the window opens: can the ASR take its answer?"""
+        self._claimed = assessment.claim_answer(self.device)
+        return self._claimed
+
+    def _shed_captured(self, claimed: bool | None) -> None:
+        """The window just closed was captured, not decoded (voice overload, or the ASR could
+        not have taken its answer): its packets go to the learning record and its step is
+        stored shed, to be reassessed later."""
         at, self._window_at = self._window_at, None
         captured = self._ports.mic.take_captured(self.device)
         if not captured or at is None:
@@ -335,7 +349,7 @@ class DeviceActor:
             device=self.device,
             instance_id=instance_id,
             step_index=step_index,
-            reason=SHED_VOICE_OVERLOAD,
+            reason=SHED_ASR_SATURATED if claimed is False else SHED_VOICE_OVERLOAD,
             methods=methods,
         )
 

@@ -33,10 +33,19 @@ class MicControl(Protocol):
 
     Turning listening off flushes an utterance still open, so it reaches the sink.
     ``sheddable``: a lesson window the channel may open capture-only under voice overload
-    (gateway.xiaozhi.overload); its packets come back once from :meth:`take_captured`.
+    (gateway.xiaozhi.overload), or when ``claim`` (asked only when the device has a voice
+    session and the loop admits the window) says the ASR cannot take its answer; its packets
+    come back once from :meth:`take_captured`.
     """
 
-    def set_listening(self, device: str, listening: bool, *, sheddable: bool = False) -> None: ...
+    def set_listening(
+        self,
+        device: str,
+        listening: bool,
+        *,
+        sheddable: bool = False,
+        claim: Callable[[], bool] | None = None,
+    ) -> None: ...
 
     def take_captured(self, device: str) -> tuple[bytes, ...] | None:
         """The Opus packets of the device's last capture-only window (None: it was decoded)."""
@@ -78,13 +87,15 @@ class AnswerKeeper(Protocol):
     ) -> None: ...
 
 
-# A step's assessment_shed when its window was only captured (voice overload): its audio is
-# archived undecoded, for `snlpgw reassess`.
-SHED_VOICE_OVERLOAD = "voice_overload"
-
-
 class UtteranceSink(Protocol):
     """The assessment side path: ASR on an utterance, then metrics, store and publish."""
+
+    def claim_answer(self, device: str) -> bool:
+        """A lesson window opens: True if the ASR can take its answer (decode it), held until
+        :meth:`release_answer`; False: capture it only."""
+
+    def release_answer(self, device: str) -> None:
+        """The device's lesson window closed."""
 
     def shed_utterance(
         self,

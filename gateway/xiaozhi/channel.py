@@ -36,7 +36,7 @@ from gateway.xiaozhi.speaking import NoSession, SessionSpeaker
 from gateway.xiaozhi.stats import ChannelStats
 from gateway.xiaozhi.udp import COALESCE_S, UdpEndpoint
 from gateway.xiaozhi.udp_socket import open_socket
-from gateway.xiaozhi.voice_ports import Segmenter, VoiceSink, packets_to_keep
+from gateway.xiaozhi.voice_ports import Claim, Segmenter, VoiceSink, packets_to_keep
 from topics.tree import XIAOZHI_DELIVERY, build_xiaozhi_topic
 
 
@@ -108,9 +108,8 @@ class XiaozhiChannel:
             notify=self._pump.notify,
             packets_kept=packets_to_keep(settings.archive),  # the archive's, per utterance
         )
-        self.overload = VoiceGovernor(
-            DecodeAdmissionConfig(xz.overload_lag_ms, xz.overload_interval_ms), metrics
-        )
+        admission = DecodeAdmissionConfig(xz.overload_lag_ms, xz.overload_interval_ms)
+        self.overload = VoiceGovernor(admission, metrics)
         self._roster = SessionRoster(
             core=self.core,
             new_live=new_live,
@@ -224,17 +223,19 @@ class XiaozhiChannel:
         """The open session's live state for a datagram's ssrc."""
         return self._roster.route(ssrc)
 
-    def set_listening(self, dev: str, listening: bool, *, sheddable: bool = False) -> None:
+    def set_listening(
+        self, dev: str, listening: bool, *, sheddable: bool = False, claim: Claim | None = None
+    ) -> None:
         """Whether ``dev``'s microphone audio is needed (decode + VAD) or only accounted.
         Remembered per device (also before its session exists). Turning it off flushes an
         utterance still open, so it reaches the :class:`VoiceSink`. ``sheddable``: a lesson
-        window, which voice overload may open capture-only (:mod:`overload`)."""
+        window, captured only under voice overload or if ``claim`` refuses (:mod:`overload`)."""
         if listening:
             self._roster.window_started(dev)
         if self.core.set_listening(dev, listening) is not None:
             live = self._roster.of(dev)
             if live is not None:
-                decode = not (listening and sheddable) or self.overload.admit()
+                decode = not (listening and sheddable) or self.overload.admit(claim)
                 live.pipeline.set_listening(listening, decode=decode)
 
     def take_captured(self, dev: str) -> tuple[bytes, ...] | None:

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.metrics import Metrics
+from gateway.xiaozhi.voice_ports import Claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +123,9 @@ class VoiceGovernor:
         self.admission = DecodeAdmission(config)
         self._windows = metrics.counter(
             "xiaozhi_lesson_windows",
-            "Lesson listen windows by how their audio was taken: decoded, or captured "
-            "undecoded under voice overload (archived, assessment shed)",
+            "Lesson listen windows by how their audio was taken: decoded; captured undecoded "
+            "under voice overload, or unclaimed: the ASR could not take the answer (both "
+            "archived, assessment shed)",
             ["mode"],
         )
         self._share = metrics.gauge(
@@ -135,10 +137,17 @@ class VoiceGovernor:
             "Intervals in which the event loop was never idle (every lag probe above target)",
         )
 
-    def admit(self) -> bool:
-        decoded = self.admission.admit()
-        self._windows.labels("decoded" if decoded else "captured").inc()
-        return decoded
+    def admit(self, claim: Claim | None = None) -> bool:
+        """Whether a lesson window is decoded: the loop admits it, then ``claim`` (the ASR can
+        take its answer, :mod:`gateway.assessment.claims`) if there is one."""
+        if not self.admission.admit():
+            self._windows.labels("captured").inc()
+            return False
+        if claim is not None and not claim():
+            self._windows.labels("unclaimed").inc()
+            return False
+        self._windows.labels("decoded").inc()
+        return True
 
     def _observe(self, now_ms: float, lag_ms: float) -> None:
         verdict = self.admission.observe(now_ms, lag_ms)

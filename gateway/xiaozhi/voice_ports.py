@@ -12,6 +12,10 @@ from codec.vad import VadEvent
 
 FRAME_MS = 60
 
+# Asked as a lesson window opens that the loop admitted: can the ASR take its answer? (the task
+# runtime's claim on gateway.assessment.claims; False: the window is captured, not decoded)
+Claim = Callable[[], bool]
+
 
 class Segmenter(Protocol):
     """codec's ``VadSegmenter`` (one per listening stretch; times relative to its first sample)."""

@@ -1,16 +1,25 @@
-"""Voice overload on real components (Mosquitto, the board and Xiaozhi simulators, espeak-ng
+"""Voice overload and decode on demand on real components (Mosquitto, the board and Xiaozhi simulators, espeak-ng
 speech over encrypted UDP, the archive on files, SQLite, pocketsphinx): when the gateway admits
 no lesson window to decode, the lesson still steps on its timer, every spoken answer is archived
 undecoded with its step stored ``assessment_shed = "voice_overload"`` (nothing published as an
 assessment, no VAD events), and ``reassess`` then assesses those answers from the archive.
 
 The governor's verdicts (lag probe → share) have their own unit tests; here the share is set
-to 0 and frozen, as after a run of overloaded intervals, to test what follows from it."""
+to 0 and frozen, as after a run of overloaded intervals, to test what follows from it.
+
+Decode on demand: with an ASR that cannot keep up (one worker, one queued job, each answer
+taking longer than the lesson), the windows opened while the queue is full are captured the
+same way and stored ``assessment_shed = "asr_saturated"``; the others are decoded and heard."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +34,24 @@ from tests.support.broker import Broker
 from tests.support.voice_lesson import SCRIPT, child, fetch_instance, lesson_rig, start
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+BUSY_S = 90.0  # far longer than the whole lesson: the first answer is still running at its end
+
+
+class BusySphinx(PocketsphinxEngine):
+    """pocketsphinx on an ASR host busy with others' answers: each answer waits BUSY_S first
+    (a worker process like any other; its slot is killed when the gateway stops). Once loaded
+    it says so to the test's socket ``$BUSY_SPHINX_READY`` (Linux abstract namespace), so the
+    test starts the lesson with the worker idle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(b"ready", "\0" + os.environ["BUSY_SPHINX_READY"])
+
+    def transcribe(self, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(BUSY_S)
+        return super().transcribe(*args, **kwargs)
 
 
 async def test_windows_captured_under_overload_keep_time_archive_and_reassess(
@@ -86,3 +113,49 @@ async def test_windows_captured_under_overload_keep_time_archive_and_reassess(
         assert sorted(by_step) == [0, 1, 3], rows  # the silent window: nothing heard, no numbers
         assert by_step[0] >= 0.8  # "Good morning." heard in the whole window's audio
         assert by_step[1] <= 0.5  # "I like green apples." is not "How are you?"
+
+
+async def test_windows_the_asr_cannot_take_are_captured_archived_and_shed_asr_saturated(
+    broker: Broker, tmp_path: Path, device_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"snlpgw-test-asr-{uuid.uuid4().hex}"
+    ready = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ready.bind("\0" + name)
+    ready.setblocking(False)
+    monkeypatch.setenv("BUSY_SPHINX_READY", name)  # the worker process inherits it
+    with ready:  # closed at the end
+        async with lesson_rig(
+            broker, tmp_path, device_id, BusySphinx, asr={"queue_limit": 1, "job_timeout_s": 600}
+        ) as (gw, seen, device, backend):
+            async with asyncio.timeout(120):  # the worker loaded: step 0's answer runs at once
+                await asyncio.get_running_loop().sock_recv(ready, 16)
+            async with asyncio.TaskGroup() as tg:
+                reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
+                instance_id = await start(backend, device_id, seen)
+                await seen.until(lambda: bool(seen.named("instance.completed")), 60)
+                await reader
+            assert gw.archive is not None
+            await gw.archive.drained()
+            await gw.store.flush()
+
+            assert len(seen.named("step.played")) == 4  # the lesson kept its timer
+            # Step 0's answer runs (BUSY_S), step 1's waits in the one-place queue: from then on
+            # no window can be assessed, so steps 2 and 3 are only captured, never decoded.
+            heard = sorted({e["step_index"] for e in seen.named("speech.stopped")})
+            assert heard == [0, 1], seen.named("speech.stopped")
+            record = await fetch_instance(gw, instance_id)
+            steps = {s["step_index"]: s for s in record["steps"]}
+            assert [steps[i]["assessment_shed"] for i in range(4)] == [
+                None, None, "asr_saturated", "asr_saturated"
+            ], [(s["step_index"], s["assessment_shed"]) for s in steps.values()]  # fmt: skip
+            for i in (2, 3):  # the whole window kept, decodable: reassess can assess it later
+                audio_id = steps[i]["audio_id"]
+                packets = await gw.archive.packets(audio_id)
+                assert len(packets) >= 17
+                assert decoded_ms(await gw.archive.get(audio_id), tmp_path) == 60.0 * len(packets)
+            snap = gw.service.metrics.snapshot()
+            assert snap['snlpgw_assessment_claims_total{outcome="kept"}'] == 2.0
+            assert snap['snlpgw_assessment_claims_total{outcome="refused"}'] == 2.0
+            assert snap['snlpgw_xiaozhi_lesson_windows_total{mode="unclaimed"}'] == 2.0
+            assert snap['snlpgw_assessments_shed_total{reason="asr_saturated"}'] == 2.0
+            assert seen.assessments == []  # nothing finished: the first answer is still running

@@ -99,6 +99,7 @@ async def lesson_rig(
     asr_backend: Backend | None = None,  # instead of ``engine`` in a process (e.g. HTTP)
     resource_dir: Path | None = None,
     speech: dict[str, Any] | None = None,  # speech settings over the test's (e.g. presynth)
+    asr: dict[str, Any] | None = None,  # asr settings over the test's (e.g. queue_limit)
 ) -> AsyncIterator[tuple[Gateway, Observed, XiaozhiDeviceSim, ClientSession]]:
     # The production layout: the gateway's data dir holds the broker files, so OTA provisioning
     # rotates real credentials and reloads the real broker; SQLite is the test's own.
@@ -106,7 +107,7 @@ async def lesson_rig(
         broker,
         broker.data_dir,
         runtime={"catalog_path": CATALOG, "resource_dir": resource_dir or CATALOG / "resources"},
-        asr={"workers": 1},
+        asr={"workers": 1, **(asr or {})},
         store={"sqlite_path": tmp_path / "gateway.sqlite3"},
         archive={"dir": tmp_path / "audio", **(archive or {})},  # the test's own answers
         **({"speech": speech} if speech else {}),

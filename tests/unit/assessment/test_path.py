@@ -178,3 +178,23 @@ async def test_a_shed_window_without_assessment_is_only_counted_as_skipped() -> 
     assert rows.rows == []
     assert metrics.snapshot()['snlpgw_assessments_skipped_total{reason="assessment_disabled"}'] == 1
     assert off_metrics.snapshot()['snlpgw_assessments_skipped_total{reason="asr_off"}'] == 1
+
+
+async def test_windows_claim_the_asr_room_and_a_refused_one_is_shed_as_asr_saturated() -> None:
+    rows = StepRows()
+    path, mqtt, metrics = _path(store=rows)  # queue_limit 32, the ASR idle: nothing measured
+    assert all(path.claim_answer(f"dev{i}") for i in range(32))
+    assert not path.claim_answer("dev32")  # every place is claimed by an open window
+    path.release_answer("dev0")
+    path.release_answer("dev0")  # released twice: nothing more
+    assert path.claim_answer("dev32")
+    snap = metrics.snapshot()
+    assert snap['snlpgw_assessment_claims_total{outcome="kept"}'] == 33.0
+    assert snap['snlpgw_assessment_claims_total{outcome="refused"}'] == 1.0
+    path.shed_utterance(device=DEV, instance_id="i1", step_index=3, reason="asr_saturated",
+                        methods=("text_similarity_v0",))  # fmt: skip
+    assert [r.assessment_shed for r in rows.rows] == ["asr_saturated"]  # type: ignore[attr-defined]
+    (alarm,) = mqtt.bodies("/ops/gw/events")  # the ASR's capacity, like the queue's sheds
+    assert alarm["alarm"] == "asr_dropped"
+    off, _, _ = _path(asr="none")
+    assert all(off.claim_answer(f"dev{i}") for i in range(100))  # ASR off: decode as before

@@ -70,18 +70,31 @@ class FakeBoard:
 @dataclass
 class FakeMic:
     """Records listening changes; ``capture``: the packets the next closed sheddable window
-    hands back (as a channel under voice overload does), None: windows are decoded."""
+    hands back (as a channel under voice overload does), None: the loop admits windows, which
+    are then decoded unless their ``claim`` refuses (``unclaimed`` handed back)."""
 
     calls: list[tuple[str, bool]] = field(default_factory=list)
     sheddable: list[bool] = field(default_factory=list)
     capture: tuple[bytes, ...] | None = None
+    unclaimed: tuple[bytes, ...] = (b"\xf8\xff\xfe",)
     _captured: dict[str, tuple[bytes, ...]] = field(default_factory=dict)
 
-    def set_listening(self, device: str, listening: bool, *, sheddable: bool = False) -> None:
+    def set_listening(
+        self,
+        device: str,
+        listening: bool,
+        *,
+        sheddable: bool = False,
+        claim: Callable[[], bool] | None = None,
+    ) -> None:
         self.calls.append((device, listening))
         self.sheddable.append(sheddable)
-        if listening and sheddable and self.capture is not None:
+        if not (listening and sheddable):
+            return
+        if self.capture is not None:
             self._captured[device] = self.capture
+        elif claim is not None and not claim():
+            self._captured[device] = self.unclaimed
 
     def take_captured(self, device: str) -> tuple[bytes, ...] | None:
         return self._captured.pop(device, None)
@@ -101,9 +114,20 @@ class FakeRecorder:
 
 @dataclass
 class FakeAssessment:
-    submitted: list[dict[str, Any]] = field(default_factory=list)
+    """``refuse_first``: that many claims refused first (the ASR saturated), then kept."""
 
+    submitted: list[dict[str, Any]] = field(default_factory=list)
     shed: list[dict[str, Any]] = field(default_factory=list)
+    claims: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    refuse_first: int = 0
+
+    def claim_answer(self, device: str) -> bool:
+        self.claims.append(device)
+        return len(self.claims) > self.refuse_first
+
+    def release_answer(self, device: str) -> None:
+        self.released.append(device)
 
     def submit_utterance(self, **job: Any) -> None:
         self.submitted.append(job)

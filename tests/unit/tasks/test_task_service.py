@@ -255,6 +255,36 @@ async def test_a_window_captured_under_voice_overload_is_archived_and_stored_she
     assert len(board.times_of("PLAY_MEDIA")) == 4
 
 
+async def test_a_window_the_asr_cannot_take_is_captured_archived_and_stored_asr_saturated(
+    fast_catalog: Path,
+) -> None:
+    """Decode on demand: each window claims the ASR's room as it opens; refused, it is only
+    captured, archived and stored shed ``asr_saturated``; a kept claim is released at close."""
+    mqtt, board = FakePublisher(), FakeBoard()
+    mic, archive = FakeMic(unclaimed=(b"c1",)), KeptAnswers()
+    assessment = FakeAssessment(refuse_first=2)  # then the ASR has room again
+    async with running_tasks(
+        fast_catalog, mqtt, Metrics(), board, min_window_ms=100,
+        mic=mic, recorder=FakeRecorder(), assessment=assessment, archive=archive,
+    ):  # fmt: skip
+        mqtt.deliver(f"snlpgw/v1/ctl/{DEV}", {"v": 1, "id": "r1", "action": "start",
+                     "app_id": "english_learning", "task_id": "shadowing",
+                     "lesson_id": "unit01"})  # fmt: skip
+        await mqtt.wait_for(lambda: bool(_events_of(mqtt, "instance.completed")))
+        instance_id = str(mqtt.bodies("/task/" + DEV)[0]["instance_id"])
+    assert assessment.claims == [DEV] * 4
+    assert archive.kept == [(instance_id, i, (b"c1",)) for i in range(2)]
+    assert [(j["step_index"], j["reason"]) for j in assessment.shed] == [
+        (0, "asr_saturated"), (1, "asr_saturated")
+    ]  # fmt: skip
+    assert assessment.released == [DEV] * 2  # the two kept claims, none of the refused
+    assert len(board.times_of("PLAY_MEDIA")) == 4
+
+
+def _events_of(mqtt: FakePublisher, event: str) -> list[dict[str, object]]:
+    return [e for e in mqtt.bodies("/task/" + DEV) if e["event"] == event]
+
+
 async def test_full_actor_table_evicts_idle_then_refuses(rig: TaskServiceRig) -> None:
     rig.svc._table._max_devices = 3
     _start(rig)  # DEV runs a lesson: never evicted

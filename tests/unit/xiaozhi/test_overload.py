@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -138,6 +139,35 @@ def test_with_room_a_lesson_window_is_decoded() -> None:
     rig.channel.set_listening(DEV, False)
     assert rig.channel.take_captured(DEV) is None
     assert sample(rig.metrics, "xiaozhi_lesson_windows_total", mode="decoded") == 1
+
+
+def test_a_lesson_window_whose_claim_is_refused_is_captured_and_asked_only_if_admitted() -> None:
+    rig = UdpRig()
+    live, device = rig.open(DEV)
+    asked: list[bool] = []
+
+    def claim(answer: bool) -> Callable[[], bool]:
+        def ask() -> bool:
+            asked.append(answer)
+            return answer
+
+        return ask
+
+    rig.channel.set_listening(DEV, True, sheddable=True, claim=claim(False))
+    rig.feed(seal(device, b"opus-a"), HOME)
+    assert live.pipeline.queued == 0  # the ASR could not take the answer: not decoded
+    rig.channel.set_listening(DEV, False)
+    assert rig.channel.take_captured(DEV) == (b"opus-a",)
+    assert sample(rig.metrics, "xiaozhi_lesson_windows_total", mode="unclaimed") == 1
+    rig.channel.set_listening(DEV, True, sheddable=True, claim=claim(True))
+    rig.feed(seal(device, b"opus-b"), HOME)
+    assert live.pipeline.queued == 1
+    rig.channel.set_listening(DEV, False)
+    rig.channel.overload.admission.share = 0.0  # the loop admits nothing: the ASR not asked
+    rig.channel.set_listening(DEV, True, sheddable=True, claim=claim(True))
+    rig.channel.set_listening("aa_bb_cc_dd_ee_99", True, sheddable=True, claim=claim(True))
+    assert asked == [False, True]  # nor for a device without a voice session
+    assert sample(rig.metrics, "xiaozhi_lesson_windows_total", mode="captured") == 1
 
 
 async def test_the_governor_puts_its_verdicts_on_the_metrics() -> None:
