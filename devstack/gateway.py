@@ -58,12 +58,16 @@ _TUNING: dict[Use, dict[str, dict[str, Any]]] = {
         # CI machine that may be busy, and a test of what decoding finds must not see its
         # window captured instead; the tests of voice overload set it themselves.
         "xiaozhi": {"overload_lag_ms": 0},
+        # No catch-up assessment: a test of what was shed must find it still shed; the tests of
+        # catch-up set an interval themselves.
+        "asr": {"catch_up_interval_s": 0},
     },
     # The demo's gateway shares its process with the simulators and lives for one lesson:
     # nothing to gain from a frozen heap, and the test that runs the demo must not leave one.
     Use.DEMO: {"ops": {"shutdown_timeout_s": 3.0, "gc_freeze": False, "gc_thresholds": None}},
     Use.LOAD: {
-        "asr": {"engine": "none"},
+        # No catch-up either: the benchmarks measure what is assessed live.
+        "asr": {"engine": "none", "catch_up_interval_s": 0},
         "ops": {"metrics_interval_s": 60.0, "log_level": "WARNING", "shutdown_timeout_s": 5.0},
     },
 }

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.archive import AnswerArchive, build_archive
+from gateway.assessment.catchup import CatchUp
 from gateway.assessment.engine import Backend
 from gateway.assessment.path import AssessmentPath
 from gateway.board import BoardChannel
@@ -249,12 +250,24 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
         admin=ctx.admin,
         reply_timeout_s=settings.runtime.start_max_wait_s + LESSON_REPLY_MARGIN_S,
     )
+    # Answers shed under load are assessed from the archive while the ASR is idle.
+    catch_up = CatchUp(
+        path=assessment,
+        store=parts.store,
+        read_audio=archive.get,
+        plan=tasks.plan,
+        owns=ownership.owns,
+        calm=lambda: xiaozhi.overload.calm,
+        settings=settings.asr,
+        metrics=ctx.metrics,
+    )
     components: list[Component] = [
         *parts.components,
         cluster,
         board,
         xiaozhi,
         assessment,
+        catch_up,
         tasks,
         sync,
     ]

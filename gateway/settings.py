@@ -404,6 +404,13 @@ class AsrSettings(_Section):
     job_timeout_s: float = Field(
         30.0, gt=0, description="A job running longer is abandoned, its worker replaced."
     )
+    catch_up_interval_s: float = Field(
+        10.0,
+        ge=0,
+        description="How often the gateway looks for steps shed under load (asr_saturated, "
+        "queue_full, voice_overload) whose answer is archived, and assesses them one at a time "
+        "while its ASR is idle and its loop is not overloaded; 0 = off (`snlpgw reassess` only).",
+    )
 
 
 class StoreSettings(_Section):

@@ -43,6 +43,7 @@ from gateway.assessment.jobs import (
     AsrJob,
     AsrKey,
     AsrOutcome,
+    AsrResult,
     OnTranscript,
 )
 from gateway.assessment.pool import AsrPool
@@ -58,6 +59,8 @@ SHED_QUEUE_FULL = "queue_full"  # the step's reason when the full queue shed its
 PENDING_KEPT = 4_096  # jobs whose context we remember; oldest forgotten (its result dropped)
 
 OnText = Callable[[str, str, int, str], None]  # device, instance_id, step_index, text
+# A late job's end: the ASR's result, or None when the queue shed it for a live answer.
+OnLate = Callable[[AsrResult | AsrFailure | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,8 @@ class AssessmentPath:
         self._latest: OrderedDict[tuple[str, int], str] = OrderedDict()
         # Jobs submitted by transcribe() (not assessed); bounded like _pending.
         self._transcripts: OrderedDict[AsrKey, OnTranscript] = OrderedDict()
+        # Catch-up jobs (transcribe_late): one at a time in practice; bounded like _pending.
+        self._late: OrderedDict[AsrKey, OnLate] = OrderedDict()
         # None: ASR is off (settings), every utterance is counted as skipped.
         self._pool: AsrPool | None = build_pool(
             settings,
@@ -221,6 +226,42 @@ class AssessmentPath:
         self._pool.submit(AsrJob(key, pcm, hints, grammar, max_wait_ms))
         return True
 
+    # -- catch-up (gateway/assessment/catchup.py) ----------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """ASR on, nothing queued and a worker free: a job submitted now delays no live one."""
+        return self._pool is not None and self._pool.idle
+
+    def transcribe_late(
+        self, key: AsrKey, pcm: bytes, hints: tuple[str, ...], done: OnLate
+    ) -> bool:
+        """An archived answer through the same bounded pool, behind nothing: ``done`` gets the
+        ASR's result, or None if the queue shed the job for a live answer (it goes first, as the
+        oldest). Nothing is stored or published here. False: ASR is off."""
+        if self._pool is None:
+            return False
+        self._late[key] = done
+        while len(self._late) > PENDING_KEPT:
+            self._late.popitem(last=False)
+        self._pool.submit(AsrJob(key, pcm, hints))
+        return True
+
+    def publish_late(
+        self,
+        *,
+        device: str,
+        key: AsrKey,
+        prompt_text: str | None,
+        expected_text: str | None,
+        text: str | None,
+        metrics: list[MetricValue],
+        assessed_at: int,
+    ) -> None:
+        """A step's late assessment on its device's assessment topic, like a live one."""
+        context = _StepContext(device, prompt_text, expected_text, ())
+        self._publish(context, key, text, metrics, assessed_at)
+
     # -- InlineAssessment (task DSL) -------------------------------------------------------------
 
     def transcribe_now(
@@ -290,6 +331,10 @@ class AssessmentPath:
             transcript(None)
 
     def _on_drop(self, job: AsrJob) -> None:
+        late = self._late.pop(job.key, None)
+        if late is not None:  # a catch-up job made way: its step stays as it was
+            late(None)
+            return
         transcript = self._transcripts.pop(job.key, None)
         if transcript is not None:
             transcript(None)
@@ -314,6 +359,10 @@ class AssessmentPath:
     def _on_result(self, outcome: AsrOutcome) -> None:
         self._claims.completed(time.monotonic())
         key = outcome.key
+        late = self._late.pop(key, None)
+        if late is not None:
+            late(outcome.result)
+            return
         transcript = self._transcripts.pop(key, None)
         if transcript is not None:
             result = outcome.result

@@ -85,10 +85,16 @@ class AsrPool:
         # Bounded by queue_limit; overflow drops the oldest entry; keyed by step (supersede).
         self._queue: OrderedDict[tuple[str, int], _QueuedJob] = OrderedDict()
         self._work = asyncio.Event()
+        self._running = 0  # jobs a slot is transcribing now
 
     @property
     def depth(self) -> int:
         return len(self._queue)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and a slot free: a job submitted now starts at once."""
+        return not self._queue and self._running < self._workers
 
     def submit(self, job: AsrJob) -> None:
         """Enqueue without blocking or raising; never awaits anything."""
@@ -179,7 +185,11 @@ class AsrPool:
                         continue
                     failures = 0
                 pending = await self._take()
-                result = await self._run_job(slot, pending.job)
+                self._running += 1
+                try:
+                    result = await self._run_job(slot, pending.job)
+                finally:
+                    self._running -= 1
                 self._deliver(pending, result)
                 if not slot.healthy:
                     log.warning("ASR worker %d replaced after %s", index, result)

@@ -82,6 +82,10 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "当时未评测：网关繁忙，录音已保存",
         "Not assessed at the time: the gateway was busy; the recording is kept",
     ),
+    "assessed_later": (
+        "课后补评：当时网关繁忙，按保存的录音评测",
+        "Assessed later from the kept recording: the gateway was busy at the time",
+    ),
     "state_running": ("进行中", "running"),
     "state_paused": ("已暂停", "paused"),
     "state_completed": ("已完成", "completed"),

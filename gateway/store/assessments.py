@@ -2,6 +2,11 @@
 step's archived answer, one row per (step, engine, engine version), beside the step's original
 assessment. Written once: a row that exists is never replaced (re-running is idempotent).
 
+Catch-up (``gateway/assessment/catchup.py``): the steps shed under load whose answer is still
+archived and that nobody has assessed since (:func:`shed_steps`, migration 0009's index), and
+the step's own assessment written late (:func:`record_late_assessment`), only where the step
+still exists and is still unassessed.
+
 Functions take a :class:`~gateway.store.db.Database` and run on the store's thread
 (``await store.call(lambda db: ...)``).
 """
@@ -43,6 +48,90 @@ class ArchivedStep:
     expected_text: str | None
     audio_id: str
     hints: tuple[str, ...]  # the instance's reference sentences, in step order
+
+
+@dataclass(frozen=True, slots=True)
+class ShedStep:
+    """A step shed under load, its answer archived, not assessed since: what catch-up needs."""
+
+    instance_id: str
+    step_index: int
+    device: str
+    app_id: str | None
+    task_id: str | None
+    lesson_id: str | None
+    prompt_text: str | None
+    expected_text: str | None
+    audio_id: str
+
+
+# Shed, unassessed, the audio still archived (retention and forget delete the audio row).
+_SHED_FROM = (
+    "FROM steps s JOIN instances i ON i.id = s.instance_id JOIN audio a ON a.id = s.audio_id "
+    "WHERE s.assessment_shed IS NOT NULL AND s.assessed_at IS NULL"
+)
+
+
+def shed_devices(db: Database, limit: int) -> list[str]:
+    """Devices with a shed, unassessed, archived answer (at most ``limit``)."""
+    rows = db.query(f"SELECT DISTINCT i.device {_SHED_FROM} LIMIT ?", (limit,))
+    return [str(r[0]) for r in rows]
+
+
+def shed_steps(db: Database, devices: Sequence[str], limit: int) -> list[ShedStep]:
+    """Those devices' shed, unassessed, archived answers: the newest instance first (a parent
+    looks at the latest lesson first), its steps in order."""
+    if not devices:
+        return []
+    marks = ", ".join("?" for _ in devices)
+    rows = db.query(
+        "SELECT s.instance_id, s.step_index, i.device, i.app_id, i.task_id, i.lesson_id, "
+        f"s.prompt_text, s.expected_text, s.audio_id {_SHED_FROM} AND i.device IN ({marks}) "
+        "ORDER BY i.created_ms DESC, s.instance_id, s.step_index LIMIT ?",
+        (*devices, limit),
+    )
+    return [
+        ShedStep(
+            instance_id=str(r[0]),
+            step_index=int(r[1]),  # type: ignore[call-overload]
+            device=str(r[2]),
+            app_id=_text(r[3]),
+            task_id=_text(r[4]),
+            lesson_id=_text(r[5]),
+            prompt_text=_text(r[6]),
+            expected_text=_text(r[7]),
+            audio_id=str(r[8]),
+        )
+        for r in rows
+    ]
+
+
+def record_late_assessment(
+    db: Database,
+    *,
+    instance_id: str,
+    step_index: int,
+    asr_text: str | None,
+    metrics: Sequence[StoredMetric],
+    assessed_at: int,
+) -> bool:
+    """The step's own assessment, written late: True if written. Only an UPDATE of a step that
+    is still unassessed: a step erased meanwhile (``device forget``) is never written again, and
+    a step assessed meanwhile keeps its assessment. ``assessment_shed`` stays: why it was late."""
+    changed = db.change(
+        [
+            (
+                "UPDATE steps SET asr_text = ?, metrics = ?, assessed_at = ? "
+                "WHERE instance_id = ? AND step_index = ? AND assessed_at IS NULL",
+                (asr_text, metrics_to_text(tuple(metrics)), assessed_at, instance_id, step_index),
+            )
+        ]
+    )
+    return changed == 1
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def add_assessments(db: Database, rows: Sequence[StepAssessment]) -> None:

@@ -182,7 +182,7 @@ class ActorTable:
             publish_task_event=self._publish_task_event,
             publish_reply=self._publish_reply,
             now_ms=lambda: loop.time() * 1000.0,
-            plan=self._plan,
+            plan=self.plan,
             modes=self._modes,
             archive=self._archive,
             devices=self._devices,
@@ -194,7 +194,7 @@ class ActorTable:
         """The catalog was reloaded: plans are made again from the new version."""
         self._plans.clear()
 
-    def _plan(self, app_id: str, task_id: str, lesson_id: str) -> Plan:
+    def plan(self, app_id: str, task_id: str, lesson_id: str) -> Plan:
         """Assessment methods (empty when disabled) and the lesson's texts (ASR hints); cached."""
         key = (app_id, task_id, lesson_id)
         cached = self._plans.get(key)

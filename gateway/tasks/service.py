@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from gateway.service import Context
 from gateway.tasks import inbox as ib
 from gateway.tasks.actor import DeviceActor
-from gateway.tasks.actors import ActorTable
+from gateway.tasks.actors import ActorTable, Plan
 from gateway.tasks.core import (
     AsrText,
     ButtonPress,
@@ -195,6 +195,11 @@ class TaskService:
                 self._starts.submit(device, request)
             case ib.InboxOwnersChanged():
                 self.on_owners_changed()
+
+    def plan(self, app_id: str, task_id: str, lesson_id: str) -> Plan:
+        """A lesson's assessment methods (empty when off or the lesson is gone) and its texts
+        (ASR hints), from the current catalog; catch-up assessment reads it."""
+        return self._table.plan(app_id, task_id, lesson_id)
 
     def catalog_swapped(self) -> None:
         """The catalog was reloaded (:mod:`gateway.tasks.catalog_live`): drop what was

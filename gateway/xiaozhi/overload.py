@@ -137,6 +137,11 @@ class VoiceGovernor:
             "Intervals in which the event loop was never idle (every lag probe above target)",
         )
 
+    @property
+    def calm(self) -> bool:
+        """Every lesson window decoded (no overload now): work that can wait may run."""
+        return self.admission.share >= 1.0
+
     def admit(self, claim: Claim | None = None) -> bool:
         """Whether a lesson window is decoded: the loop admits it, then ``claim`` (the ASR can
         take its answer, :mod:`gateway.assessment.claims`) if there is one."""

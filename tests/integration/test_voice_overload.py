@@ -159,3 +159,49 @@ async def test_windows_the_asr_cannot_take_are_captured_archived_and_shed_asr_sa
             assert snap['snlpgw_xiaozhi_lesson_windows_total{mode="unclaimed"}'] == 2.0
             assert snap['snlpgw_assessments_shed_total{reason="asr_saturated"}'] == 2.0
             assert seen.assessments == []  # nothing finished: the first answer is still running
+
+
+async def test_answers_shed_under_overload_are_assessed_late_once_the_gateway_is_calm(
+    broker: Broker, tmp_path: Path, device_id: str
+) -> None:
+    """Catch-up: the same captured lesson, with ``asr.catch_up_interval_s`` on. Nothing is taken
+    up while the loop is overloaded; once it is calm and the ASR idle, every shed answer is
+    assessed from its recording, published on the assessment topic and stored as the step's own
+    assessment, its ``assessment_shed`` kept."""
+    async with lesson_rig(
+        broker, tmp_path, device_id, PocketsphinxEngine, asr={"catch_up_interval_s": 0.2}
+    ) as (gw, seen, device, backend):
+        admission = gw.xiaozhi.overload.admission
+        admission.config = DecodeAdmissionConfig(interval_ms=1e12)  # no verdict moves it
+        admission.share = 0.0  # every lesson window opens capture-only: overloaded
+        async with asyncio.TaskGroup() as tg:
+            reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
+            instance_id = await start(backend, device_id, seen)
+            await seen.until(lambda: bool(seen.named("instance.completed")), 60)
+            await reader
+        assert gw.archive is not None
+        await gw.archive.drained()
+        await gw.store.flush()
+        snap = gw.service.metrics.snapshot()
+        assert snap['snlpgw_assessments_shed_total{reason="voice_overload"}'] == 4.0
+        assert not any(k.startswith("snlpgw_assessment_catch_up_total") for k in snap)
+        assert seen.assessments == []  # overloaded: nothing taken up
+
+        admission.share = 1.0  # calm again
+        await seen.until(lambda: len(seen.assessments) == 4, 180)
+        by_step = {a["step_index"]: a for a in seen.assessments}
+        assert sorted(by_step) == [0, 1, 2, 3]
+        assert {a["instance_id"] for a in seen.assessments} == {instance_id}
+        assert by_step[0]["metrics"][0]["value"] >= 0.8  # "Good morning." in the recording
+        assert by_step[1]["metrics"][0]["value"] <= 0.5  # not "How are you?"
+        assert by_step[2]["metrics"] == []  # the silent window: nothing heard
+        assert by_step[3]["metrics"][0]["value"] >= 0.5  # "See you later" heard
+        await gw.store.flush()
+        record = await fetch_instance(gw, instance_id)
+        steps = {s["step_index"]: s for s in record["steps"]}
+        for i in range(4):  # the step's own assessment, written late; why it was late kept
+            assert steps[i]["assessment_shed"] == "voice_overload"
+            assert steps[i]["assessed_at"] == by_step[i]["assessed_at"]
+            assert steps[i]["asr_text"] == by_step[i]["asr_text"]
+        snap = gw.service.metrics.snapshot()
+        assert snap['snlpgw_assessment_catch_up_total{outcome="assessed"}'] == 4.0

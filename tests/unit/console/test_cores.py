@@ -149,7 +149,9 @@ def test_recent_alarms_are_bounded_per_device_and_in_devices() -> None:
 
 
 @pytest.mark.parametrize("lang", ["zh-CN", "en"])
-def test_a_step_shed_under_load_says_why_it_has_no_numbers(lang: str) -> None:
+def test_a_step_shed_under_load_says_why_it_has_no_numbers_or_that_they_came_later(
+    lang: str,
+) -> None:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("gateway.console", "templates"),
         autoescape=True,
@@ -159,6 +161,21 @@ def test_a_step_shed_under_load_says_why_it_has_no_numbers(lang: str) -> None:
         StepRecord("i1", 0, expected_text="Good morning.", assessment_shed="voice_overload"),
         StepRecord("i1", 1, expected_text="How are you?"),  # nothing said: no numbers, no why
         StepRecord("i1", 2, expected_text="Bye.", metrics=(StoredMetric("text_similarity_v0", 1),)),
+        StepRecord(  # shed, then assessed from its recording by catch-up
+            "i1",
+            3,
+            expected_text="Thank you.",
+            assessment_shed="asr_saturated",
+            assessed_at=9,
+            metrics=(StoredMetric("text_similarity_v0", 0.5),),
+        ),
+        StepRecord(  # shed, then assessed: nothing heard in the recording
+            "i1",
+            4,
+            expected_text="See you.",
+            assessment_shed="queue_full",
+            assessed_at=9,
+        ),
     ]
     html = env.get_template("steps.html").render(
         t=lambda key: text(key, lang), rows=[(s, None, None) for s in steps],
@@ -167,5 +184,8 @@ def test_a_step_shed_under_load_says_why_it_has_no_numbers(lang: str) -> None:
     cells = re.findall(r"<td>(.*?)</td>", html, re.S)
     numbers = [c for c in cells if "text_similarity" in c or text("no_numbers", lang) in c
                or text("not_assessed_busy", lang) in c]  # fmt: skip
-    assert [text("not_assessed_busy", lang) in c for c in numbers] == [True, False, False]
+    assert [text("not_assessed_busy", lang) in c for c in numbers] == [True] + [False] * 4
+    assert [text("assessed_later", lang) in c for c in numbers] == [False] * 3 + [True] * 2
     assert "text_similarity_v0: 1.00" in numbers[2]
+    assert "text_similarity_v0: 0.50" in numbers[3]
+    assert text("no_numbers", lang) in numbers[4]
