@@ -23,15 +23,25 @@ from typing import Any
 
 import pytest
 
+from gateway.app import Gateway
 from gateway.archive import FileBlobs
 from gateway.assessment.procslot import ProcessBackend
 from gateway.assessment.reassess import EngineIdentity, ReassessSelection, reassess
 from gateway.assessment.sphinx import PocketsphinxEngine
+from gateway.simulators.xiaozhi import XiaozhiDeviceSim
 from gateway.store.assessments import assessments_of
 from gateway.xiaozhi.overload import DecodeAdmissionConfig
 from tests.integration.test_learning_record import decoded_ms
 from tests.support.broker import Broker
-from tests.support.voice_lesson import SCRIPT, child, fetch_instance, lesson_rig, start
+from tests.support.mqtt_client import ClientSession
+from tests.support.voice_lesson import (
+    SCRIPT,
+    Observed,
+    child,
+    fetch_instance,
+    lesson_rig,
+    start,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -54,6 +64,29 @@ class BusySphinx(PocketsphinxEngine):
         return super().transcribe(*args, **kwargs)
 
 
+async def overloaded_lesson(
+    gw: Gateway,
+    seen: Observed,
+    device: XiaozhiDeviceSim,
+    backend: ClientSession,
+    device_id: str,
+) -> str:
+    """The script's lesson with the voice governor's share at 0 and frozen (as after a run of
+    overloaded intervals): every window captured undecoded; returns once archived and stored."""
+    admission = gw.xiaozhi.overload.admission
+    admission.config = DecodeAdmissionConfig(interval_ms=1e12)  # no verdict moves it
+    admission.share = 0.0  # every lesson window opens capture-only
+    async with asyncio.TaskGroup() as tg:
+        reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
+        instance_id = await start(backend, device_id, seen)
+        await seen.until(lambda: bool(seen.named("instance.completed")), 60)
+        await reader
+    assert gw.archive is not None
+    await gw.archive.drained()
+    await gw.store.flush()
+    return instance_id
+
+
 async def test_windows_captured_under_overload_keep_time_archive_and_reassess(
     broker: Broker, tmp_path: Path, device_id: str
 ) -> None:
@@ -63,17 +96,8 @@ async def test_windows_captured_under_overload_keep_time_archive_and_reassess(
         device,
         backend,
     ):
-        admission = gw.xiaozhi.overload.admission
-        admission.config = DecodeAdmissionConfig(interval_ms=1e12)  # no verdict moves it
-        admission.share = 0.0  # every lesson window opens capture-only
-        async with asyncio.TaskGroup() as tg:
-            reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
-            instance_id = await start(backend, device_id, seen)
-            await seen.until(lambda: bool(seen.named("instance.completed")), 60)
-            await reader
+        instance_id = await overloaded_lesson(gw, seen, device, backend, device_id)
         assert gw.archive is not None
-        await gw.archive.drained()
-        await gw.store.flush()
 
         # On the timer: all four clips played and each window closed.
         assert len(seen.named("step.played")) == 4
@@ -171,23 +195,13 @@ async def test_answers_shed_under_overload_are_assessed_late_once_the_gateway_is
     async with lesson_rig(
         broker, tmp_path, device_id, PocketsphinxEngine, asr={"catch_up_interval_s": 0.2}
     ) as (gw, seen, device, backend):
-        admission = gw.xiaozhi.overload.admission
-        admission.config = DecodeAdmissionConfig(interval_ms=1e12)  # no verdict moves it
-        admission.share = 0.0  # every lesson window opens capture-only: overloaded
-        async with asyncio.TaskGroup() as tg:
-            reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
-            instance_id = await start(backend, device_id, seen)
-            await seen.until(lambda: bool(seen.named("instance.completed")), 60)
-            await reader
-        assert gw.archive is not None
-        await gw.archive.drained()
-        await gw.store.flush()
+        instance_id = await overloaded_lesson(gw, seen, device, backend, device_id)
         snap = gw.service.metrics.snapshot()
         assert snap['snlpgw_assessments_shed_total{reason="voice_overload"}'] == 4.0
         assert not any(k.startswith("snlpgw_assessment_catch_up_total") for k in snap)
         assert seen.assessments == []  # overloaded: nothing taken up
 
-        admission.share = 1.0  # calm again
+        gw.xiaozhi.overload.admission.share = 1.0  # calm again
         await seen.until(lambda: len(seen.assessments) == 4, 180)
         by_step = {a["step_index"]: a for a in seen.assessments}
         assert sorted(by_step) == [0, 1, 2, 3]
