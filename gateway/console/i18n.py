@@ -83,8 +83,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "Not assessed at the time: the gateway was busy; the recording is kept",
     ),
     "assessed_later": (
-        "课后补评：当时网关繁忙，按保存的录音评测",
-        "Assessed later from the kept recording: the gateway was busy at the time",
+        "课后按录音补评（当时网关繁忙）",
+        "Assessed later from the recording (the gateway was busy)",
     ),
     "state_running": ("进行中", "running"),
     "state_paused": ("已暂停", "paused"),
