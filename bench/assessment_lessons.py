@@ -33,11 +33,13 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import functools
 import json
 import logging
 import os
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ from bench.assessment_section import NAME, section
 from bench.load import lessons
 from bench.load.procs import load_conditions
 from bench.stats import RESULTS
+from devstack.process import GatewayProcess
 from gateway.assessment.http_engine import HttpAsrEngine
 from gateway.assessment.jobs import AsrResult
 from gateway.chat import espeak as audio
@@ -76,8 +79,15 @@ def parse_case(text: str) -> tuple[int, bool, int, int]:
 
 
 async def run_case(
-    case: tuple[int, bool, int, int], args: argparse.Namespace, root: Path
+    case: tuple[int, bool, int, int],
+    args: argparse.Namespace,
+    root: Path,
+    *,
+    asr_extra: dict[str, Any] | None = None,
+    after: Callable[[list[int], GatewayProcess], Awaitable[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
+    """One case; ``asr_extra``: asr settings over the case's, ``after``: run with the gateway
+    and the ASR service's pids once the lessons are measured (bench.assessment_catch_up)."""
     n, archive, every, links = case
     async with asr_serve(1, queue_limit=4) as (url, pid):
         engine = HttpAsrEngine(url=url, model="pocketsphinx", timeout_s=60, retries=0)
@@ -92,7 +102,8 @@ async def run_case(
             "mqtt": {"publish_links": links},
             "asr": {"engine": "http", "http_url": url, "http_model": "pocketsphinx",
                     "http_timeout_s": 60.0, "http_retries": 0, "workers": 2,
-                    "queue_limit": args.queue_limit, "job_timeout_s": 60.0},
+                    "queue_limit": args.queue_limit, "job_timeout_s": 60.0,
+                    **(asr_extra or {})},
         }  # fmt: skip
         speech = {"sentences": SENTENCES, "lead_ms": LEAD_MS, "tail_ms": TAIL_MS,
                   "quiet_s": 10.0, "drain_s": 60.0, "every": every}  # fmt: skip
@@ -100,6 +111,7 @@ async def run_case(
             n, "staggered", root / f"n{n}", clips=args.clips, clip_ms=1500,
             worker_count=args.board_workers, settings=settings, speech=speech, asr_pids=asr_pids,
             profile=args.profile and args.profile.with_suffix(f".n{n}.txt"),
+            after=None if after is None else functools.partial(after, asr_pids),
         )  # fmt: skip
     result.pop("samples_ms", None)
     result["asr_workers"] = 1

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +32,13 @@ from bench.load.stream import start_profiler
 from bench.stats import summary
 from devstack.broker import Broker, local_broker, wait_connectable
 from devstack.gateway import Use, gateway_sections
-from devstack.process import gateway_process
+from devstack.process import GatewayProcess, gateway_process
 from gateway.broker.credentials import provision
 from gateway.settings import merge_sections
 from gateway.tasks.core.rules import listen_window_ms
 
 APP, TASK, LESSON = "load", "shadowing", "l1"
+After = Callable[[GatewayProcess], Awaitable[dict[str, Any]]]
 RATIO, MIN_WINDOW_MS = 1.2, 800  # SPEC defaults
 START_LEAD_S = 1.0
 
@@ -121,12 +122,14 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
               worker_count: int, profile: Path | None = None,
               settings: dict[str, Any] | None = None, place: bool = True,
               broker_config: str = "", speech: dict[str, Any] | None = None,
-              asr_pids: list[int] | None = None) -> dict[str, Any]:  # fmt: skip
+              asr_pids: list[int] | None = None,
+              after: After | None = None) -> dict[str, Any]:  # fmt: skip
     """One lessons case. ``speech`` (``sentences``, ``lead_ms``, ``tail_ms``, ``quiet_s``,
     ``drain_s``): the boards answer every window with real speech over their Xiaozhi voice
     sessions (:mod:`bench.load.speaking`) and assessment is on (the ASR engine is the
     settings'); ``asr_pids``: the ASR service's processes, metered (CPU) and placed with the
-    broker and the workers, off the gateway's CPU."""
+    broker and the workers, off the gateway's CPU; ``after``: run with the gateway once the
+    lessons and their measurements are over (its figures under ``"after"``)."""
     step_s = (clip_ms + listen_window_ms(clip_ms, RATIO, MIN_WINDOW_MS)) / 1000
     spread_s = step_s if pattern == "staggered" else 0.0
     deadline_s = spread_s + clips * step_s + 30.0
@@ -192,9 +195,9 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
                 quantile_stats(figures, "gc_full_pause_ms"),
                 quantile_stats(figures, "gc_pause_ms"),
             )
-            rss_end = max(peak)
             if spy is not None:
                 await spy.wait()
+            then = await after(gw) if after is not None else None
     to_play = [x for f in found for x in f["completed_to_play_error_ms"]]
     to_stop = [x for f in found for x in f["completed_to_stop_error_ms"]]
     by_clip: dict[int, list[float]] = {}
@@ -216,6 +219,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
     board_cpu = sum(v for k, v in cpu.items() if k.startswith("boards") and k.endswith("_cpu_s"))
     return {
         **(speech_figures(found, figures, cpu) if speech else {}),
+        **({"after": then} if then is not None else {}),
         "lessons": n,
         "start": pattern,
         "clips": clips,
@@ -268,8 +272,8 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "gateway_gc_full_pause_ms": gc_full,  # the last 2,048 full collections' pauses
         "gateway_gc_pause_ms": gc_all,  # every generation's, the last 2,048
         "gateway_rss_idle_mb": round(rss_idle / 2**20, 1),
-        "gateway_rss_peak_mb": round(rss_end / 2**20, 1),
-        "gateway_rss_per_lesson_kb": round((rss_end - rss_idle) / 1024 / n, 1),
+        "gateway_rss_peak_mb": round(max(peak) / 2**20, 1),
+        "gateway_rss_per_lesson_kb": round((max(peak) - rss_idle) / 1024 / n, 1),
         "gateway_rss_mb_every_30s": [round(b / 2**20, 1) for b in peak[::60]],  # 0.5 s samples
         # Per clip step the boards saw through (its completed answered by the next command).
         "gateway_cpu_ms_per_step": round(

@@ -4,11 +4,12 @@ Under load the gateway sheds answers instead of assessing them (``asr_saturated`
 ``queue_full``, ``voice_overload``: :mod:`gateway.assessment.path`); each such step keeps its
 reason and, with the archive on, the child's answer as Ogg Opus. Every
 ``asr.catch_up_interval_s`` this component looks whether the ASR is idle (nothing queued, a
-worker free) and the gateway's loop is calm (no voice overload). If so it assesses those steps
-one at a time, the newest lesson first (what a parent opens first), through the same bounded
-pool: a live answer never waits behind more than one catch-up job, and a queue that fills with
-live answers sheds the catch-up job first (it is the oldest). The round ends as soon as the ASR
-or the loop is busy again.
+worker free) and the gateway's loop is calm (no voice overload). If so it assesses those steps,
+the newest lesson first (what a parent opens first), through the same bounded pool, at most one
+per ASR worker at a time, started only while nothing live is queued: a live answer waits at
+most for the catch-up jobs already running (one job's time per worker), is never queued behind
+one, and a queue that fills sheds catch-up jobs before any live answer (``AsrJob.late``). The
+round stops starting jobs as soon as the ASR or the loop is busy again.
 
 Each result is the step's own assessment, written late: an UPDATE of a step that still exists
 and is still unassessed (an erased device stays erased; a step assessed meanwhile keeps its
@@ -25,7 +26,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -109,21 +110,33 @@ class CatchUp:
                 log.warning("catch-up assessment: %s", exc)
 
     async def catch_up(self) -> int:
-        """One round: assess shed answers while the ASR is idle and the loop calm; the number
-        assessed."""
+        """One round: assess shed answers while the ASR is idle and the loop calm, at most one
+        per ASR worker at a time; the number assessed."""
         if not self._ready():
             return 0
-        assessed = 0
-        for step in await self._candidates():
-            if not self._ready():
-                break
-            outcome = await self._one(step)
-            self._outcomes.labels(outcome).inc()
-            if outcome == ASSESSED:
-                assessed += 1
-            elif outcome in (YIELDED, FAILED):  # a live answer first; an engine maybe down
-                break
-        return assessed
+        waiting = deque(await self._candidates())
+        outcomes: list[str] = []
+        async with asyncio.TaskGroup() as tg:
+            running: set[asyncio.Task[str]] = set()
+            while True:
+                while (
+                    waiting
+                    and len(running) < self._settings.workers
+                    and self._ready()
+                    and not any(o in (YIELDED, FAILED) for o in outcomes)
+                ):  # a live answer first; an engine that fails may be down: the round ends
+                    step = waiting.popleft()
+                    running.add(tg.create_task(self._counted(step), name="asr.catch-up.one"))
+                if not running:
+                    break
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                outcomes += [task.result() for task in done]
+        return outcomes.count(ASSESSED)
+
+    async def _counted(self, step: ShedStep) -> str:
+        outcome = await self._one(step)
+        self._outcomes.labels(outcome).inc()  # with the write and publish, in one turn
+        return outcome
 
     def _ready(self) -> bool:
         return self._path.idle and self._calm()
@@ -137,15 +150,9 @@ class CatchUp:
         return fresh[:BATCH]
 
     async def _one(self, step: ShedStep) -> str:
-        try:
-            pcm = await asyncio.to_thread(decode_answer, await self._read(step.audio_id))
-        except BlobMissing:
-            self._remember(step)
-            return MISSING
-        except ValueError as exc:
-            log.warning("catch-up: %s step %d: %s", step.instance_id, step.step_index, exc)
-            self._remember(step)
-            return UNDECODABLE
+        pcm = await self._load(step)
+        if isinstance(pcm, str):
+            return pcm
         methods, hints = self._methods_and_hints(step)
         key = AsrKey(step.instance_id, step.step_index, f"catch-up:{step.audio_id}")
         done: asyncio.Future[Late] = asyncio.get_running_loop().create_future()
@@ -201,6 +208,18 @@ class CatchUp:
             assessed_at=assessed_at,
         )
         return ASSESSED
+
+    async def _load(self, step: ShedStep) -> bytes | str:
+        """The answer's PCM, or why there is none (remembered: not tried again)."""
+        try:
+            return await asyncio.to_thread(decode_answer, await self._read(step.audio_id))
+        except BlobMissing:
+            self._remember(step)
+            return MISSING
+        except ValueError as exc:
+            log.warning("catch-up: %s step %d: %s", step.instance_id, step.step_index, exc)
+            self._remember(step)
+            return UNDECODABLE
 
     def _methods_and_hints(self, step: ShedStep) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The lesson's methods and texts from the catalog; a lesson gone from it (or since

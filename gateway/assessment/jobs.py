@@ -62,6 +62,8 @@ class AsrJob:
     # at dequeue, never transcribed (inline ASR: the task has spoken its neutral line by then).
     # None: kept until run (post-assessment).
     max_wait_ms: float | None = None
+    # An archived answer taken up again (catch-up): the full queue sheds it before any live one.
+    late: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,7 +97,7 @@ class AssessmentPath:
         self._latest: OrderedDict[tuple[str, int], str] = OrderedDict()
         # Jobs submitted by transcribe() (not assessed); bounded like _pending.
         self._transcripts: OrderedDict[AsrKey, OnTranscript] = OrderedDict()
-        # Catch-up jobs (transcribe_late): one at a time in practice; bounded like _pending.
+        # Catch-up jobs (transcribe_late): one per worker at most; bounded like _pending.
         self._late: OrderedDict[AsrKey, OnLate] = OrderedDict()
         # None: ASR is off (settings), every utterance is counted as skipped.
         self._pool: AsrPool | None = build_pool(
@@ -244,7 +244,7 @@ class AssessmentPath:
         self._late[key] = done
         while len(self._late) > PENDING_KEPT:
             self._late.popitem(last=False)
-        self._pool.submit(AsrJob(key, pcm, hints))
+        self._pool.submit(AsrJob(key, pcm, hints, late=True))
         return True
 
     def publish_late(

@@ -102,7 +102,11 @@ class AsrPool:
         if self._queue.pop(step, None) is not None:
             self._metrics.dropped.labels(DROP_SUPERSEDED).inc()
         elif len(self._queue) >= self._limit:
-            _, oldest = self._queue.popitem(last=False)
+            # a catch-up job goes before any live one (they are few: at most one per worker)
+            late = next((k for k, q in self._queue.items() if q.job.late), None)
+            oldest = (
+                self._queue.pop(late) if late is not None else self._queue.popitem(last=False)[1]
+            )
             self._metrics.dropped.labels(DROP_OVERFLOW).inc()
             log.warning("ASR queue full (%d): dropped oldest job %s", self._limit, oldest.job.key)
             if self._on_drop is not None:

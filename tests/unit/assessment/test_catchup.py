@@ -138,7 +138,7 @@ async def rig(tmp_path: Path, **asr: object) -> AsyncIterator[CatchUpRig]:
     metrics, mqtt = Metrics(), FakePublisher()
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
     ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
-    settings = AsrSettings(engine="pocketsphinx", queue_limit=1, **asr)  # type: ignore[arg-type]
+    settings = AsrSettings(**{"engine": "pocketsphinx", "queue_limit": 1, **asr})  # type: ignore[arg-type]
     store = Store(path=tmp_path / "gw.sqlite3")
     engine = ScriptedEngine({960 * 10: "good morning", 960 * 20: "i like apples"})
     path = AssessmentPath(
@@ -302,3 +302,20 @@ async def test_it_runs_every_interval(tmp_path: Path) -> None:
             await r.mqtt.event.wait()
         task.cancel()
         assert r.outcomes() == {"assessed": 1.0}
+
+
+async def test_one_catch_up_job_per_asr_worker_at_a_time(tmp_path: Path) -> None:
+    async with rig(tmp_path, workers=2, queue_limit=4) as r:
+        await r.shed(DEV, "i1", 100, [600, 600, 1200])
+        r.engine.gate.clear()
+        round_ = asyncio.create_task(r.catch_up.catch_up(), name="test.round")
+        async with asyncio.timeout(5):
+            while len(r.engine.hints) < 2:  # both workers take one
+                r.engine.started.clear()
+                await r.engine.started.wait()
+        assert r.path.idle is False
+        assert len(r.engine.hints) == 2  # the third waits for a worker, not in the queue
+        assert r.metrics.snapshot()["snlpgw_asr_queue_depth"] == 0.0
+        r.engine.gate.set()
+        assert await round_ == 3
+        assert r.outcomes() == {"assessed": 3.0}

@@ -6,7 +6,7 @@ process backend (with a cheap test engine) then drains it.
 
 from __future__ import annotations
 
-from gateway.assessment.jobs import AsrResult
+from gateway.assessment.jobs import AsrJob, AsrKey, AsrResult
 from gateway.assessment.procslot import ProcessBackend
 from tests.unit.assessment.engines import CountEngine
 from tests.unit.assessment.harness import job, running_pool
@@ -22,6 +22,20 @@ async def test_overflow_drops_oldest_and_reports_it() -> None:
         assert [j.key.step_index for j in c.dropped] == [0, 1]
         assert c.figure('snlpgw_asr_jobs_dropped_total{reason="overflow"}') == 2
         assert c.figure("snlpgw_asr_queue_depth") == 3
+
+
+async def test_a_full_queue_sheds_a_catch_up_job_before_any_live_one() -> None:
+    async with running_pool(
+        ProcessBackend(CountEngine, name="count"), queue_limit=3, start=False
+    ) as c:
+        c.pool.submit(job(0, b"\x00\x00"))
+        c.pool.submit(AsrJob(AsrKey("old", 4, "catch-up"), b"\x00\x00", late=True))
+        c.pool.submit(job(1, b"\x00\x00"))
+        c.pool.submit(job(2, b"\x00\x00"))  # full: the catch-up job goes, not step 0
+        assert [(j.key.instance_id, j.late) for j in c.dropped] == [("old", True)]
+        c.pool.submit(job(3, b"\x00\x00"))  # no catch-up job left: the oldest live one
+        assert [j.key.step_index for j in c.dropped] == [4, 0]
+        assert c.pool.depth == 3
 
 
 async def test_newer_utterance_supersedes_queued_one_for_same_step() -> None:
