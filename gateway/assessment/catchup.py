@@ -59,6 +59,7 @@ FAILED: Final = "failed"  # the ASR failed or took too long: not tried again
 MISSING: Final = "missing"  # the audio went meanwhile (retention, forget)
 UNDECODABLE: Final = "undecodable"  # the archived file is not Ogg Opus
 GONE: Final = "gone"  # the step was erased or assessed meanwhile: nothing written
+UNAVAILABLE: Final = "unavailable"  # the audio or record store failed: next round again
 
 ReadAudio = Callable[[str], Awaitable[bytes]]  # audio id → Ogg Opus (BlobMissing if not kept)
 PlanOf = Callable[[str, str, str], tuple[tuple[str, ...], tuple[str, ...]]]  # methods, hints
@@ -108,6 +109,8 @@ class CatchUp:
                 await self.catch_up()
             except StoreError as exc:  # the store is down: counted there; next round
                 log.warning("catch-up assessment: %s", exc)
+            except Exception:  # a bug here must not stop the gateway: logged, next round
+                log.exception("catch-up assessment round failed")
 
     async def catch_up(self) -> int:
         """One round: assess shed answers while the ASR is idle and the loop calm, at most one
@@ -123,8 +126,8 @@ class CatchUp:
                     waiting
                     and len(running) < self._settings.workers
                     and self._ready()
-                    and not any(o in (YIELDED, FAILED) for o in outcomes)
-                ):  # a live answer first; an engine that fails may be down: the round ends
+                    and not any(o in (YIELDED, FAILED, UNAVAILABLE) for o in outcomes)
+                ):  # a live answer first; an engine or a store that fails may be down
                     step = waiting.popleft()
                     running.add(tg.create_task(self._counted(step), name="asr.catch-up.one"))
                 if not running:
@@ -134,7 +137,11 @@ class CatchUp:
         return outcomes.count(ASSESSED)
 
     async def _counted(self, step: ShedStep) -> str:
-        outcome = await self._one(step)
+        try:
+            outcome = await self._one(step)
+        except StoreError as exc:  # the record store is down: counted there; next round
+            log.warning("catch-up: %s", exc)
+            outcome = UNAVAILABLE
         self._outcomes.labels(outcome).inc()  # with the write and publish, in one turn
         return outcome
 
@@ -220,6 +227,9 @@ class CatchUp:
             log.warning("catch-up: %s step %d: %s", step.instance_id, step.step_index, exc)
             self._remember(step)
             return UNDECODABLE
+        except Exception as exc:  # the audio store is down: counted, tried next round
+            log.warning("catch-up: audio store: %s", type(exc).__name__)
+            return UNAVAILABLE
 
     def _methods_and_hints(self, step: ShedStep) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The lesson's methods and texts from the catalog; a lesson gone from it (or since

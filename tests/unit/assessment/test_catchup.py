@@ -138,7 +138,7 @@ async def rig(tmp_path: Path, **asr: object) -> AsyncIterator[CatchUpRig]:
     metrics, mqtt = Metrics(), FakePublisher()
     http = HttpServer(host="127.0.0.1", port=0, metrics=metrics)
     ctx = Context(load_settings(), mqtt, http, metrics, Ops("gw", mqtt, metrics), http)  # type: ignore[arg-type]
-    settings = AsrSettings(**{"engine": "pocketsphinx", "queue_limit": 1, **asr})  # type: ignore[arg-type]
+    settings = AsrSettings(**{"engine": "pocketsphinx", "queue_limit": 1, **asr})
     store = Store(path=tmp_path / "gw.sqlite3")
     engine = ScriptedEngine({960 * 10: "good morning", 960 * 20: "i like apples"})
     path = AssessmentPath(
@@ -319,3 +319,20 @@ async def test_one_catch_up_job_per_asr_worker_at_a_time(tmp_path: Path) -> None
         r.engine.gate.set()
         assert await round_ == 3
         assert r.outcomes() == {"assessed": 3.0}
+
+
+async def test_a_store_that_fails_ends_the_round_and_the_step_is_tried_next_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with rig(tmp_path) as r:
+        await r.shed(DEV, "i1", 100, [600, 1200])
+
+        async def down(audio_id: str) -> bytes:
+            raise OSError("the audio store is down")
+
+        monkeypatch.setattr(r.catch_up, "_read", down)
+        assert await r.catch_up.catch_up() == 0
+        assert r.outcomes() == {"unavailable": 1.0}  # the round ended at the first
+        monkeypatch.undo()
+        assert await r.catch_up.catch_up() == 2  # not remembered: both taken up now
+        assert r.outcomes() == {"unavailable": 1.0, "assessed": 2.0}
