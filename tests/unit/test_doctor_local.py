@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -97,7 +98,13 @@ def test_run_refuses_to_start_when_the_configured_password_file_is_missing(
 ) -> None:
     absent = tmp_path / "absent.password"
     monkeypatch.setenv("SNLPGW_MQTT__PASSWORD_FILE", str(absent))
-    assert cli_main(["run", "--data-dir", str(tmp_path)]) == 2
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:  # `run` sets up logging on this test's captured stderr: not left for later tests
+        assert cli_main(["run", "--data-dir", str(tmp_path)]) == 2
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
     assert capsys.readouterr().err == (
         f"snlpgw: cannot start: mqtt.password_file {absent} missing\n"
     )
