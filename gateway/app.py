@@ -9,6 +9,7 @@ keep their own types; the adapters between them are the board channel's ``BoardT
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Sequence
@@ -254,7 +255,8 @@ def build_gateway(settings: Settings, *, asr_backend: Backend | None = None) -> 
     catch_up = CatchUp(
         path=assessment,
         store=parts.store,
-        read_audio=archive.get,
+        # its own thread, not the archive's: a slow read (S3) must not hold up new answers
+        read_audio=lambda audio_id: asyncio.to_thread(archive.blobs.get, audio_id),
         plan=tasks.plan,
         owns=ownership.owns,
         calm=lambda: xiaozhi.overload.calm,

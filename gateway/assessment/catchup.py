@@ -14,9 +14,10 @@ round stops starting jobs as soon as the ASR or the loop is busy again.
 Each result is the step's own assessment, written late: an UPDATE of a step that still exists
 and is still unassessed (an erased device stays erased; a step assessed meanwhile keeps its
 numbers), then published on the device's assessment topic like a live one. The step keeps
-``assessment_shed``: why its numbers came late. What fails (the ASR, an unreadable file) is not
-tried again by this process (it remembers the last 256; ``snlpgw reassess`` can), and an ASR
-failure ends the round (the engine may be down: one step per interval tried, not the backlog).
+``assessment_shed``: why its numbers came late. What fails for the answer itself (an
+unreadable file, an engine error on it) is not tried again by this process (it remembers the
+last 256; ``snlpgw reassess`` can); an ASR failure of any kind ends the round, and one that is
+the engine's state (unavailable, timeout, connection) leaves the step for a later round.
 In a cluster each gateway catches up only the devices it owns.
 """
 
@@ -60,6 +61,17 @@ MISSING: Final = "missing"  # the audio went meanwhile (retention, forget)
 UNDECODABLE: Final = "undecodable"  # the archived file is not Ogg Opus
 GONE: Final = "gone"  # the step was erased or assessed meanwhile: nothing written
 UNAVAILABLE: Final = "unavailable"  # the audio or record store failed: next round again
+
+# The engine's state, not the answer's: the step is tried again in a later round.
+TRANSIENT: Final = frozenset(
+    {
+        FailureReason.ENGINE_UNAVAILABLE,
+        FailureReason.TIMEOUT,
+        FailureReason.CONNECTION,
+        FailureReason.HTTP_STATUS,
+        FailureReason.WORKER_CRASHED,
+    }
+)
 
 ReadAudio = Callable[[str], Awaitable[bytes]]  # audio id → Ogg Opus (BlobMissing if not kept)
 PlanOf = Callable[[str, str, str], tuple[tuple[str, ...], tuple[str, ...]]]  # methods, hints
@@ -184,7 +196,8 @@ class CatchUp:
                 step.step_index,
                 result.reason,
             )
-            self._remember(step)
+            if result.reason not in TRANSIENT:  # this answer's failure, not the engine's state
+                self._remember(step)
             return FAILED
         return await self._record(step, key, result.text, methods)
 

@@ -241,6 +241,9 @@ class AssessmentPath:
         oldest). Nothing is stored or published here. False: ASR is off."""
         if self._pool is None:
             return False
+        if not self._pool.idle:  # live work came first: this one waits for another round
+            done(None)
+            return True
         self._late[key] = done
         while len(self._late) > PENDING_KEPT:
             self._late.popitem(last=False)

@@ -97,20 +97,26 @@ class AsrPool:
         return not self._queue and self._running < self._workers
 
     def submit(self, job: AsrJob) -> None:
-        """Enqueue without blocking or raising; never awaits anything."""
+        """Enqueue without blocking or raising; never awaits anything. A catch-up job
+        (``job.late``) never takes a live job's place: it is dropped itself when the queue is
+        full or holds its step, and is the first to go when a live job needs room."""
         step = job.key.step
-        if self._queue.pop(step, None) is not None:
+        queued = self._queue.get(step)
+        if job.late and (queued is not None or len(self._queue) >= self._limit):
+            self._drop(job, DROP_OVERFLOW)
+            return
+        if queued is not None:
+            del self._queue[step]
             self._metrics.dropped.labels(DROP_SUPERSEDED).inc()
+            if queued.job.late and self._on_drop is not None:  # its waiter must hear it
+                self._safe(self._on_drop, queued.job)
         elif len(self._queue) >= self._limit:
-            # a catch-up job goes before any live one (they are few: at most one per worker)
+            # a catch-up job goes before any live one (at most one per worker is queued)
             late = next((k for k, q in self._queue.items() if q.job.late), None)
             oldest = (
                 self._queue.pop(late) if late is not None else self._queue.popitem(last=False)[1]
             )
-            self._metrics.dropped.labels(DROP_OVERFLOW).inc()
-            log.warning("ASR queue full (%d): dropped oldest job %s", self._limit, oldest.job.key)
-            if self._on_drop is not None:
-                self._safe(self._on_drop, oldest.job)
+            self._drop(oldest.job, DROP_OVERFLOW)
         now = self._clock()
         wait = job.max_wait_ms
         expires = None if wait is None else now + wait / 1000.0
@@ -118,6 +124,12 @@ class AsrPool:
         self._metrics.queued.inc()
         self._metrics.depth.set(len(self._queue))
         self._work.set()
+
+    def _drop(self, job: AsrJob, reason: str) -> None:
+        self._metrics.dropped.labels(reason).inc()
+        log.warning("ASR queue full (%d): dropped job %s", self._limit, job.key)
+        if self._on_drop is not None:
+            self._safe(self._on_drop, job)
 
     def withdraw(self, key: AsrKey) -> bool:
         """Remove ``key``'s job if it is still queued (never a running one): True if removed."""

@@ -65,10 +65,12 @@ class ShedStep:
     audio_id: str
 
 
-# Shed, unassessed, the audio still archived (retention and forget delete the audio row).
+# Shed, unassessed, the audio still archived (retention clears steps.audio_id and deletes the
+# audio row; forget deletes both). The first three conditions are migration 0009's index's:
+# a step whose audio is gone (or was never kept) leaves the index.
 _SHED_FROM = (
     "FROM steps s JOIN instances i ON i.id = s.instance_id JOIN audio a ON a.id = s.audio_id "
-    "WHERE s.assessment_shed IS NOT NULL AND s.assessed_at IS NULL"
+    "WHERE s.assessment_shed IS NOT NULL AND s.assessed_at IS NULL AND s.audio_id IS NOT NULL"
 )
 
 

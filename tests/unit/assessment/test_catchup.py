@@ -336,3 +336,38 @@ async def test_a_store_that_fails_ends_the_round_and_the_step_is_tried_next_roun
         monkeypatch.undo()
         assert await r.catch_up.catch_up() == 2  # not remembered: both taken up now
         assert r.outcomes() == {"unavailable": 1.0, "assessed": 2.0}
+
+
+async def test_a_catch_up_job_is_not_submitted_behind_live_work(tmp_path: Path) -> None:
+    async with rig(tmp_path, workers=2, queue_limit=4) as r:
+        r.engine.gate.clear()  # two live answers: one running, one queued
+        for step in range(2):
+            r.path.submit_utterance(
+                device=OTHER, instance_id="live", step_index=step, utterance_id="u1",
+                pcm=b"\x00\x00" * 9600, prompt_text=None, expected_text="Thank you.",
+                methods=("text_similarity_v0",), hints=(),
+            )  # fmt: skip
+        heard: list[object] = []
+        key = AsrKey("i1", 0, "catch-up:x")
+        assert r.path.transcribe_late(key, b"\x00\x00" * 960, (), heard.append)
+        assert heard == [None]  # not idle: told at once, nothing queued
+        assert r.metrics.snapshot()["snlpgw_asr_queue_depth"] >= 1.0
+        r.engine.gate.set()
+
+
+async def test_an_engine_that_is_down_leaves_the_step_for_a_later_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with rig(tmp_path) as r:
+        await r.shed(DEV, "i1", 100, [600])
+        real = r.engine.run
+
+        async def unavailable(job: AsrJob, timeout_s: float) -> AsrResult | AsrFailure:
+            return AsrFailure(FailureReason.ENGINE_UNAVAILABLE, "asr-serve down")
+
+        monkeypatch.setattr(r.engine, "run", unavailable)
+        assert await r.catch_up.catch_up() == 0
+        assert r.outcomes() == {"failed": 1.0}
+        monkeypatch.setattr(r.engine, "run", real)
+        assert await r.catch_up.catch_up() == 1  # not remembered: the engine's state
+        assert r.outcomes() == {"failed": 1.0, "assessed": 1.0}

@@ -38,6 +38,26 @@ async def test_a_full_queue_sheds_a_catch_up_job_before_any_live_one() -> None:
         assert c.pool.depth == 3
 
 
+async def test_a_catch_up_job_never_takes_a_live_jobs_place() -> None:
+    async with running_pool(
+        ProcessBackend(CountEngine, name="count"), queue_limit=2, start=False
+    ) as c:
+        c.pool.submit(job(0, b"\x00\x00"))
+        c.pool.submit(job(1, b"\x00\x00"))
+        full = AsrJob(AsrKey("old", 4, "catch-up"), b"\x00\x00", late=True)
+        c.pool.submit(full)  # the queue is full: the catch-up job itself goes
+        same_step = AsrJob(AsrKey("inst-1", 1, "catch-up"), b"\x00\x00", late=True)
+        c.pool.withdraw(AsrKey("inst-1", 0, "u1"))  # room now, but step 1 is queued live
+        c.pool.submit(same_step)  # it does not replace the live job of its step
+        assert c.dropped == [full, same_step]
+        assert c.pool.depth == 1
+        late = AsrJob(AsrKey("inst-1", 7, "catch-up"), b"\x00\x00", late=True)
+        c.pool.submit(late)
+        c.pool.submit(job(7, b"\x00\x00", "u2"))  # a live answer of its step replaces it
+        assert c.dropped == [full, same_step, late]  # and its waiter hears it
+        assert c.pool.depth == 2
+
+
 async def test_newer_utterance_supersedes_queued_one_for_same_step() -> None:
     async with running_pool(
         ProcessBackend(CountEngine, name="count"), queue_limit=3, start=False

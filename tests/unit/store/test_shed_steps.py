@@ -44,7 +44,9 @@ async def test_waiting_answers_are_the_shed_unassessed_archived_ones_newest_less
         await _shed(store, "dev-a", "old", 100, 2)
         await _shed(store, "dev-a", "new", 300, 2)
         await _shed(store, "dev-b", "b1", 200, 1)
-        await _shed(store, "dev-c", "swept", 250, 1, audio=False)  # retention took the audio
+        await _shed(store, "dev-c", "swept", 250, 1, audio=False)  # no audio row (queue full)
+        await _shed(store, "dev-d", "expired", 260, 1)
+        await store.delete_audio(["expired-a0"])  # retention: row gone, steps.audio_id cleared
         store.submit_step(StepRecord("new", 2, audio_id="x", expected_text="live"))  # not shed
         store.submit_step(  # shed, then assessed (by an earlier catch-up)
             StepRecord("old", 1, asr_text="said", metrics=(StoredMetric(SIM, 0.5),), assessed_at=1)
