@@ -230,8 +230,9 @@ class AssessmentPath:
 
     @property
     def idle(self) -> bool:
-        """ASR on, nothing queued and a worker free: a job submitted now delays no live one."""
-        return self._pool is not None and self._pool.idle
+        """ASR on, no live job queued and a worker free: a catch-up job submitted now delays no
+        live one (:attr:`AsrPool.room_for_late`)."""
+        return self._pool is not None and self._pool.room_for_late
 
     def transcribe_late(
         self, key: AsrKey, pcm: bytes, hints: tuple[str, ...], done: OnLate
@@ -241,7 +242,7 @@ class AssessmentPath:
         oldest). Nothing is stored or published here. False: ASR is off."""
         if self._pool is None:
             return False
-        if not self._pool.idle:  # live work came first: this one waits for another round
+        if not self._pool.room_for_late:  # live work came first: it waits for another round
             done(None)
             return True
         self._late[key] = done

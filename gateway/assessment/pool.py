@@ -92,9 +92,11 @@ class AsrPool:
         return len(self._queue)
 
     @property
-    def idle(self) -> bool:
-        """Nothing queued and a slot free: a job submitted now starts at once."""
-        return not self._queue and self._running < self._workers
+    def room_for_late(self) -> bool:
+        """No live job queued and a slot for one more catch-up job: submitted now, it starts as
+        soon as the catch-up jobs just queued are taken (they are few: one per slot at most)."""
+        late = sum(1 for q in self._queue.values() if q.job.late)
+        return late == len(self._queue) and self._running + late < self._workers
 
     def submit(self, job: AsrJob) -> None:
         """Enqueue without blocking or raising; never awaits anything. A catch-up job

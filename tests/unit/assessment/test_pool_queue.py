@@ -58,6 +58,20 @@ async def test_a_catch_up_job_never_takes_a_live_jobs_place() -> None:
         assert c.pool.depth == 2
 
 
+async def test_room_for_a_catch_up_job_counts_the_queued_ones_and_no_live_one() -> None:
+    async with running_pool(
+        ProcessBackend(CountEngine, name="count"), workers=2, queue_limit=4, start=False
+    ) as c:
+        assert c.pool.room_for_late
+        c.pool.submit(AsrJob(AsrKey("old", 1, "catch-up"), b"\x00\x00", late=True))
+        assert c.pool.room_for_late  # one queued catch-up job, two slots
+        c.pool.submit(AsrJob(AsrKey("old", 2, "catch-up"), b"\x00\x00", late=True))
+        assert not c.pool.room_for_late  # one per slot
+        c.pool.withdraw(AsrKey("old", 2, "catch-up"))
+        c.pool.submit(job(0, b"\x00\x00"))
+        assert not c.pool.room_for_late  # a live job is waiting
+
+
 async def test_newer_utterance_supersedes_queued_one_for_same_step() -> None:
     async with running_pool(
         ProcessBackend(CountEngine, name="count"), queue_limit=3, start=False
