@@ -26,7 +26,7 @@ from tests.integration.test_lesson_content import heard_heartbeat, make_resource
 from tests.support.asr_engines import RaisingEngine
 from tests.support.broker import Broker
 from tests.support.lesson_rig import APP, LESSON, TASK, LessonRig, lesson_rig
-from tests.support.voice_lesson import CATALOG, SCRIPT, child, start
+from tests.support.voice_lesson import CATALOG, scripted_lesson
 from tests.support.voice_lesson import lesson_rig as voice_lesson_rig
 
 # Hang guards, not timings: a browser, a gateway and a board on two cores shared with others.
@@ -348,11 +348,7 @@ async def test_a_parent_plays_the_childs_recording_beside_the_reference_clip(
     async with voice_lesson_rig(
         broker, tmp_path, device_id, RaisingEngine, resource_dir=resources
     ) as (gw, seen, device, backend):
-        async with asyncio.TaskGroup() as tg:
-            reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
-            instance_id = await start(backend, device_id, seen)
-            await seen.until(lambda: bool(seen.named("instance.completed")), 60)
-            await reader
+        instance_id = await scripted_lesson(device, seen, backend, device_id)
         assert gw.archive is not None
         assert gw.console is not None
         await gw.archive.drained()

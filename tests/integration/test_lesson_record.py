@@ -22,7 +22,7 @@ from gateway.archive import demux_ogg_opus
 from tests.integration.test_learning_record import decoded_ms
 from tests.support.asr_engines import RaisingEngine
 from tests.support.broker import Broker
-from tests.support.voice_lesson import SCRIPT, child, fetch_instance, lesson_rig, start
+from tests.support.voice_lesson import fetch_instance, lesson_rig, scripted_lesson
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 REPO = Path(__file__).resolve().parents[2]
@@ -39,11 +39,7 @@ async def test_a_lesson_keeps_each_answer_privately(
         device,
         backend,
     ):
-        async with asyncio.TaskGroup() as tg:
-            reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
-            instance_id = await start(backend, device_id, seen)
-            await seen.until(lambda: bool(seen.named("instance.completed")), 60)
-            await reader
+        instance_id = await scripted_lesson(device, seen, backend, device_id)
         await seen.until(lambda: len(seen.assessments) >= 3, 30)
         assert gw.archive is not None
         await gw.archive.drained()

@@ -17,10 +17,10 @@ from tests.support.verdicts import verdict_keys
 from tests.support.voice_lesson import (
     CLIP_MS,
     RATIO,
-    SCRIPT,
     child,
     fetch_instance,
     lesson_rig,
+    scripted_lesson,
     start,
 )
 
@@ -40,11 +40,7 @@ async def test_lesson_right_wrong_silent_and_asr_failure(
         device,
         backend,
     ):
-        async with asyncio.TaskGroup() as tg:
-            reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
-            instance_id = await start(backend, device_id, seen)
-            await seen.until(lambda: bool(seen.named("instance.completed")), 60)
-            await reader
+        instance_id = await scripted_lesson(device, seen, backend, device_id)
 
         # Every clip played, each next one only when the previous window's timer fired.
         played = seen.named("step.played")

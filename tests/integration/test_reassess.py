@@ -29,7 +29,7 @@ from gateway.assessment.sphinx import PocketsphinxEngine
 from gateway.store.assessments import StepAssessment, assessments_of
 from tests.support.asr_engines import RaisingEngine
 from tests.support.broker import Broker
-from tests.support.voice_lesson import SCRIPT, child, fetch_instance, lesson_rig, start
+from tests.support.voice_lesson import fetch_instance, lesson_rig, scripted_lesson
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,11 +71,7 @@ async def test_reassess_archived_answers_beside_the_originals_idempotently(
         device,
         backend,
     ):
-        async with asyncio.TaskGroup() as tg:
-            reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
-            instance_id = await start(backend, device_id, seen)
-            await seen.until(lambda: bool(seen.named("instance.completed")), 60)
-            await reader
+        instance_id = await scripted_lesson(device, seen, backend, device_id)
         await seen.until(lambda: len(seen.assessments) >= 3, 30)
         assert gw.archive is not None
         await gw.archive.drained()

@@ -35,12 +35,10 @@ from tests.integration.test_learning_record import decoded_ms
 from tests.support.broker import Broker
 from tests.support.mqtt_client import ClientSession
 from tests.support.voice_lesson import (
-    SCRIPT,
     Observed,
-    child,
     fetch_instance,
     lesson_rig,
-    start,
+    scripted_lesson,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -76,11 +74,7 @@ async def overloaded_lesson(
     admission = gw.xiaozhi.overload.admission
     admission.config = DecodeAdmissionConfig(interval_ms=1e12)  # no verdict moves it
     admission.share = 0.0  # every lesson window opens capture-only
-    async with asyncio.TaskGroup() as tg:
-        reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
-        instance_id = await start(backend, device_id, seen)
-        await seen.until(lambda: bool(seen.named("instance.completed")), 60)
-        await reader
+    instance_id = await scripted_lesson(device, seen, backend, device_id)
     assert gw.archive is not None
     await gw.archive.drained()
     await gw.store.flush()
@@ -153,11 +147,7 @@ async def test_windows_the_asr_cannot_take_are_captured_archived_and_shed_asr_sa
         ) as (gw, seen, device, backend):
             async with asyncio.timeout(120):  # the worker loaded: step 0's answer runs at once
                 await asyncio.get_running_loop().sock_recv(ready, 16)
-            async with asyncio.TaskGroup() as tg:
-                reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
-                instance_id = await start(backend, device_id, seen)
-                await seen.until(lambda: bool(seen.named("instance.completed")), 60)
-                await reader
+            instance_id = await scripted_lesson(device, seen, backend, device_id)
             assert gw.archive is not None
             await gw.archive.drained()
             await gw.store.flush()

@@ -161,6 +161,19 @@ async def start(backend: ClientSession, dev: str, seen: Observed, **fields: Any)
     return str(reply["instance_id"])
 
 
+async def scripted_lesson(
+    device: XiaozhiDeviceSim, seen: Observed, backend: ClientSession, dev: str
+) -> str:
+    """Start the lesson and let the child answer with :data:`SCRIPT` until it completes; its
+    instance id."""
+    async with asyncio.TaskGroup() as tg:
+        reader = tg.create_task(child(device, seen, SCRIPT), name="test.child")
+        instance_id = await start(backend, dev, seen)
+        await seen.until(lambda: bool(seen.named("instance.completed")), 60)
+        await reader
+    return instance_id
+
+
 async def fetch_instance(gw: Gateway, instance_id: str) -> dict[str, Any]:
     port = gw.service.admin.port
     url = f"http://127.0.0.1:{port}/task/instance/{instance_id}"
