@@ -408,8 +408,9 @@ class AsrSettings(_Section):
         10.0,
         ge=0,
         description="How often the gateway looks for steps shed under load (asr_saturated, "
-        "queue_full, voice_overload) whose answer is archived, and assesses them one at a time "
-        "while its ASR is idle and its loop is not overloaded; 0 = off (`snlpgw reassess` only).",
+        "queue_full, voice_overload) whose answer is archived, and assesses them (at most one "
+        "per ASR worker) while its ASR is idle and its loop is not overloaded; 0 = off "
+        "(`snlpgw reassess` only).",
     )
 
 

@@ -33,8 +33,8 @@ from typing import Final
 
 from gateway.archive import BlobMissing
 from gateway.assessment.assessor import DEFAULT_METHODS, assess
-from gateway.assessment.jobs import AsrFailure, AsrKey, AsrResult, FailureReason
-from gateway.assessment.path import AssessmentPath
+from gateway.assessment.jobs import AsrFailure, AsrKey, FailureReason
+from gateway.assessment.path import AssessmentPath, Late
 from gateway.assessment.reassess import decode_answer
 from gateway.metrics import Metrics
 from gateway.settings import AsrSettings
@@ -62,6 +62,8 @@ UNDECODABLE: Final = "undecodable"  # the archived file is not Ogg Opus
 GONE: Final = "gone"  # the step was erased or assessed meanwhile: nothing written
 UNAVAILABLE: Final = "unavailable"  # the audio or record store failed: next round again
 
+HALTING: Final = frozenset({YIELDED, FAILED, UNAVAILABLE})  # a round starts no job after these
+
 # The engine's state, not the answer's: the step is tried again in a later round.
 TRANSIENT: Final = frozenset(
     {
@@ -75,7 +77,6 @@ TRANSIENT: Final = frozenset(
 
 ReadAudio = Callable[[str], Awaitable[bytes]]  # audio id → Ogg Opus (BlobMissing if not kept)
 PlanOf = Callable[[str, str, str], tuple[tuple[str, ...], tuple[str, ...]]]  # methods, hints
-Late = AsrResult | AsrFailure | None
 
 
 class CatchUp:
@@ -134,14 +135,12 @@ class CatchUp:
         async with asyncio.TaskGroup() as tg:
             running: set[asyncio.Task[str]] = set()
             while True:
-                while (
-                    waiting
-                    and len(running) < self._settings.workers
-                    and self._ready()
-                    and not any(o in (YIELDED, FAILED, UNAVAILABLE) for o in outcomes)
-                ):  # a live answer first; an engine or a store that fails may be down
+                # no new job once a live answer came first or an engine or a store failed
+                halted = not self._ready() or not HALTING.isdisjoint(outcomes)
+                while waiting and len(running) < self._settings.workers and not halted:
                     step = waiting.popleft()
                     running.add(tg.create_task(self._counted(step), name="asr.catch-up.one"))
+                    halted = not self._ready()
                 if not running:
                     break
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -180,8 +179,7 @@ class CatchUp:
             if not done.done():
                 done.set_result(result)
 
-        if not self._path.transcribe_late(key, pcm, hints, finish):
-            return FAILED  # ASR off (not enabled then): never reached in practice
+        self._path.transcribe_late(key, pcm, hints, finish)
         try:
             async with asyncio.timeout(2 * self._settings.job_timeout_s + 10.0):
                 result = await done

@@ -59,8 +59,9 @@ SHED_QUEUE_FULL = "queue_full"  # the step's reason when the full queue shed its
 PENDING_KEPT = 4_096  # jobs whose context we remember; oldest forgotten (its result dropped)
 
 OnText = Callable[[str, str, int, str], None]  # device, instance_id, step_index, text
-# A late job's end: the ASR's result, or None when the queue shed it for a live answer.
-OnLate = Callable[[AsrResult | AsrFailure | None], None]
+# A catch-up job's end: the ASR's result, or None when live work came first.
+Late = AsrResult | AsrFailure | None
+OnLate = Callable[[Late], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,20 +237,18 @@ class AssessmentPath:
 
     def transcribe_late(
         self, key: AsrKey, pcm: bytes, hints: tuple[str, ...], done: OnLate
-    ) -> bool:
-        """An archived answer through the same bounded pool, behind nothing: ``done`` gets the
-        ASR's result, or None if the queue shed the job for a live answer (it goes first, as the
-        oldest). Nothing is stored or published here. False: ASR is off."""
-        if self._pool is None:
-            return False
-        if not self._pool.room_for_late:  # live work came first: it waits for another round
-            done(None)
-            return True
+    ) -> None:
+        """An archived answer through the same bounded pool, submitted only while there is
+        room for it (:attr:`idle`): ``done`` gets the ASR's result, or None at once if live work
+        came first (or ASR is off), or later if a live answer needed its place. Nothing is
+        stored or published here."""
+        if self._pool is None or not self._pool.room_for_late:
+            done(None)  # it waits for another round
+            return
         self._late[key] = done
         while len(self._late) > PENDING_KEPT:
             self._late.popitem(last=False)
         self._pool.submit(AsrJob(key, pcm, hints, late=True))
-        return True
 
     def publish_late(
         self,

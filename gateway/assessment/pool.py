@@ -105,7 +105,7 @@ class AsrPool:
         step = job.key.step
         queued = self._queue.get(step)
         if job.late and (queued is not None or len(self._queue) >= self._limit):
-            self._drop(job, DROP_OVERFLOW)
+            self._drop(job, DROP_OVERFLOW if queued is None else DROP_SUPERSEDED)
             return
         if queued is not None:
             del self._queue[step]
@@ -129,7 +129,7 @@ class AsrPool:
 
     def _drop(self, job: AsrJob, reason: str) -> None:
         self._metrics.dropped.labels(reason).inc()
-        log.warning("ASR queue full (%d): dropped job %s", self._limit, job.key)
+        log.warning("ASR queue (%d): dropped job %s (%s)", self._limit, job.key, reason)
         if self._on_drop is not None:
             self._safe(self._on_drop, job)
 

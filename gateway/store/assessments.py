@@ -219,8 +219,8 @@ def archived_steps(
         ArchivedStep(
             instance_id=str(r[0]),
             step_index=int(r[1]),  # type: ignore[call-overload]
-            device=None if r[2] is None else str(r[2]),
-            expected_text=None if r[3] is None else str(r[3]),
+            device=_text(r[2]),
+            expected_text=_text(r[3]),
             audio_id=str(r[4]),
             hints=tuple(dict.fromkeys(hints.get(str(r[0]), ()))),
         )

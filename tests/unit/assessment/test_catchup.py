@@ -23,7 +23,7 @@ from gateway.assessment.jobs import (
     FailureReason,
     audio_ms,
 )
-from gateway.assessment.path import AssessmentPath
+from gateway.assessment.path import AssessmentPath, OnLate
 from gateway.http import HttpServer
 from gateway.metrics import Metrics
 from gateway.service import Context, Ops
@@ -220,15 +220,14 @@ async def test_a_catch_up_job_makes_way_for_a_live_answer_and_is_taken_up_next_r
         late = r.path.transcribe_late
 
         def then_a_live_answer(
-            key: AsrKey, pcm: bytes, hints: tuple[str, ...], done: object
-        ) -> bool:
-            queued = late(key, pcm, hints, done)  # type: ignore[arg-type]
+            key: AsrKey, pcm: bytes, hints: tuple[str, ...], done: OnLate
+        ) -> None:
+            late(key, pcm, hints, done)
             r.path.submit_utterance(  # before the worker took the catch-up job: queue of one
                 device=OTHER, instance_id="live", step_index=0, utterance_id="u1",
                 pcm=b"\x00\x00" * 9600, prompt_text=None, expected_text="Thank you.",
                 methods=("text_similarity_v0",), hints=(),
             )  # fmt: skip
-            return queued
 
         monkeypatch.setattr(r.path, "transcribe_late", then_a_live_answer)
         assert await r.catch_up.catch_up() == 0
@@ -349,7 +348,7 @@ async def test_a_catch_up_job_is_not_submitted_behind_live_work(tmp_path: Path) 
             )  # fmt: skip
         heard: list[object] = []
         key = AsrKey("i1", 0, "catch-up:x")
-        assert r.path.transcribe_late(key, b"\x00\x00" * 960, (), heard.append)
+        r.path.transcribe_late(key, b"\x00\x00" * 960, (), heard.append)
         assert heard == [None]  # not idle: told at once, nothing queued
         assert r.metrics.snapshot()["snlpgw_asr_queue_depth"] >= 1.0
         r.engine.gate.set()
