@@ -20,6 +20,7 @@ from topics.tree import TopicKind, parse_topic
 log = logging.getLogger(__name__)
 
 UPLINK_KINDS = (TopicKind.ACK, TopicKind.RPT, TopicKind.EVT, TopicKind.HB, TopicKind.STATUS)
+PRESENCE_KINDS = (TopicKind.HB, TopicKind.STATUS)  # read by every gateway, owner or not
 
 
 class BoardUplink:
@@ -46,6 +47,12 @@ class BoardUplink:
             # retained status means something (presence, SPEC §3).
             self._drop(topic.kind.value, "retained", msg, None)
             return
+        if topic.kind not in PRESENCE_KINDS and not table.owns(topic.dev):
+            # Another gateway's device (scale-out): its presence is kept, its payload is the
+            # owner's to read. Left before the parse: every gateway receives every board's
+            # uplink, so this path runs for (gateways - 1) of every N messages.
+            self._foreign(topic.kind, topic.dev, msg)
+            return
         try:
             parsed = wire.parse(topic.kind, msg.payload, max_bytes=self._max_payload)
         except PayloadError as exc:
@@ -56,11 +63,6 @@ class BoardUplink:
             self._drop(topic.kind.value, "too_many_devices", msg, None)
             return
         now = self._clock()
-        if not isinstance(parsed, OnlineStatus | BoardHeartbeat) and not table.owns(device.dev):
-            table.presence(device, device.presence.on_activity(now))
-            table.out.m.dropped.labels(topic.kind.value, "not_owner").inc()  # normal: counted
-            table.reschedule(device)
-            return
         match parsed:
             case OnlineStatus():
                 self._on_status(device, parsed, now)
@@ -77,6 +79,18 @@ class BoardUplink:
             case _:
                 table.presence(device, device.presence.on_activity(now))
                 self._on_event(device, parsed, msg)
+        table.reschedule(device)
+
+    def _foreign(self, kind: TopicKind, dev: str, msg: Inbound) -> None:
+        """An ack, report or event of a device another gateway owns: activity for its
+        presence, counted ``not_owner``; the payload is not read (the owner reads it)."""
+        table = self._table
+        device = table.device(dev)
+        if device is None:
+            self._drop(kind.value, "too_many_devices", msg, None)
+            return
+        table.presence(device, device.presence.on_activity(self._clock()))
+        table.out.m.dropped.labels(kind.value, "not_owner").inc()  # normal: counted
         table.reschedule(device)
 
     def _on_status(self, device: Device, status: OnlineStatus, now: float) -> None:

@@ -33,3 +33,20 @@ async def test_losing_ownership_ends_pending_commands_with_no_resend() -> None:
     assert future.result().kind is OutcomeKind.CANCELLED
     rig.advance(60.0)  # well past every resend deadline
     assert len(rig.commands()) == 1
+
+
+async def test_another_gateways_board_is_not_parsed_but_stays_online() -> None:
+    """The payload of a board owned elsewhere is the owner's to read: not parsed here (so not
+    refused for its content either), yet its traffic keeps its presence alive."""
+    owned: set[str] = set()
+    rig = make_rig(owns=lambda dev: dev in owned, heartbeat_s=1.0, missed_heartbeats=3)
+    rig.hb()
+    for _ in range(5):  # 5 s of evts and no heartbeat: 3 missed beats would be offline
+        rig.advance(1.0)
+        rig.deliver(DEV, "evt", b"{not json")
+    assert rig.channel.is_online(DEV)
+    assert rig.metric('board_inbound_dropped_total{kind="evt",reason="not_owner"}') == 5
+    assert rig.metric('board_inbound_dropped_total{kind="evt",reason="malformed_json"}') == 0
+    owned.add(DEV)  # its own board: the same payload is read and refused
+    rig.deliver(DEV, "evt", b"{not json")
+    assert rig.metric('board_inbound_dropped_total{kind="evt",reason="malformed_json"}') == 1
