@@ -136,7 +136,7 @@ async def measure(ns: list[int], limit_s: float, notes: list[str]) -> dict[str, 
     with tempfile.TemporaryDirectory(prefix="snlp-catch-up-") as tmp:
         for i, n in enumerate(ns):
             case = await run_case(
-                (n, True, 1, 0), args, Path(tmp) / str(i),
+                (n, True, 1, 0, 1), args, Path(tmp) / str(i),
                 asr_extra={"catch_up_interval_s": 1.0},
                 after=functools.partial(drain, limit_s=limit_s),
             )  # fmt: skip

@@ -66,20 +66,25 @@ def lowest_priority(pid: int, nice: int = 19) -> None:
             os.setpriority(os.PRIO_PROCESS, int(tid), nice)
 
 
-def parse_case(text: str) -> tuple[int, bool, int, int]:
-    """``N[:on|off][/K][+L]``: N lessons, the archive on (default) or off, every board speaking
-    in one window of K (default 1: every window; board i speaks when (i + clip) % K == 0), the
-    gateway with L publish links (``mqtt.publish_links``, default 0)."""
+Case = tuple[int, bool, int, int, int]  # lessons, archive, speak every K, links, gateways
+
+
+def parse_case(text: str) -> Case:
+    """``N[:on|off][/K][+L][xG]``: N lessons, the archive on (default) or off, every board
+    speaking in one window of K (default 1: every window; board i speaks when (i + clip) % K ==
+    0), each gateway with L publish links (``mqtt.publish_links``, default 0), G gateway
+    processes sharing the devices (default 1; more: a cluster on one PostgreSQL)."""
+    text, _, shards = text.partition("x")
     text, _, links = text.partition("+")
     head, _, every = text.partition("/")
     n, _, archive = head.partition(":")
     if archive not in ("", "on", "off"):
         raise argparse.ArgumentTypeError(f"archive must be on or off: {text!r}")
-    return int(n), archive != "off", int(every or 1), int(links or 0)
+    return int(n), archive != "off", int(every or 1), int(links or 0), int(shards or 1)
 
 
 async def run_case(
-    case: tuple[int, bool, int, int],
+    case: Case,
     args: argparse.Namespace,
     root: Path,
     *,
@@ -88,7 +93,7 @@ async def run_case(
 ) -> dict[str, Any]:
     """One case; ``asr_extra``: asr settings over the case's, ``after``: run with the gateway
     and the ASR service's pids once the lessons are measured (bench.assessment_catch_up)."""
-    n, archive, every, links = case
+    n, archive, every, links, shards = case
     async with asr_serve(1, queue_limit=4) as (url, pid):
         engine = HttpAsrEngine(url=url, model="pocketsphinx", timeout_s=60, retries=0)
         warm = await engine.transcribe(audio.synthesize(SENTENCES[0]), tuple(SENTENCES))
@@ -112,6 +117,7 @@ async def run_case(
             worker_count=args.board_workers, settings=settings, speech=speech, asr_pids=asr_pids,
             profile=args.profile and args.profile.with_suffix(f".n{n}.txt"),
             after=None if after is None else functools.partial(after, asr_pids),
+            gateways=shards,
         )  # fmt: skip
     result.pop("samples_ms", None)
     result["asr_workers"] = 1
@@ -129,10 +135,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--cases",
         type=lambda s: [parse_case(x) for x in s.split(",") if x],
-        default=[(200, True, 1, 0), (1000, True, 1, 0), (1000, True, 1, 3)],
-        help="N[:on|off][/K][+L] each: N lessons, the answer archive on (default) or off, each "
-        "board speaking in one window of K (default: every window), L publish links (default "
-        "0), e.g. 200,1000,1000+3,1000/5",
+        default=[(200, True, 1, 0, 1), (1000, True, 1, 0, 1), (1000, True, 1, 3, 1)],
+        help="N[:on|off][/K][+L][xG] each: N lessons, the answer archive on (default) or off, "
+        "each board speaking in one window of K (default: every window), L publish links "
+        "(default 0), G gateway processes (default 1; more: a cluster on one PostgreSQL), e.g. "
+        "200,1000,1000+3,1000/5,1000x2",
     )
     p.add_argument("--clips", type=int, default=10)
     p.add_argument(

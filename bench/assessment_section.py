@@ -60,8 +60,11 @@ def section(doc: dict[str, Any]) -> list[str]:
         "shed + assessed; *assessments/s* = assessed / the case's wall time (lessons and drain); *per ASR "
         "core* = that / "
         "ASR workers (1); *per ASR CPU-second* = assessed / CPU the asr-serve process and its "
-        "worker used (what a core of their own gives); *gateway CPU ms/step* = gateway CPU / "
-        "clip steps.",
+        "worker used (what a core of their own gives); *gateway CPU* = the gateway processes' "
+        "CPU over the case's wall time (one gateway: the share of its core); *gateway CPU "
+        "ms/step* = their CPU / clip steps. *on 2 gateways*: two gateway processes in cluster "
+        "mode (docs/scale-out.md) on one PostgreSQL, each owning about half the boards; placed "
+        "on CPUs of their own only when a CPU is left for the rest, shared otherwise.",
         "",
         f"Machine before the run: load average {cond['loadavg_1_5_15']}, busy share "
         f"{cond['busy_share_before_run']} ({cond['cpus']} CPUs shared with other developers). "
@@ -144,7 +147,7 @@ def _table(cases: list[dict[str, Any]]) -> list[str]:
             f"| {lat.get('p99', '-')} | {c['assessments_per_s']} "
             f"| {c['assessments_per_s'] / c['asr_workers']:.2f} "
             f"| {c['assessments_per_asr_cpu_s']} | {c['asr_cpu_s']} "
-            f"| {c.get('gateway_core_share', 0):.0%} | {c['gateway_cpu_ms_per_step']} "
+            f"| {_gateway_share(c)} | {c['gateway_cpu_ms_per_step']} "
             f"| {c.get('others_core_share', 0):.2f} "
             f"| {c['wall_s']:.1f} |"
         )
@@ -152,8 +155,19 @@ def _table(cases: list[dict[str, Any]]) -> list[str]:
 
 
 def _lessons(case: dict[str, Any]) -> str:
-    links = case.get("publish_links", 0)
-    return f"{case['lessons']}" + (f" (+{links} publish links)" if links else "")
+    links, gateways = case.get("publish_links", 0), case.get("gateways", 1)
+    return (
+        f"{case['lessons']}"
+        + (f" (+{links} publish links)" if links else "")
+        + (f" on {gateways} gateways (cluster, PostgreSQL)" if gateways > 1 else "")
+    )
+
+
+def _gateway_share(case: dict[str, Any]) -> str:
+    """Every gateway process's CPU over the case, in cores (one gateway: its share of its)."""
+    if "gateways_cpu_s" not in case:
+        return f"{case.get('gateway_core_share', 0):.0%}"
+    return f"{case['gateways_cpu_s'] / case['wall_s']:.0%}"
 
 
 def _overload(case: dict[str, Any]) -> str:

@@ -22,8 +22,9 @@ from bench.load.procs import (
     CpuSample,
     Meter,
     cpu_s,
+    descendants,
     harness_on,
-    place_gateway,
+    place_gateways,
     rss_bytes,
     sample_cpus,
 )
@@ -36,11 +37,13 @@ from devstack.process import GatewayProcess, gateway_process
 from gateway.broker.credentials import provision
 from gateway.settings import merge_sections
 from gateway.tasks.core.rules import listen_window_ms
+from tests.support.postgres import start_postgres
 
 APP, TASK, LESSON = "load", "shadowing", "l1"
 After = Callable[[GatewayProcess], Awaitable[dict[str, Any]]]
 RATIO, MIN_WINDOW_MS = 1.2, 800  # SPEC defaults
 START_LEAD_S = 1.0
+NOT_OWNER = "snlpgw_board_inbound_dropped_total{"  # with reason=not_owner: another's board
 
 
 def device_ids(n: int) -> list[str]:
@@ -123,7 +126,7 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
               settings: dict[str, Any] | None = None, place: bool = True,
               broker_config: str = "", speech: dict[str, Any] | None = None,
               asr_pids: list[int] | None = None,
-              after: After | None = None) -> dict[str, Any]:  # fmt: skip
+              after: After | None = None, gateways: int = 1) -> dict[str, Any]:  # fmt: skip
     """One lessons case. ``speech`` (``sentences``, ``lead_ms``, ``tail_ms``, ``quiet_s``,
     ``drain_s``): the boards answer every window with real speech over their Xiaozhi voice
     sessions (:mod:`bench.load.speaking`) and assessment is on (the ASR engine is the
@@ -163,19 +166,25 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
                           "backend": [f"load-backend-{w}", backends[f"load-backend-{w}"]],
                           "deadline_s": deadline_s, **speaking(speech, broker)})  # fmt: skip
         async with (
-            gateway_process(root, settings) as gw,
+            sharded(root, settings, gateways) as (gws, store),
             workers("bench.load.boards", specs, root) as procs,
         ):
             for proc in procs:
                 await proc.line(180)
-            spy = await start_profiler(gw.pid, START_LEAD_S + spread_s + clips * step_s, profile)
-            others = [broker.local_pid, *(p.pid for p in procs), *(asr_pids or [])]
-            placement = place_gateway(gw.pid, others + ([spy.pid] if spy else []), on=place)
+            spy = await start_profiler(
+                gws[0].pid, START_LEAD_S + spread_s + clips * step_s, profile
+            )
+            others = [broker.local_pid, *(p.pid for p in procs), *(asr_pids or []), *store]
+            placement = place_gateways(
+                [one.pid for one in gws], others + ([spy.pid] if spy else []), on=place
+            )
             if speech:  # the voice sessions' hellos and what follows them, done before go
-                await settled(gw.pid)
-            rss_idle = rss_bytes(gw.pid)
+                await asyncio.gather(*(settled(one.pid) for one in gws))
+            rss_idle = rss_bytes(gws[0].pid)
             meter = Meter(
-                {"gateway": gw.pid, "broker": broker.local_pid}
+                {"gateway": gws[0].pid, "broker": broker.local_pid}
+                | {f"gateway{i}": one.pid for i, one in enumerate(gws) if i}
+                | {f"store{i}": pid for i, pid in enumerate(store)}
                 | {f"asr{i}": pid for i, pid in enumerate(asr_pids or [])}
             )
             t0 = time.time() + START_LEAD_S
@@ -184,12 +193,13 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
                 proc.go(t0)
             with harness_on(placement):
                 async with (
-                    sampling(gw.pid, rss_idle) as (peak, busy, sampler_errors),
+                    sampling(gws[0].pid, rss_idle) as (peak, busy, sampler_errors),
                     probing(broker.host, broker.port, accounts[PROBE_USER]) as probe,
                 ):
                     found = [await proc.line(deadline_s + 60) for proc in procs]
-            cpu = meter.stop({f"boards{i}": f["cpu_s"] for i, f in enumerate(found)})
-            figures = await asyncio.to_thread(gw.metrics)
+            cpu = totals(meter.stop({f"boards{i}": f["cpu_s"] for i, f in enumerate(found)}))
+            each = await asyncio.gather(*(asyncio.to_thread(one.metrics) for one in gws))
+            figures = merged_metrics(each)
             lateness, gc_full, gc_all = (
                 quantile_stats(figures, "window_lateness_ms"),
                 quantile_stats(figures, "gc_full_pause_ms"),
@@ -197,15 +207,10 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             )
             if spy is not None:
                 await spy.wait()
-            then = await after(gw) if after is not None else None
+            then = await after(gws[0]) if after is not None else None
     to_play = [x for f in found for x in f["completed_to_play_error_ms"]]
     to_stop = [x for f in found for x in f["completed_to_stop_error_ms"]]
-    by_clip: dict[int, list[float]] = {}
-    for f in found:
-        for clip, error in zip(
-            f["completed_to_play_clip"], f["completed_to_play_error_ms"], strict=True
-        ):
-            by_clip.setdefault(clip + 1, []).append(error)
+    by_clip = _by_clip(found)
     lags_at = [
         (at, lag)
         for f in found
@@ -277,9 +282,11 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
         "gateway_rss_mb_every_30s": [round(b / 2**20, 1) for b in peak[::60]],  # 0.5 s samples
         # Per clip step the boards saw through (its completed answered by the next command).
         "gateway_cpu_ms_per_step": round(
-            cpu["gateway_cpu_s"] * 1000 / max(1, len(to_play) + len(to_stop)), 2
+            cpu["gateways_cpu_s"] * 1000 / max(1, len(to_play) + len(to_stop)), 2
         ),
         "placement": placement,
+        "gateways": gateways,
+        "per_gateway": per_gateway(gws, each, cpu),
         "board_workers": len(found),
         "board_loop": sorted({f.get("loop", "asyncio") for f in found}),
         "board_workers_cpu_s": round(board_cpu, 2),
@@ -299,6 +306,107 @@ async def run(n: int, pattern: str, root: Path, *, clips: int, clip_ms: int,
             },
         ),
     }
+
+
+@contextlib.asynccontextmanager
+async def sharded(
+    root: Path, settings: dict[str, Any], count: int
+) -> AsyncIterator[tuple[list[GatewayProcess], list[int]]]:
+    """``count`` gateway processes serving the devices between them, and their store's server
+    processes (none for SQLite). One: the gateway of ``settings`` alone (its SQLite store). More: a
+    cluster (docs/scale-out.md) of ``load-gw0..`` on one throw-away PostgreSQL, each with its
+    own data dir, every one settled (seeing all the others, owning its share) before the
+    boards connect."""
+    if count == 1:
+        async with gateway_process(root, settings) as gw:
+            yield [gw], []
+        return
+    pg = await asyncio.to_thread(start_postgres)
+    try:
+        url = await asyncio.to_thread(pg.new_database)
+        async with contextlib.AsyncExitStack() as stack:
+            gws = []
+            for i in range(count):
+                one = merge_sections(settings, {
+                    "gateway_id": f"load-gw{i}", "data_dir": str(root / f"gw{i}" / "data"),
+                    "store": {"url": url}, "cluster": {"enabled": True},
+                })  # fmt: skip
+                gws.append(await stack.enter_async_context(gateway_process(root / f"gw{i}", one)))
+            for gw in gws:
+                await _cluster_settled(gw, count)
+            yield gws, [pg.proc.pid, *descendants(pg.proc.pid)]  # the server and its backends
+    finally:
+        await asyncio.to_thread(pg.stop)
+
+
+async def _cluster_settled(gw: GatewayProcess, members: int, limit_s: float = 60.0) -> None:
+    for _ in range(int(limit_s * 10)):
+        figures = await asyncio.to_thread(gw.metrics)
+        if (
+            figures.get("snlpgw_cluster_members") == members
+            and figures.get("snlpgw_cluster_settled") == 1
+        ):
+            return
+        await asyncio.sleep(0.1)  # the membership is the broker's retained statuses: polled
+    raise RuntimeError(f"{gw.gateway_id} did not see {members} gateways in {limit_s} s")
+
+
+def totals(cpu: dict[str, float]) -> dict[str, float]:
+    """``cpu`` (:meth:`Meter.stop`) with the store's processes as one ``store_cpu_s`` and every
+    gateway process's CPU summed in ``gateways_cpu_s``."""
+    out = {k: v for k, v in cpu.items() if not k.startswith("store")}
+    out["store_cpu_s"] = round(
+        sum(v for k, v in cpu.items() if k.startswith("store") and k.endswith("_cpu_s")), 3
+    )
+    out["gateways_cpu_s"] = round(
+        sum(v for k, v in cpu.items() if k.startswith("gateway") and k.endswith("_cpu_s")), 3
+    )
+    return out
+
+
+def per_gateway(
+    gws: list[GatewayProcess], each: list[dict[str, float]], cpu: dict[str, float]
+) -> list[dict[str, Any]]:
+    """What each gateway process did: its CPU, its share of the lessons, and the other
+    gateways' board traffic it received and left to them (every gateway reads every uplink)."""
+    return [
+        {
+            "gateway_id": gw.gateway_id,
+            "cpu_s": cpu[f"gateway{i or ''}_cpu_s"],
+            "lessons_completed": int(
+                mine.get("snlpgw_runtime_task_events_total{event=instance.completed}", 0.0)
+            ),
+            "left_to_owner": int(
+                sum(v for k, v in mine.items() if k.startswith(NOT_OWNER) and "not_owner" in k)
+            ),
+        }
+        for i, (gw, mine) in enumerate(zip(gws, each, strict=True))
+    ]
+
+
+def merged_metrics(each: list[dict[str, float]]) -> dict[str, float]:
+    """The gateways' samples as one: counters summed, quantile gauges (``stat=``) the largest."""
+    out: dict[str, float] = {}
+    for figures in each:
+        for name, value in figures.items():
+            if name not in out:
+                out[name] = value
+            elif "stat=" in name:
+                out[name] = max(out[name], value)
+            else:
+                out[name] += value
+    return out
+
+
+def _by_clip(found: list[dict[str, Any]]) -> dict[int, list[float]]:
+    """The next-clip errors by the clip whose completion they follow (1 = the first)."""
+    by_clip: dict[int, list[float]] = {}
+    for f in found:
+        for clip, error in zip(
+            f["completed_to_play_clip"], f["completed_to_play_error_ms"], strict=True
+        ):
+            by_clip.setdefault(clip + 1, []).append(error)
+    return by_clip
 
 
 def _busy_of(samples: list[CpuSample], cpus: list[int] | str) -> list[tuple[float, float]]:

@@ -146,6 +146,20 @@ def _pin(pid: int, cpus: set[int]) -> None:
         done |= todo
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid``'s child processes, theirs and so on (a server and the backends it forked)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        with contextlib.suppress(FileNotFoundError):  # a process that just ended
+            for task in Path(f"/proc/{parent}/task").iterdir():
+                children = [int(x) for x in (task / "children").read_text().split()]
+                found.extend(children)
+                todo.extend(children)
+    return found
+
+
 def place_gateway(gateway: int, rest: Iterable[int], *, on: bool = True) -> Placement:
     """The gateway's process on a CPU of its own and the run's other processes (broker, board
     and device workers, a profiler) on the others; returns the placement for the report.
@@ -157,14 +171,23 @@ def place_gateway(gateway: int, rest: Iterable[int], *, on: bool = True) -> Plac
     same gateway CPU per step; bench/results/load/placement-ab.md). The harness itself goes
     with the others while a lessons run measures (:func:`harness_on`). Off (``on=False``) or
     with one CPU, nothing moves. The processes placed end with their run."""
+    return place_gateways([gateway], rest, on=on)
+
+
+def place_gateways(gateways: list[int], rest: Iterable[int], *, on: bool = True) -> Placement:
+    """:func:`place_gateway` for a cluster's gateway processes: each on a CPU of its own (the
+    last ones), the rest on what is left; shared (nothing moved) unless the machine has a CPU
+    more than there are gateways."""
     cpus = sorted(os.sched_getaffinity(0))
-    if not on or len(cpus) < 2:
+    if not on or len(cpus) <= len(gateways):
         return {"gateway_cpus": "shared", "others_cpus": "shared"}
-    own, others = {cpus[-1]}, set(cpus[:-1])  # the last: CPU 0 takes most interrupts
-    _pin(gateway, own)
+    # the last ones: CPU 0 takes most interrupts
+    own, others = cpus[len(cpus) - len(gateways) :], set(cpus[: len(cpus) - len(gateways)])
+    for gateway, cpu in zip(gateways, reversed(own), strict=True):
+        _pin(gateway, {cpu})
     for pid in rest:
         _pin(pid, others)
-    return {"gateway_cpus": sorted(own), "others_cpus": sorted(others)}
+    return {"gateway_cpus": own, "others_cpus": sorted(others)}
 
 
 @contextlib.contextmanager

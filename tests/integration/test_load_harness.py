@@ -4,15 +4,18 @@ the result files with the structure the README and plots rely on. No figure is j
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from bench.load.procs import harness_on, place_gateway
+from bench.load.procs import descendants, harness_on, place_gateway, place_gateways
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -132,3 +135,52 @@ def test_place_gateway_moves_every_thread_and_harness_on_moves_the_harness_and_b
         for proc in procs:
             proc.kill()
             proc.communicate()  # reaps it and closes its pipes
+
+
+def test_place_gateways_gives_each_gateway_a_cpu_only_when_one_is_left_over() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    code = "import sys; print(1, flush=True); sys.stdin.read()"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        for _ in range(len(cpus) + 1)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            proc.stdout.readline()
+        # As many gateways as CPUs: nothing left for the rest, so nothing moves.
+        gateways, rest = [p.pid for p in procs[: len(cpus)]], [procs[-1].pid]
+        assert place_gateways(gateways, rest)["gateway_cpus"] == "shared"
+        assert all(os.sched_getaffinity(pid) == set(cpus) for pid in [*gateways, *rest])
+        if len(cpus) >= 3:  # two gateways, each on a CPU of its own, the rest on the others
+            where = place_gateways(gateways[:2], rest)
+            assert sorted(where["gateway_cpus"]) == cpus[-2:]
+            assert {frozenset(os.sched_getaffinity(pid)) for pid in gateways[:2]} == {
+                frozenset({cpus[-1]}),
+                frozenset({cpus[-2]}),
+            }
+            assert os.sched_getaffinity(rest[0]) == set(cpus[:-2])
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.communicate()
+
+
+def test_descendants_finds_children_and_grandchildren() -> None:
+    # a shell whose child shell starts a sleep: three levels, as postgres and its backends
+    tree = subprocess.Popen(["sh", "-c", "sh -c 'sleep 30 & wait' & wait"])
+    try:
+        for _ in range(100):
+            found = descendants(tree.pid)
+            if len(found) == 2:
+                break
+            time.sleep(0.05)  # the shells start their children on their own time: polled
+        names = sorted(Path(f"/proc/{pid}/comm").read_text().strip() for pid in found)
+        assert names == ["sh", "sleep"]
+    finally:
+        for pid in [*descendants(tree.pid), tree.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        tree.wait()
