@@ -1,4 +1,5 @@
-"""Lesson phase: N concurrent shadowing lessons, boards in worker processes, gateway alone.
+"""Lesson phase: N concurrent shadowing lessons, boards in worker processes, gateway alone (or
+G gateway processes sharing the boards in cluster mode, :func:`sharded`).
 
 Per N and start pattern, a fresh broker and gateway: the boards connect, then every lesson
 starts at once (``simultaneous``: every window closes in the same few milliseconds, the worst
@@ -385,13 +386,14 @@ def per_gateway(
 
 
 def merged_metrics(each: list[dict[str, float]]) -> dict[str, float]:
-    """The gateways' samples as one: counters summed, quantile gauges (``stat=``) the largest."""
+    """The gateways' samples as one: counters (and quantile gauges' ``count``) summed, the
+    other quantile gauges (``stat=p99`` ...) the largest: the worst gateway's."""
     out: dict[str, float] = {}
     for figures in each:
         for name, value in figures.items():
             if name not in out:
                 out[name] = value
-            elif "stat=" in name:
+            elif "stat=" in name and "stat=count" not in name:
                 out[name] = max(out[name], value)
             else:
                 out[name] += value
