@@ -178,16 +178,24 @@ def place_gateways(gateways: list[int], rest: Iterable[int], *, on: bool = True)
     """:func:`place_gateway` for a cluster's gateway processes: each on a CPU of its own (the
     last ones), the rest on what is left; shared (nothing moved) unless the machine has a CPU
     more than there are gateways."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if not on or len(cpus) <= len(gateways):
+    plan = cpu_plan(sorted(os.sched_getaffinity(0)), len(gateways)) if on else None
+    if plan is None:
         return {"gateway_cpus": "shared", "others_cpus": "shared"}
-    # the last ones: CPU 0 takes most interrupts
-    own, others = cpus[len(cpus) - len(gateways) :], set(cpus[: len(cpus) - len(gateways)])
-    for gateway, cpu in zip(gateways, reversed(own), strict=True):
+    own, others = plan
+    for gateway, cpu in zip(gateways, own, strict=True):
         _pin(gateway, {cpu})
     for pid in rest:
-        _pin(pid, others)
-    return {"gateway_cpus": own, "others_cpus": sorted(others)}
+        _pin(pid, set(others))
+    return {"gateway_cpus": own, "others_cpus": others}
+
+
+def cpu_plan(cpus: list[int], gateways: int) -> tuple[list[int], list[int]] | None:
+    """Each gateway's CPU (the highest first: CPU 0 takes most interrupts) and the CPUs left
+    for the rest, or None when no CPU would be left."""
+    if len(cpus) <= gateways:
+        return None
+    ordered = sorted(cpus)
+    return ordered[::-1][:gateways], ordered[: len(ordered) - gateways]
 
 
 @contextlib.contextmanager
