@@ -168,16 +168,26 @@ def test_place_gateways_gives_each_gateway_a_cpu_only_when_one_is_left_over() ->
             proc.communicate()
 
 
+def _names(pids: list[int]) -> list[str]:
+    names = []
+    for pid in pids:
+        with contextlib.suppress(FileNotFoundError):
+            names.append(Path(f"/proc/{pid}/comm").read_text().strip())
+    return names
+
+
 def test_descendants_finds_children_and_grandchildren() -> None:
     # a shell whose child shell starts a sleep: three levels, as postgres and its backends
     tree = subprocess.Popen(["sh", "-c", "sh -c 'sleep 30 & wait' & wait"])
     try:
-        for _ in range(100):
-            found = descendants(tree.pid)
-            if len(found) == 2:
+        # the shells fork and exec on their own time: a forked child is named "sh" until it
+        # has exec'd sleep (CI once read ["sh", "sh"] here), so both are polled, up to 30 s
+        deadline = time.monotonic() + 30
+        while True:
+            names = sorted(_names(descendants(tree.pid)))
+            if names == ["sh", "sleep"] or time.monotonic() > deadline:
                 break
-            time.sleep(0.05)  # the shells start their children on their own time: polled
-        names = sorted(Path(f"/proc/{pid}/comm").read_text().strip() for pid in found)
+            time.sleep(0.02)
         assert names == ["sh", "sleep"]
     finally:
         for pid in [*descendants(tree.pid), tree.pid]:
