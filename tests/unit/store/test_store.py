@@ -298,3 +298,30 @@ async def test_after_committed_waits_for_every_earlier_row_in_order(connector: C
         assert len(seen) == 1  # nothing written yet
         await store.committed()  # released after the callbacks before it
     assert seen[1:] == [("after-a", ([1], 0)), ("after-step", ([1], 0))]
+
+
+async def test_a_waiting_command_cuts_the_writers_linger_short(connector: Connector) -> None:
+    """Rows wait up to ``linger_s`` to be written in one batch, unless something waits for them
+    (``after_committed``: a board command in a cluster). A minute's linger makes the difference
+    plain: without a waiter the row is still pending, with one it is written at once."""
+    store = Store(connect=connector, linger_s=60.0)
+
+    def stored() -> bool:
+        db = Database.open(connector)
+        try:
+            return db.get_instance("a") is not None
+        finally:
+            db.close()
+
+    async with running(store):
+        store.submit_instance(InstanceRecord("a", state=InstanceState.RUNNING))
+        await asyncio.sleep(0.2)  # the writer is lingering now
+        assert not stored()
+        released = asyncio.Event()
+        store.after_committed(released.set)
+        await asyncio.wait_for(released.wait(), timeout=30)
+        assert stored()
+        # The next row, with nobody waiting, lingers again.
+        store.submit_instance(InstanceRecord("b", state=InstanceState.RUNNING))
+        await asyncio.sleep(0.2)
+        assert store.health()["pending"] == 1
