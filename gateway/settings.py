@@ -113,7 +113,8 @@ class MqttSettings(_Section):
         description="Publish-only broker connections beside the main one: each adds "
         "max_inflight publishes in flight (the broker's Receive Maximum caps each "
         "connection); a topic always uses the same connection, so its order is kept. "
-        "About 3 for 1,000 lessons on one gateway (docs/scale-out.md).",
+        "For a window the PUBACK round trip limits; on a saturated core they do not help "
+        "(docs/scale-out.md).",
     )
     max_payload_bytes: int = Field(
         8192, ge=512, description="Inbound payloads over this are dropped."
