@@ -113,8 +113,8 @@ class MqttSettings(_Section):
         description="Publish-only broker connections beside the main one: each adds "
         "max_inflight publishes in flight (the broker's Receive Maximum caps each "
         "connection); a topic always uses the same connection, so its order is kept. "
-        "For a window the PUBACK round trip limits; on a saturated core they do not help "
-        "(docs/scale-out.md).",
+        "They help when PUBACK round trips limit the window, not when the gateway's core is "
+        "full (docs/scale-out.md).",
     )
     max_payload_bytes: int = Field(
         8192, ge=512, description="Inbound payloads over this are dropped."

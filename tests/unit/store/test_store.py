@@ -273,6 +273,17 @@ async def test_a_dropped_postgres_connection_is_reopened(postgres: Postgres) -> 
     assert sample(metrics, "store_write_failures_total") == 1
 
 
+def _read_instance(
+    connector: Connector, instance_id: str
+) -> tuple[InstanceRecord, list[StepRecord]] | None:
+    """The instance as another connection reads it (what is committed), or None."""
+    db = Database.open(connector)
+    try:
+        return db.get_instance(instance_id)
+    finally:
+        db.close()
+
+
 async def test_after_committed_waits_for_every_earlier_row_in_order(connector: Connector) -> None:
     """What a callback sees in the database (read on another connection) when it runs."""
     store = Store(connect=connector)
@@ -280,9 +291,7 @@ async def test_after_committed_waits_for_every_earlier_row_in_order(connector: C
 
     def probe(name: str) -> Callable[[], None]:
         def call() -> None:
-            db = Database.open(connector)
-            found = db.get_instance("a")
-            db.close()
+            found = _read_instance(connector, "a")
             seen.append((name, found and ([s.played_ms for s in found[1]], found[0].current_step)))
 
         return call
@@ -307,11 +316,7 @@ async def test_a_waiting_command_cuts_the_writers_linger_short(connector: Connec
     store = Store(connect=connector, linger_s=60.0)
 
     def stored() -> bool:
-        db = Database.open(connector)
-        try:
-            return db.get_instance("a") is not None
-        finally:
-            db.close()
+        return _read_instance(connector, "a") is not None
 
     async with running(store):
         store.submit_instance(InstanceRecord("a", state=InstanceState.RUNNING))
