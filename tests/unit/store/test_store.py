@@ -153,6 +153,17 @@ async def test_one_bad_row_does_not_sink_its_batch(connector: Connector) -> None
     assert sample(metrics, "store_writes_total", table="instances") == 2
 
 
+def _read_instance(
+    connector: Connector, instance_id: str
+) -> tuple[InstanceRecord, list[StepRecord]] | None:
+    """The instance as another connection reads it (what is committed), or None."""
+    db = Database.open(connector)
+    try:
+        return db.get_instance(instance_id)
+    finally:
+        db.close()
+
+
 async def test_pending_rows_are_written_at_shutdown_and_closed_store_refuses(
     connector: Connector,
 ) -> None:
@@ -162,9 +173,7 @@ async def test_pending_rows_are_written_at_shutdown_and_closed_store_refuses(
         await store.upsert_instance(InstanceRecord("late", state=InstanceState.RUNNING))
         store.submit_instance(InstanceRecord("late", state=InstanceState.CANCELLED))
     # run() was cancelled right after the submit: the row was still written
-    db = Database.open(connector)
-    found = db.get_instance("late")
-    db.close()
+    found = _read_instance(connector, "late")
     assert found is not None
     assert found[0].state is InstanceState.CANCELLED
     store.submit_step(StepRecord("late", 0))  # counted, not raised
@@ -271,17 +280,6 @@ async def test_a_dropped_postgres_connection_is_reopened(postgres: Postgres) -> 
         listed = {r.instance_id for r in await store.list_instances()}
     assert {"before", "after"} <= listed
     assert sample(metrics, "store_write_failures_total") == 1
-
-
-def _read_instance(
-    connector: Connector, instance_id: str
-) -> tuple[InstanceRecord, list[StepRecord]] | None:
-    """The instance as another connection reads it (what is committed), or None."""
-    db = Database.open(connector)
-    try:
-        return db.get_instance(instance_id)
-    finally:
-        db.close()
 
 
 async def test_after_committed_waits_for_every_earlier_row_in_order(connector: Connector) -> None:
